@@ -1,0 +1,140 @@
+"""FleetView: the read-only picture of recorded state that the rules and the planner decide from.
+
+The store builds it (``Store.load_fleet_view``) from what was recorded; the rules and the planner
+only read it. It is a plain value: the tests and the simulator build one directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from watchdog_gpu.model import (
+    AccountSnapshot,
+    ActionKind,
+    GpuSample,
+    InstanceSnapshot,
+    InstanceState,
+    ProbeOutcome,
+    SshKeyRecord,
+    StateSpan,
+    VolumeSnapshot,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """One instance's recorded history.
+
+    ``spans`` is every state/rate run since ``first_seen`` that overlaps the view's lookback
+    (oldest first; the last one is the current state). ``samples`` and ``probes`` cover the
+    lookback window (oldest first; ``probes`` carry no samples, those are in ``samples``).
+    """
+
+    latest: InstanceSnapshot
+    first_seen: datetime
+    spans: tuple[StateSpan, ...]
+    samples: tuple[GpuSample, ...] = ()
+    probes: tuple[ProbeOutcome, ...] = ()
+
+    @property
+    def state(self) -> InstanceState:
+        return self.latest.state
+
+    @property
+    def current_span(self) -> StateSpan | None:
+        return self.spans[-1] if self.spans else None
+
+    def state_since(self) -> datetime | None:
+        """When the instance entered its current state (the first span of the trailing run of
+        spans in that state, so a rate change does not reset it)."""
+        since: datetime | None = None
+        for span in reversed(self.spans):
+            if span.state is not self.latest.state:
+                break
+            since = span.first_seen
+        return since
+
+
+@dataclass(frozen=True, slots=True)
+class AccountView:
+    """One configured account: its latest money facts and how polling it goes."""
+
+    account: str
+    provider: str
+    latest: AccountSnapshot | None
+    last_poll_ok_at: datetime | None
+    # an errors.ProviderError.kind; None when the last poll worked
+    last_poll_error_kind: str | None = None
+    last_poll_error_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeView:
+    latest: VolumeSnapshot
+    first_seen: datetime
+    detached_since: datetime | None  # first observation of the current detached run, if detached
+
+
+class ProtectionKind(StrEnum):
+    INSTANCE_ID = "id"
+    NAME_GLOB = "name"
+    ACCOUNT = "account"
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """No rule destroys or stops a matching instance. ``account`` narrows an id or name glob to one
+    account (None: any account)."""
+
+    kind: ProtectionKind
+    value: str
+    account: str | None = None
+    reason: str = ""
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snooze:
+    """Destructive actions for the instance are postponed until ``until``."""
+
+    account: str
+    instance_id: str
+    until: datetime
+    created_at: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """An action already in the outbox (any status), as the planner needs to see it."""
+
+    idempotency_key: str
+    account: str
+    instance_id: str
+    rule: str
+    kind: ActionKind
+    # pending, claimed, called, verified, unverified, failed, dry_run, held or blocked
+    status: str
+    dry_run: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """Everything the rules and the planner may look at, as of ``now``."""
+
+    now: datetime
+    instances: Mapping[str, InstanceView] = field(default_factory=dict)  # by "account/instance_id"
+    accounts: Mapping[str, AccountView] = field(default_factory=dict)  # by account name
+    volumes: tuple[VolumeView, ...] = ()
+    ssh_keys: tuple[SshKeyRecord, ...] = ()
+    protections: tuple[Protection, ...] = ()
+    snoozes: tuple[Snooze, ...] = ()
+    recent_actions: tuple[ActionRecord, ...] = ()  # at least the last 24 hours
+    notification_keys: frozenset[str] = frozenset()  # idempotency keys already enqueued
+
+    def instances_of(self, account: str) -> tuple[InstanceView, ...]:
+        return tuple(view for view in self.instances.values() if view.latest.account == account)

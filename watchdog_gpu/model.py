@@ -1,0 +1,319 @@
+"""The frozen domain types every part of watchdog-gpu shares.
+
+Nothing here performs I/O or reads the clock: these are plain values that the provider parsers
+produce, the store records and returns, the rules read and the planner turns into actions.
+
+Conventions:
+- every datetime is timezone-aware UTC;
+- money is US dollars (``usd``), rates are dollars per hour (``usd_per_hour``);
+- ``None`` means "not known", never zero. A cost of ``None`` is unknown, not free; a utilisation
+  of ``None`` is "not available", not idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class InstanceState(StrEnum):
+    """Normalised instance state (product.md §3). Anything a provider reports that we do not map
+    becomes ``UNKNOWN``: never a crash, never "idle"."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"  # interruptible/spot that lost its GPU: disk still bills
+    STOPPED = "stopped"  # stopped by the user or the provider: disk still bills
+    GONE = "gone"  # terminated, destroyed or absent from the listing
+    UNKNOWN = "unknown"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class ActionKind(StrEnum):
+    """What the planner may do to an instance. ``NOTIFY`` findings never touch an instance."""
+
+    NOTIFY = "notify"
+    STOP = "stop"
+    DESTROY = "destroy"
+
+
+class Verdict(StrEnum):
+    """Per GPU per sample (or per window): did the GPU work?"""
+
+    BUSY = "busy"
+    IDLE = "idle"
+    UNKNOWN = "unknown"
+
+
+class ProbeStatus(StrEnum):
+    """How one SSH probe of one instance ended."""
+
+    OK = "ok"
+    UNREACHABLE = "unreachable"
+    AUTH_FAILED = "auth_failed"
+    HOST_KEY_CHANGED = "host_key_changed"
+    TIMEOUT = "timeout"
+    DRIVER_ERROR = "driver_error"
+    UNPARSEABLE = "unparseable"
+
+
+class SampleSource(StrEnum):
+    DMON = "dmon"  # nvidia-smi dmon over SSH
+    PROVIDER_API = "provider_api"  # e.g. RunPod's per-GPU utilisation
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRef:
+    """Identity of an instance: account names are unique across the configuration."""
+
+    account: str
+    instance_id: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.account}/{self.instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSnapshot:
+    """One instance as a provider listed it at ``observed_at``.
+
+    ``compute_usd_per_hour`` is the compute rate billed while the instance runs (the provider's
+    own figure, never a catalogue price). ``storage_usd_per_hour`` is the disk rate billed in the
+    *current* state (already including RunPod's doubled stopped-volume rate); it bills while the
+    instance exists, whatever its state.
+    """
+
+    provider: str
+    account: str
+    instance_id: str
+    name: str
+    state: InstanceState
+    raw_state: str
+    observed_at: datetime
+    interruptible: bool = False
+    compute_usd_per_hour: float | None = None
+    storage_usd_per_hour: float | None = None
+    disk_gb: float | None = None
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    ssh_user: str | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    # The provider's own per-GPU utilisation in percent (RunPod), oldest API first; None if absent.
+    provider_gpu_util_percent: tuple[float | None, ...] | None = None
+    # Ports the provider publishes to the internet (for the hygiene rule: Jupyter/HTTP exposed).
+    public_ports: tuple[int, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> InstanceRef:
+        return InstanceRef(self.account, self.instance_id)
+
+    @property
+    def has_ssh_endpoint(self) -> bool:
+        return bool(self.ssh_host) and self.ssh_port is not None
+
+
+def billed_usd_per_hour(
+    state: InstanceState,
+    compute_usd_per_hour: float | None,
+    storage_usd_per_hour: float | None,
+) -> float | None:
+    """What an instance in ``state`` bills per hour; ``None`` when that cannot be known.
+
+    Running and starting instances bill compute and storage; paused and stopped ones bill storage
+    only; gone ones bill nothing; an unknown state bills an unknown amount.
+    """
+    if state is InstanceState.GONE:
+        return 0.0
+    if state is InstanceState.UNKNOWN or storage_usd_per_hour is None:
+        return None
+    if state in (InstanceState.PAUSED, InstanceState.STOPPED):
+        return storage_usd_per_hour
+    if compute_usd_per_hour is None:
+        return None
+    return compute_usd_per_hour + storage_usd_per_hour
+
+
+@dataclass(frozen=True, slots=True)
+class AccountSnapshot:
+    """Account-level money facts at ``observed_at``; each ``None`` means the API does not say."""
+
+    provider: str
+    account: str
+    observed_at: datetime
+    balance_usd: float | None = None
+    spend_usd_per_hour: float | None = None
+    spend_limit_usd_per_hour: float | None = None
+    # True when auto-pay / a saved card tops the balance up (defeats a prepaid cap).
+    autopay_enabled: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeSnapshot:
+    """A network volume / filesystem that bills on its own (RunPod, Vast, Lambda)."""
+
+    provider: str
+    account: str
+    volume_id: str
+    name: str
+    observed_at: datetime
+    size_gb: float | None = None
+    usd_per_hour: float | None = None
+    attached: bool | None = None  # None: the API does not say whether anything uses it
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SshKeyRecord:
+    """An SSH public key registered with the provider account (read by the hygiene rule)."""
+
+    provider: str
+    account: str
+    key_id: str
+    name: str
+    public_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccountObservation:
+    """Everything one poll of one account saw. Lists are complete listings: an instance that was
+    seen before and is absent now is ``gone``."""
+
+    account: AccountSnapshot
+    instances: tuple[InstanceSnapshot, ...]
+    volumes: tuple[VolumeSnapshot, ...] = ()
+    ssh_keys: tuple[SshKeyRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU's utilisation at one instant. Every metric is a percentage or ``None`` (the tool
+    printed ``-``: not available, which is not zero)."""
+
+    account: str
+    instance_id: str
+    at: datetime
+    gpu_index: int
+    verdict: Verdict
+    source: SampleSource = SampleSource.DMON
+    sm: float | None = None
+    mem: float | None = None
+    enc: float | None = None
+    dec: float | None = None
+    jpg: float | None = None
+    ofa: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """How one probe of one instance ended, with the samples it produced (none unless OK)."""
+
+    account: str
+    instance_id: str
+    at: datetime
+    status: ProbeStatus
+    duration_seconds: float
+    detail: str = ""  # human text, never a secret
+    samples: tuple[GpuSample, ...] = ()
+    interactive_login: bool | None = None  # someone has a terminal open: counts as activity
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpan:
+    """A run of identical observations of one instance: same state and same rates, from the first
+    time it was seen so until the last."""
+
+    state: InstanceState
+    raw_state: str
+    first_seen: datetime
+    last_seen: datetime
+    compute_usd_per_hour: float | None
+    storage_usd_per_hour: float | None
+
+    @property
+    def billed_usd_per_hour(self) -> float | None:
+        return billed_usd_per_hour(self.state, self.compute_usd_per_hour, self.storage_usd_per_hour)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule's conclusion about one instance (or one account when ``instance_id`` is None).
+
+    ``episode_started_at`` identifies the episode: the moment the condition began (e.g. the first
+    idle sample of the window, the moment the instance was seen paused). Together with the rule
+    and the instance it is the idempotency key for everything the planner derives from it.
+    ``due_at`` is when the rule's limit is reached (the destructive action is due then); the
+    warning goes out ``warn_before`` earlier, which the planner computes from the rule's config.
+    """
+
+    rule: str
+    account: str
+    instance_id: str | None
+    severity: Severity
+    action: ActionKind
+    summary: str
+    episode_started_at: datetime
+    due_at: datetime
+    evidence: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
+    usd_per_hour_at_stake: float | None = None
+
+    @property
+    def subject(self) -> str:
+        return f"{self.account}/{self.instance_id}" if self.instance_id else self.account
+
+    @property
+    def episode_key(self) -> str:
+        return f"{self.rule}:{self.subject}:{self.episode_started_at.isoformat()}"
+
+
+class PlanStatus(StrEnum):
+    """What the planner decided about a destructive finding this tick."""
+
+    EXECUTE = "execute"  # enqueue the action now (dry-run in monitor mode)
+    WARN = "warn"  # inside the warn_before window: warn, act later
+    WAIT = "wait"  # not due and not yet in the warning window
+    PROTECTED = "protected"
+    SNOOZED = "snoozed"
+    BLOCKED = "blocked"  # the blast-radius fuse tripped
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAction:
+    """A stop or destroy the planner wants executed, keyed for idempotency."""
+
+    idempotency_key: str
+    account: str
+    instance_id: str
+    rule: str
+    kind: ActionKind
+    dry_run: bool
+    reason: str
+    planned_at: datetime
+    evidence: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
+    usd_per_hour_at_stake: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedNotification:
+    """A message to deliver, keyed so one episode yields one warning, one action message and one
+    resolution."""
+
+    idempotency_key: str
+    severity: Severity
+    title: str
+    body: str
+    created_at: datetime
+    rule: str | None = None
+    account: str | None = None
+    instance_id: str | None = None

@@ -1,0 +1,1 @@
+"""The pure planner (filled in by the safety-core work)."""

@@ -1,0 +1,1 @@
+"""GPU idleness probe: the dmon parser, the SSH runner and the prober."""

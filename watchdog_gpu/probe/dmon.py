@@ -1,0 +1,1 @@
+"""Pure GPU-sample parsing and verdicts (filled in by the probe work)."""

@@ -1,0 +1,1 @@
+"""Pure parse functions: provider payloads into the normalised model (no I/O)."""

@@ -1,0 +1,1 @@
+"""Spend accounting from recorded state spans (pure)."""

@@ -1,0 +1,1 @@
+"""Composition root: the one module that builds real HTTP clients, SSH runners, the store, notifiers and the clock."""
