@@ -1,1 +1,2 @@
-"""Composition root: the one module that builds real HTTP clients, SSH runners, the store, notifiers and the clock."""
+"""Composition root: the one module that builds the real HTTP clients, SSH runners, store,
+notifiers and clock."""
