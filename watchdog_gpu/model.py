@@ -283,9 +283,11 @@ class PlanStatus(StrEnum):
     EXECUTE = "execute"  # enqueue the action now (dry-run in monitor mode)
     WARN = "warn"  # inside the warn_before window: warn, act later
     WAIT = "wait"  # not due and not yet in the warning window
-    PROTECTED = "protected"
-    SNOOZED = "snoozed"
-    BLOCKED = "blocked"  # the blast-radius fuse tripped
+    NOTIFY = "notify"  # a notify-only finding: alert, touch nothing
+    PROTECTED = "protected"  # would act, but the instance is protected: report only
+    SNOOZED = "snoozed"  # would act, but a snooze postpones it
+    IN_PROGRESS = "in_progress"  # the action for this episode is already in the outbox
+    BLOCKED = "blocked"  # the blast-radius fuse holds it until a human resets the fuse
 
 
 @dataclass(frozen=True, slots=True)
