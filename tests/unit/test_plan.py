@@ -1,0 +1,285 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from watchdog_gpu.fleet import (
+    ActionRecord,
+    FleetView,
+    InstanceView,
+    Protection,
+    ProtectionKind,
+    Snooze,
+)
+from watchdog_gpu.model import (
+    ActionKind,
+    Finding,
+    InstanceSnapshot,
+    InstanceState,
+    PlanStatus,
+    Severity,
+    StateSpan,
+)
+from watchdog_gpu.plan import PlanContext, action_key, plan
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.rules.low_balance import LowBalanceConfig
+from watchdog_gpu.safety import SafetyConfig
+
+NOW = datetime(2026, 3, 2, 22, 30, tzinfo=UTC)
+EPISODE = NOW - timedelta(minutes=30)
+
+
+def instance(
+    instance_id: str = "9001",
+    *,
+    account: str = "vast-main",
+    name: str = "train",
+    state: InstanceState = InstanceState.RUNNING,
+) -> InstanceView:
+    snapshot = InstanceSnapshot(
+        provider="vast",
+        account=account,
+        instance_id=instance_id,
+        name=name,
+        state=state,
+        raw_state=state.value,
+        observed_at=NOW,
+        compute_usd_per_hour=0.37,
+        storage_usd_per_hour=0.01,
+    )
+    span = StateSpan(state, state.value, NOW - timedelta(hours=3), NOW, 0.37, 0.01)
+    return InstanceView(latest=snapshot, first_seen=NOW - timedelta(hours=3), spans=(span,))
+
+
+def fleet(*views: InstanceView, **kwargs: object) -> FleetView:
+    return FleetView(
+        now=NOW,
+        instances={view.latest.ref.key: view for view in views},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def finding(
+    instance_id: str = "9001",
+    *,
+    rule: str = "idle_gpu",
+    account: str = "vast-main",
+    due_at: datetime = NOW,
+    action: ActionKind = ActionKind.DESTROY,
+) -> Finding:
+    return Finding(
+        rule=rule,
+        account=account,
+        instance_id=instance_id,
+        severity=Severity.WARNING,
+        action=action,
+        summary="idle for 30 min",
+        episode_started_at=EPISODE,
+        due_at=due_at,
+    )
+
+
+def context(
+    mode: str = "enforce",
+    *,
+    safety: SafetyConfig | None = None,
+    idle: IdleGpuConfig | None = None,
+    protected_accounts: frozenset[str] = frozenset(),
+    fuse_latched: bool = False,
+) -> PlanContext:
+    return PlanContext(
+        mode=mode,  # type: ignore[arg-type]
+        rules={
+            "idle_gpu": idle or IdleGpuConfig(),
+            "budget": BudgetConfig(),
+            "low_balance": LowBalanceConfig(),
+        },
+        safety=safety or SafetyConfig(),
+        protected_accounts=protected_accounts,
+        fuse_latched=fuse_latched,
+    )
+
+
+def statuses(decisions: Sequence[object]) -> list[PlanStatus]:
+    return [d.status for d in decisions]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("due_in", "expected"),
+    [
+        (timedelta(minutes=11), PlanStatus.WAIT),
+        (timedelta(minutes=10), PlanStatus.WARN),
+        (timedelta(minutes=1), PlanStatus.WARN),
+        (timedelta(0), PlanStatus.EXECUTE),
+        (timedelta(minutes=-5), PlanStatus.EXECUTE),
+    ],
+)
+def test_a_destructive_finding_waits_then_warns_then_executes_at_its_due_time(
+    due_in: timedelta, expected: PlanStatus
+) -> None:
+    result = plan([finding(due_at=NOW + due_in)], fleet(instance()), NOW, context())
+    assert statuses(result.decisions) == [expected]
+    if expected is PlanStatus.EXECUTE:
+        (action,) = result.actions
+        assert action.kind is ActionKind.DESTROY
+        assert action.dry_run is False
+        assert action.idempotency_key == action_key(finding(), ActionKind.DESTROY)
+    else:
+        assert result.actions == ()
+
+
+def test_monitor_mode_decides_the_same_but_marks_the_action_dry_run() -> None:
+    result = plan([finding()], fleet(instance()), NOW, context("monitor"))
+    (action,) = result.actions
+    assert action.dry_run is True
+
+
+def test_a_rule_in_enforce_mode_acts_even_when_the_global_mode_is_monitor() -> None:
+    ctx = context("monitor", idle=IdleGpuConfig(mode="enforce"))
+    (action,) = plan([finding()], fleet(instance()), NOW, ctx).actions
+    assert action.dry_run is False
+
+
+def test_a_rule_in_monitor_mode_stays_dry_run_when_the_global_mode_is_enforce() -> None:
+    ctx = context("enforce", idle=IdleGpuConfig(mode="monitor"))
+    (action,) = plan([finding()], fleet(instance()), NOW, ctx).actions
+    assert action.dry_run is True
+
+
+@pytest.mark.parametrize(
+    ("view_kwargs", "ctx_kwargs", "name"),
+    [
+        ({"protections": (Protection(ProtectionKind.INSTANCE_ID, "9001"),)}, {}, "train"),
+        ({"protections": (Protection(ProtectionKind.NAME_GLOB, "*keep*"),)}, {}, "KEEP-me"),
+        ({"protections": (Protection(ProtectionKind.ACCOUNT, "vast-main"),)}, {}, "train"),
+        ({}, {"safety": SafetyConfig(protect_ids=["vast-main/9001"])}, "train"),
+        ({}, {"safety": SafetyConfig(protect_names=["*keep*"])}, "run-keep-1"),
+        ({}, {"safety": SafetyConfig(protect_accounts=["vast-main"])}, "train"),
+        ({}, {"protected_accounts": frozenset({"vast-main"})}, "train"),
+    ],
+)
+def test_a_protected_instance_is_never_acted_on(
+    view_kwargs: dict[str, object], ctx_kwargs: dict[str, object], name: str
+) -> None:
+    view = fleet(instance(name=name), **view_kwargs)
+    result = plan([finding()], view, NOW, context(**ctx_kwargs))  # type: ignore[arg-type]
+    assert statuses(result.decisions) == [PlanStatus.PROTECTED]
+    assert result.actions == ()
+
+
+def test_a_protection_for_another_account_does_not_protect() -> None:
+    protection = Protection(ProtectionKind.INSTANCE_ID, "9001", account="runpod-main")
+    result = plan([finding()], fleet(instance(), protections=(protection,)), NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE]
+
+
+def test_the_budget_rule_also_spares_protected_instances() -> None:
+    view = fleet(instance(name="keep-this"))
+    ctx = context(safety=SafetyConfig(protect_names=["keep-*"]))
+    result = plan([finding(rule="budget")], view, NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.PROTECTED]
+
+
+def test_an_action_already_in_the_outbox_is_not_planned_twice() -> None:
+    record = ActionRecord(
+        idempotency_key=action_key(finding(), ActionKind.DESTROY),
+        account="vast-main",
+        instance_id="9001",
+        rule="idle_gpu",
+        kind=ActionKind.DESTROY,
+        status="unverified",
+        dry_run=False,
+        created_at=NOW - timedelta(minutes=1),
+    )
+    result = plan([finding()], fleet(instance(), recent_actions=(record,)), NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.IN_PROGRESS]
+    assert result.actions == ()
+
+
+def test_an_active_snooze_postpones_and_an_expired_one_does_not() -> None:
+    active = Snooze("vast-main", "9001", NOW + timedelta(hours=1), NOW - timedelta(minutes=5))
+    expired = Snooze("vast-main", "9001", NOW - timedelta(seconds=1), NOW - timedelta(hours=2))
+    snoozed = plan([finding()], fleet(instance(), snoozes=(active,)), NOW, context())
+    assert statuses(snoozed.decisions) == [PlanStatus.SNOOZED]
+    released = plan([finding()], fleet(instance(), snoozes=(expired,)), NOW, context())
+    assert statuses(released.decisions) == [PlanStatus.EXECUTE]
+
+
+def test_notify_only_findings_never_become_actions() -> None:
+    alert = finding(rule="low_balance", action=ActionKind.NOTIFY)
+    result = plan([alert], fleet(instance()), NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.NOTIFY]
+    assert result.actions == ()
+
+
+def test_a_finding_for_a_gone_instance_is_not_acted_on() -> None:
+    result = plan([finding()], fleet(instance(state=InstanceState.GONE)), NOW, context())
+    assert result.actions == ()
+
+
+def test_the_fuse_holds_actions_beyond_the_per_tick_limit_and_trips() -> None:
+    views = [instance(str(i)) for i in range(10)]
+    findings = [finding(str(i)) for i in range(5)]
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=3))
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 3
+    assert statuses(result.decisions).count(PlanStatus.BLOCKED) == 2
+    assert len(result.blocked) == 2
+    assert result.fuse_tripped
+    assert "per tick" in result.fuse_reason
+
+
+def test_the_fuse_counts_actions_of_the_last_hour() -> None:
+    done = tuple(
+        ActionRecord(
+            f"old-{i}",
+            "vast-main",
+            f"old{i}",
+            "idle_gpu",
+            ActionKind.DESTROY,
+            "verified",
+            False,
+            NOW - timedelta(minutes=30),
+        )
+        for i in range(9)
+    )
+    views = [instance(str(i)) for i in range(10)]
+    result = plan([finding("1"), finding("2")], fleet(*views, recent_actions=done), NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE, PlanStatus.BLOCKED]
+
+
+def test_the_fuse_refuses_to_act_on_most_of_a_large_fleet_in_one_tick() -> None:
+    views = [instance(str(i)) for i in range(4)]
+    findings = [finding(str(i)) for i in range(3)]
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=10, max_fleet_fraction=0.5))
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 2
+    assert result.fuse_tripped
+
+
+def test_two_forgotten_instances_of_a_two_instance_fleet_are_not_a_runaway() -> None:
+    result = plan([finding("1"), finding("2")], fleet(instance("1"), instance("2")), NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE, PlanStatus.EXECUTE]
+    assert not result.fuse_tripped
+
+
+def test_a_latched_fuse_blocks_ordinary_actions_but_not_the_budget_emergency() -> None:
+    views = [instance("1"), instance("2")]
+    findings = [finding("1"), finding("2", rule="budget")]
+    result = plan(findings, fleet(*views), NOW, context(fuse_latched=True))
+    assert statuses(result.decisions) == [PlanStatus.BLOCKED, PlanStatus.EXECUTE]
+    assert not result.fuse_tripped  # already latched: no second trip alert
+
+
+def test_the_budget_emergency_has_its_own_limit() -> None:
+    views = [instance(str(i)) for i in range(6)]
+    findings = [finding(str(i), rule="budget") for i in range(6)]
+    ctx = context(
+        safety=SafetyConfig(max_actions_per_tick=1, budget_emergency_max_actions_per_tick=5)
+    )
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 5
+    assert statuses(result.decisions).count(PlanStatus.BLOCKED) == 1
