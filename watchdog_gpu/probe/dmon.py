@@ -1,1 +1,242 @@
-"""Pure GPU-sample parsing and verdicts (filled in by the probe work)."""
+"""Parse the text of ``nvidia-smi dmon`` into rows keyed by the header's column names.
+
+Given the whole output of one run (stdout, where nvidia-smi also prints its error texts), return a
+:class:`DmonTable` or raise :class:`~watchdog_gpu.errors.DmonError`. Pure: no I/O, no clock.
+
+Format facts this parser relies on (``docs/nvidia-smi.md`` in the research notes):
+
+- Two ``#`` header lines: column names (``# gpu pwr … sm mem …``; with ``-o DT`` the ``#`` is glued
+  to ``#Date``), then units (``# Idx W …``). Values are mapped **by name**, never by offset: the 525
+  driver printed 6-wide headers over 7-wide rows, 530 added ``jpg``/``ofa`` in the middle.
+- ``-`` means "not available" and becomes ``None``, never 0 (MIG GPUs print ``-`` for sm/mem/enc/…).
+- One row per GPU per sampling cycle; any number of GPUs; trailing spaces; blank lines; ``#`` lines
+  anywhere (a repeated header mid-stream is re-read, a different one replaces the columns).
+- A stream cut by a dropped SSH session ends in a partial line without a line end: that line is
+  dropped unless it is provably complete (all its tokens present and followed by the trailing space
+  that drivers >= 525 print), so a cut never invents or misreads a row.
+- Error texts (no NVML, driver not loaded, version mismatch, no devices, GPU lost, not supported,
+  bad argument) arrive on stdout instead of rows and raise ``DmonError(kind, message)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from watchdog_gpu.errors import DmonError
+
+DmonValue = int | float | str | None
+
+# Columns kept as text: ``-o D`` prints YYYYMMDD, ``-o T`` prints HH:MM:SS.
+TEXT_COLUMNS = frozenset({"date", "time"})
+# Tokens that mean "not available". dmon prints ``-``; the bracketed forms are what the CSV queries
+# print, accepted so a future dmon spelling is read as unknown rather than rejected as garbage.
+UNAVAILABLE_TOKENS = frozenset({"-", "n/a", "[n/a]"})
+
+# (kind, pattern) checked in order on every line that is neither a header nor a data row; the
+# first match names the error. Specific NVML texts come before the catch-all "Failed to initialize".
+_ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern, re.IGNORECASE))
+    for kind, pattern in (
+        ("nvml_missing", r"couldn't find libnvidia-ml|libnvidia-ml\.so.*not found"),
+        ("nvml_missing", r"nvidia-smi: (command )?not found"),
+        ("version_mismatch", r"version mismatch"),
+        ("driver_not_loaded", r"couldn't communicate with the nvidia driver"),
+        ("driver_not_loaded", r"driver (is )?not loaded"),
+        ("no_devices", r"no devices (were )?found"),
+        ("gpu_lost", r"unable to determine the device handle|gpu is lost|fallen off the bus"),
+        ("not_supported", r"\bnot supported\b"),
+        ("invalid_argument", r"is not a valid field|\binvalid\b|not recognized|unrecognized"),
+        ("invalid_argument", r"failed to process command line|please run 'nvidia-smi -h'"),
+        # NVML init failures with other reasons (Unknown Error in a container that lost its device
+        # cgroup, Insufficient Permissions): nvidia-smi cannot talk to the driver.
+        ("driver_not_loaded", r"failed to initialize nvml"),
+    )
+)
+_DEVICE_LIMIT_WARNING = re.compile(r"only monitoring up to \d+ gpus", re.IGNORECASE)
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+_MAX_SNIPPET = 80
+_MAX_MESSAGE = 300
+
+
+@dataclass(frozen=True, slots=True)
+class DmonRow:
+    """One data row: ``values`` maps each lowercase column name (in header order) to an ``int``
+    or ``float``, a ``str`` for ``date``/``time``, or ``None`` for ``-``. ``line`` is 1-based."""
+
+    line: int
+    values: Mapping[str, DmonValue]
+
+    @property
+    def gpu(self) -> int:
+        """The GPU index as printed in the ``gpu``/``Idx`` column."""
+        value = self.values["gpu"]
+        assert isinstance(value, int)
+        return value
+
+    def metric(self, name: str) -> float | None:
+        """A numeric column as float; ``None`` when printed ``-`` or when the column is absent."""
+        value = self.values.get(name)
+        return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True, slots=True)
+class DmonTable:
+    """A parsed dmon run. ``columns`` lists every column name seen, in order of appearance;
+    ``notes`` explains each line that was skipped (warnings, a truncated last line, a mid-stream
+    line that did not match the header); ``device_limit_warning`` is True when nvidia-smi said it
+    monitors only the first few GPUs (<= 535 with more than 4 GPUs: GPUs beyond are missing)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[DmonRow, ...]
+    notes: tuple[str, ...] = ()
+    device_limit_warning: bool = False
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The distinct GPU indices in the rows, ascending."""
+        return tuple(sorted({row.gpu for row in self.rows}))
+
+
+def classify_error_line(line: str) -> str | None:
+    """The ``DmonError`` kind an nvidia-smi error line names, or ``None`` if it names none."""
+    for kind, pattern in _ERROR_PATTERNS:
+        if pattern.search(line):
+            return kind
+    return None
+
+
+def raise_for_error_lines(lines: Sequence[str]) -> None:
+    """Raise ``DmonError`` for the first line that is a known nvidia-smi error text."""
+    for text in lines:
+        kind = classify_error_line(text)
+        if kind is not None:
+            raise DmonError(kind, text.strip()[:_MAX_MESSAGE])
+
+
+def snippet(text: str) -> str:
+    """A short, quoted excerpt of a line for messages (never the whole payload)."""
+    text = text.strip()
+    if len(text) > _MAX_SNIPPET:
+        text = text[:_MAX_SNIPPET] + "…"
+    return repr(text)
+
+
+def parse_value(column: str, token: str) -> DmonValue:
+    """One token of column ``column``: text for date/time, ``None`` for ``-``, else a number
+    (``int`` when integral). Raises ``ValueError`` for anything else."""
+    if column in TEXT_COLUMNS:
+        return token
+    if token.lower() in UNAVAILABLE_TOKENS:
+        return None
+    if _INT.fullmatch(token):
+        return int(token)
+    if _FLOAT.fullmatch(token):
+        number = float(token)
+        return int(number) if number.is_integer() else number
+    raise ValueError(f"not a number: {snippet(token)}")
+
+
+@dataclass(slots=True)
+class _State:
+    columns: tuple[str, ...] | None = None
+    seen_columns: list[str] = field(default_factory=list)
+    rows: list[DmonRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)  # non-header lines that were not rows
+    limit_warning: bool = False
+
+
+def parse_dmon(text: str) -> DmonTable:
+    """Parse the complete output of one ``nvidia-smi dmon`` run.
+
+    Given the text (any line ends; a final line without a line end is treated as possibly cut),
+    return the table of rows. Raise ``DmonError`` with the kind of a known error text found on any
+    non-row line, or ``unparseable`` for empty output, pmon/CSV output, a header without a ``gpu``
+    column, or lines of which none matched a header. A header followed by no rows is not an error:
+    the table is empty.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    complete = len(lines) - 1  # the piece after the last "\n" has no line end
+    state = _State()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("#"):
+            _read_header(state, line, number)
+            continue
+        _read_data_line(state, line, number, terminated=number <= complete)
+    raise_for_error_lines(state.stray)
+    if not state.rows and state.columns is None:
+        if not state.stray:
+            raise DmonError("unparseable", "empty output: no dmon header and no rows")
+        raise DmonError(
+            "unparseable", f"no dmon header line found; first line {snippet(state.stray[0])}"
+        )
+    if not state.rows and state.stray:
+        raise DmonError(
+            "unparseable", f"no line matched the dmon header; first was {snippet(state.stray[0])}"
+        )
+    return DmonTable(
+        columns=tuple(state.seen_columns),
+        rows=tuple(state.rows),
+        notes=tuple(state.notes),
+        device_limit_warning=state.limit_warning,
+    )
+
+
+def _read_header(state: _State, line: str, number: int) -> None:
+    names = tuple(token.lower() for token in line.strip().lstrip("#").split())
+    if "gpu" not in names:
+        return  # the units line (``# Idx W C …``) or a comment
+    if "pid" in names:
+        raise DmonError("unparseable", "this is nvidia-smi pmon output (per process), not dmon")
+    if len(set(names)) != len(names):
+        raise DmonError("unparseable", f"duplicate column names in header line {number}")
+    if state.columns is not None and names != state.columns:
+        state.notes.append(f"line {number}: a different header replaces the columns")
+    state.columns = names
+    state.seen_columns.extend(name for name in names if name not in state.seen_columns)
+
+
+def _read_data_line(state: _State, line: str, number: int, *, terminated: bool) -> None:
+    if _DEVICE_LIMIT_WARNING.search(line):
+        state.limit_warning = True
+    tokens = line.split()
+    columns = state.columns
+    if columns is None or len(tokens) != len(columns):
+        _skip(state, line, number, terminated=terminated)
+        return
+    # Without a line end the last token may be cut ("345" → "34"); only a trailing space proves
+    # the line complete (drivers >= 525 end every row with one).
+    if not terminated and not line[-1].isspace():
+        state.notes.append(f"line {number}: dropped, cut off before its line end")
+        return
+    try:
+        values = {
+            name: parse_value(name, token) for name, token in zip(columns, tokens, strict=True)
+        }
+    except ValueError as error:
+        _skip(state, line, number, terminated=terminated, reason=str(error))
+        return
+    gpu = values["gpu"]
+    if not isinstance(gpu, int) or gpu < 0:
+        _skip(state, line, number, terminated=terminated, reason="no GPU index")
+        return
+    state.rows.append(DmonRow(line=number, values=values))
+
+
+def _skip(
+    state: _State, line: str, number: int, *, terminated: bool, reason: str | None = None
+) -> None:
+    if not terminated:
+        state.notes.append(f"line {number}: dropped, cut off before its line end")
+        # A cut line may still be a complete error text ("No devices were found" without "\n").
+        if classify_error_line(line) is not None:
+            state.stray.append(line)
+        return
+    state.stray.append(line)
+    why = reason or "does not match the header"
+    state.notes.append(f"line {number}: skipped ({why}): {snippet(line)}")
