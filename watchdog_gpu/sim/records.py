@@ -1,0 +1,219 @@
+"""The mutable bookkeeping of the simulated world and the frozen views it hands out.
+
+Records (``_``-free names, but internal to :mod:`watchdog_gpu.sim`) are only touched under the
+world's lock; views are immutable snapshots that the dialect servers and tests may keep.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from watchdog_gpu.sim.gpu import GpuState, GpuTimeline
+from watchdog_gpu.sim.scenario import ApiMode, ScenarioAccount, ScenarioInstance, ScenarioVolume
+
+# States in which an instance exists (and so bills storage); compute bills in the first two.
+EXISTING_STATES = frozenset({"starting", "running", "paused", "stopped"})
+COMPUTE_STATES = frozenset({"starting", "running"})
+
+# The divisor each provider uses to turn $/GB/month into $/h. Vast's ``storage_total_cost`` is
+# exactly disk × storage_cost / 720 (both OpenAPI examples); RunPod does not say (730 is the
+# usual calendar average) and Lambda bills filesystems hourly from a monthly price.
+HOURS_PER_MONTH = {"vast": 720.0, "runpod": 730.0, "lambda": 730.0}
+
+
+class SimError(Exception):
+    """A request the simulated provider refuses; ``kind`` names why."""
+
+    kind = "sim"
+
+
+class UnknownAccountError(SimError):
+    kind = "unknown_account"
+
+
+class UnknownInstanceError(SimError):
+    """No such instance: never existed, not created yet, or already gone."""
+
+    kind = "not_found"
+
+
+class UnsupportedActionError(SimError):
+    """The provider has no such operation (e.g. stopping a Lambda instance)."""
+
+    kind = "unsupported"
+
+
+class InvalidRequestError(SimError):
+    kind = "invalid"
+
+
+@dataclass
+class InstanceRecord:
+    spec: ScenarioInstance
+    account: str
+    provider: str
+    ordinal: int
+    timeline: GpuTimeline
+    state: str | None = None
+    history: list[tuple[datetime, str | None]] = field(default_factory=list)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    state_since: datetime | None = None
+    destroy_due: datetime | None = None
+    label: str | None = None
+    compute_spend_usd: float = 0.0
+    storage_spend_usd: float = 0.0
+
+    @property
+    def exists(self) -> bool:
+        return self.state in EXISTING_STATES
+
+    @property
+    def spend_usd(self) -> float:
+        return self.compute_spend_usd + self.storage_spend_usd
+
+    def compute_usd_per_hour(self) -> float:
+        return self.spec.compute_usd_per_hour if self.state in COMPUTE_STATES else 0.0
+
+    def storage_usd_per_hour(self, state: str | None = None) -> float:
+        """Storage rate in ``state`` (default: the current one). Paused bills like stopped:
+        a preempted RunPod spot pod is simply EXITED, with the stopped volume rate."""
+        state = self.state if state is None else state
+        if state not in EXISTING_STATES:
+            return 0.0
+        base = (
+            self.spec.disk_gb * self.spec.storage_usd_per_gb_month / HOURS_PER_MONTH[self.provider]
+        )
+        if state in ("stopped", "paused"):
+            return base * self.spec.stopped_storage_multiplier
+        return base
+
+    def state_at(self, instant: datetime) -> str | None:
+        times = [moment for moment, _ in self.history]
+        position = bisect.bisect_right(times, instant) - 1
+        return self.history[position][1] if position >= 0 else None
+
+
+@dataclass
+class VolumeRecord:
+    spec: ScenarioVolume
+    provider: str
+    created_at: datetime
+    spend_usd: float = 0.0
+    deleted: bool = False
+
+    def usd_per_hour(self) -> float:
+        if self.deleted:
+            return 0.0
+        return (
+            self.spec.size_gb * self.spec.storage_usd_per_gb_month / HOURS_PER_MONTH[self.provider]
+        )
+
+
+@dataclass
+class SshKeyRecord:
+    key_id: str
+    name: str
+    public_key: str
+    created_at: datetime
+
+
+@dataclass
+class AccountRecord:
+    spec: ScenarioAccount
+    balance_usd: float | None
+    spend_limit_usd_per_hour: float | None
+    api_mode: ApiMode = "ok"
+    exhausted: bool = False  # the zero-balance behaviour already ran for this episode
+    instances: dict[str, InstanceRecord] = field(default_factory=dict)
+    volumes: dict[str, VolumeRecord] = field(default_factory=dict)
+    ssh_keys: list[SshKeyRecord] = field(default_factory=list)
+    next_ssh_key_id: int = 40001
+
+    @property
+    def provider(self) -> str:
+        return self.spec.provider
+
+    def usd_per_hour(self) -> float:
+        instances = sum(
+            record.compute_usd_per_hour() + record.storage_usd_per_hour()
+            for record in self.instances.values()
+        )
+        return instances + sum(volume.usd_per_hour() for volume in self.volumes.values())
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """One instance as the provider would describe it now."""
+
+    account: str
+    provider: str
+    instance_id: str
+    ordinal: int
+    name: str
+    label: str | None
+    state: str
+    destroying: bool
+    interruptible: bool
+    gpu_name: str
+    gpu_count: int
+    compute_usd_per_hour: float  # the instance's compute price (billed only while running)
+    storage_usd_per_hour: float  # storage billed in the current state
+    storage_usd_per_hour_running: float
+    storage_usd_per_gb_month: float
+    disk_gb: float
+    ssh_host: str
+    ssh_port: int
+    created_at: datetime
+    started_at: datetime | None
+    state_since: datetime
+    gpu: GpuState
+    spend_usd: float
+
+    @property
+    def billed_usd_per_hour(self) -> float:
+        compute = self.compute_usd_per_hour if self.state in COMPUTE_STATES else 0.0
+        return compute + self.storage_usd_per_hour
+
+
+@dataclass(frozen=True, slots=True)
+class AccountView:
+    name: str
+    provider: str
+    balance_usd: float | None
+    spend_usd_per_hour: float
+    spend_limit_usd_per_hour: float | None
+    total_spend_usd: float
+    api_mode: ApiMode
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeView:
+    volume_id: str
+    name: str
+    size_gb: float
+    storage_usd_per_gb_month: float
+    usd_per_hour: float
+    attached: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SshKeyView:
+    key_id: str
+    name: str
+    public_key: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """Something done to an instance through the API or by the provider itself."""
+
+    at: datetime
+    account: str
+    instance_id: str
+    action: str  # stop | start | destroy | gone | zero_balance_stop | zero_balance_terminate
+    source: str  # api | provider | script

@@ -1,0 +1,549 @@
+"""The simulated provider world: accounts, instances and volumes billing over a clock.
+
+:class:`SimulatedWorld` plays a :class:`~watchdog_gpu.sim.scenario.Scenario` forward lazily: each
+public call first advances the world to ``clock.now()``, applying scripted events at their offsets
+and integrating billing between them. Billing rates are piecewise constant, so spend is exact:
+
+- compute bills while an instance is ``starting`` or ``running``;
+- storage bills while it exists (``starting``, ``running``, ``paused``, ``stopped``), times
+  ``stopped_storage_multiplier`` when ``paused`` or ``stopped``;
+- volumes bill until deleted;
+- an account's balance falls by exactly the sum of all of that (and may go negative).
+
+Zero balance (the provider docs, ``providers/*.md``): on **Vast** the running instances are
+stopped and storage keeps billing into a negative balance (the later deletion after a grace
+period is not modelled); on **RunPod** every pod is terminated (pods without a network volume
+lose their data; the simulator does not attach network volumes to pods) and volumes keep billing;
+**Lambda** is postpaid and has no balance. The behaviour runs once when the balance reaches zero
+and again only after a ``balance_usd`` event has topped it up.
+
+Watchdog (API) actions: ``stop`` takes effect at once; ``destroy`` makes the instance ``gone``
+after the provider's delay (:data:`DESTROY_DELAYS`), billing until then. Once a destroy is
+pending or the instance is gone, scripted state events for it are ignored.
+
+Thread-safe: one re-entrant lock guards everything (the dialect servers call from many threads).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from watchdog_gpu.clock import Clock, VirtualClock
+from watchdog_gpu.sim.gpu import GpuState, GpuTimeline, read_gpus
+from watchdog_gpu.sim.records import (
+    COMPUTE_STATES,
+    AccountRecord,
+    AccountView,
+    ActionRecord,
+    InstanceRecord,
+    InstanceView,
+    SshKeyRecord,
+    SshKeyView,
+    UnknownAccountError,
+    UnknownInstanceError,
+    UnsupportedActionError,
+    VolumeRecord,
+    VolumeView,
+)
+from watchdog_gpu.sim.scenario import (
+    AccountEvent,
+    ApiMode,
+    Scenario,
+    ScenarioAccount,
+)
+
+DESTROY_DELAYS: Mapping[str, timedelta] = {
+    "vast": timedelta(seconds=30),
+    "runpod": timedelta(seconds=45),
+    "lambda": timedelta(seconds=60),
+}
+"""How long after a destroy call each provider's instance keeps existing (and billing)."""
+
+DEFAULT_SPEND_LIMITS: Mapping[str, float] = {"runpod": 80.0}
+"""RunPod's default account spend limit ($/h); the others have none."""
+
+_ONE_HOUR = timedelta(hours=1)
+_SSH_PORT_BASE = 22000
+# Below this a balance counts as reached zero (float dust from microsecond-rounded crossings).
+_BALANCE_EPSILON_USD = 1e-6
+
+
+class SimulatedWorld:
+    """Provider accounts and instances driven by a scenario and a clock.
+
+    ``origin`` is the instant of offset 0 (default: the scenario's ``start``); ``sim serve`` passes
+    the moment it started so a scenario plays in real time. ``destroy_delays`` overrides
+    :data:`DESTROY_DELAYS` per provider.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        clock: Clock,
+        *,
+        origin: datetime | None = None,
+        destroy_delays: Mapping[str, timedelta] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self._clock = clock
+        self.origin = origin if origin is not None else scenario.start
+        self._destroy_delays = dict(DESTROY_DELAYS, **(destroy_delays or {}))
+        self._lock = threading.RLock()
+        self._billed_to = self.origin
+        self._queue: list[tuple[datetime, int, Callable[[datetime], None]]] = []
+        self._sequence = itertools.count()
+        self._accounts: dict[str, AccountRecord] = {}
+        self._keys: dict[tuple[str, str], str] = {}
+        self._actions: list[ActionRecord] = []
+        self._baseline: SimulatedWorld | None = None
+        ordinals = itertools.count()
+        for account in scenario.accounts:
+            self._accounts[account.name] = self._build_account(account, ordinals)
+            self._keys[(account.provider, account.effective_api_key)] = account.name
+
+    # ----------------------------------------------------------------- reading
+    def now(self) -> datetime:
+        """The clock's current instant (the world is advanced to it)."""
+        with self._lock:
+            return self._advance()
+
+    def account_for_key(self, provider: str, api_key: str) -> str | None:
+        """The name of the ``provider`` account whose API key is ``api_key``, or None."""
+        return self._keys.get((provider, api_key))
+
+    def account_names(self, provider: str | None = None) -> list[str]:
+        return [
+            name
+            for name, record in self._accounts.items()
+            if provider is None or record.provider == provider
+        ]
+
+    def api_mode(self, account: str) -> ApiMode:
+        """The fault currently injected on ``account``'s API (``"ok"`` when none)."""
+        with self._lock:
+            self._advance()
+            return self._account(account).api_mode
+
+    def account_view(self, account: str) -> AccountView:
+        with self._lock:
+            self._advance()
+            record = self._account(account)
+            total = sum(item.spend_usd for item in record.instances.values()) + sum(
+                volume.spend_usd for volume in record.volumes.values()
+            )
+            return AccountView(
+                name=record.spec.name,
+                provider=record.provider,
+                balance_usd=record.balance_usd,
+                spend_usd_per_hour=record.usd_per_hour(),
+                spend_limit_usd_per_hour=record.spend_limit_usd_per_hour,
+                total_spend_usd=total,
+                api_mode=record.api_mode,
+            )
+
+    def list_instances(self, account: str) -> list[InstanceView]:
+        """Every instance that exists now (including ones with a destroy pending), by ordinal."""
+        with self._lock:
+            now = self._advance()
+            records = self._account(account).instances.values()
+            return [self._view(record, now) for record in records if record.exists]
+
+    def instance(self, account: str, instance_id: str) -> InstanceView | None:
+        """The instance if it exists now; None if it is gone, not yet created or never was."""
+        with self._lock:
+            now = self._advance()
+            record = self._account(account).instances.get(instance_id)
+            if record is None or not record.exists:
+                return None
+            return self._view(record, now)
+
+    def state(self, account: str, instance_id: str) -> str | None:
+        """The scripted state now (``gone`` after a destroy; None before the instance exists)."""
+        with self._lock:
+            self._advance()
+            return self._record(account, instance_id).state
+
+    def gpu_state(self, account: str, instance_id: str, at: datetime | None = None) -> GpuState:
+        """What an SSH probe of the instance sees at ``at`` (default now; never the future).
+
+        Raises :class:`UnknownInstanceError` for an id the scenario does not have and
+        ``ValueError`` for an instant later than now.
+        """
+        with self._lock:
+            now = self._advance()
+            instant = now if at is None else at
+            if instant > now:
+                raise ValueError("gpu_state cannot look into the future")
+            record = self._record(account, instance_id)
+            offset = instant - self.origin
+            return read_gpus(
+                record.timeline.settings_at(offset),
+                offset,
+                record.state_at(instant),
+                record.ordinal,
+            )
+
+    def volumes(self, account: str) -> list[VolumeView]:
+        with self._lock:
+            self._advance()
+            return [
+                VolumeView(
+                    volume_id=volume.spec.id,
+                    name=volume.spec.name or volume.spec.id,
+                    size_gb=volume.spec.size_gb,
+                    storage_usd_per_gb_month=volume.spec.storage_usd_per_gb_month,
+                    usd_per_hour=volume.usd_per_hour(),
+                    attached=volume.spec.attached,
+                    created_at=volume.created_at,
+                )
+                for volume in self._account(account).volumes.values()
+                if not volume.deleted
+            ]
+
+    def ssh_keys(self, account: str) -> list[SshKeyView]:
+        with self._lock:
+            return [
+                SshKeyView(key.key_id, key.name, key.public_key, key.created_at)
+                for key in self._account(account).ssh_keys
+            ]
+
+    def spend_usd(self, account: str, instance_id: str) -> float:
+        """What the instance has billed so far (compute + storage)."""
+        with self._lock:
+            self._advance()
+            return self._record(account, instance_id).spend_usd
+
+    def spend_without_watchdog_usd(self, account: str, instance_id: str) -> float:
+        """What the instance would have billed by now had nobody called the API: the same
+        scenario replayed on its own virtual clock to the same instant."""
+        with self._lock:
+            now = self._advance()
+            if self._baseline is None:
+                self._baseline = SimulatedWorld(
+                    self.scenario,
+                    VirtualClock(self.origin),
+                    origin=self.origin,
+                    destroy_delays=self._destroy_delays,
+                )
+            baseline = self._baseline
+        with baseline._lock:
+            baseline._advance(now)
+            return baseline._record(account, instance_id).spend_usd
+
+    def actions(self) -> list[ActionRecord]:
+        """Every stop/start/destroy so far, from the API, the provider or the script."""
+        with self._lock:
+            self._advance()
+            return list(self._actions)
+
+    # ----------------------------------------------------------------- acting
+    def destroy(self, account: str, instance_id: str) -> bool:
+        """Destroy the instance: it becomes ``gone`` after the provider's delay.
+
+        Returns True when accepted (also when a destroy is already pending); raises
+        :class:`UnknownInstanceError` when it does not exist (gone, not yet created, unknown).
+        """
+        with self._lock:
+            now = self._advance()
+            record = self._existing(account, instance_id)
+            if record.destroy_due is None:
+                self._begin_destroy(account, record, now, source="api")
+            return True
+
+    def stop(self, account: str, instance_id: str) -> None:
+        """Stop the instance now (GPU released, disk kept and billing).
+
+        Raises :class:`UnsupportedActionError` on Lambda (no stop) and
+        :class:`UnknownInstanceError` when it does not exist.
+        """
+        with self._lock:
+            now = self._advance()
+            record = self._existing(account, instance_id)
+            if record.provider == "lambda":
+                raise UnsupportedActionError("Lambda instances cannot be stopped")
+            if record.destroy_due is None and record.state in COMPUTE_STATES:
+                self._set_state(record, "stopped", now)
+                self._log(now, account, instance_id, "stop", "api")
+
+    def start(self, account: str, instance_id: str) -> None:
+        """Start (resume) a stopped or paused instance now."""
+        with self._lock:
+            now = self._advance()
+            record = self._existing(account, instance_id)
+            if record.provider == "lambda":
+                raise UnsupportedActionError("Lambda instances cannot be started")
+            if record.destroy_due is None and record.state in ("stopped", "paused"):
+                self._set_state(record, "running", now)
+                self._log(now, account, instance_id, "start", "api")
+
+    def set_label(self, account: str, instance_id: str, label: str) -> None:
+        with self._lock:
+            self._advance()
+            self._existing(account, instance_id).label = label
+
+    def delete_volume(self, account: str, volume_id: str) -> None:
+        """Delete a volume (billing stops now); raises :class:`UnknownInstanceError` if absent."""
+        with self._lock:
+            self._advance()
+            volume = self._account(account).volumes.get(volume_id)
+            if volume is None or volume.deleted:
+                raise UnknownInstanceError(f"no volume {volume_id}")
+            volume.deleted = True
+
+    def add_ssh_key(self, account: str, public_key: str, name: str = "") -> SshKeyView:
+        with self._lock:
+            now = self._advance()
+            record = self._account(account)
+            key = SshKeyRecord(str(record.next_ssh_key_id), name, public_key, now)
+            record.next_ssh_key_id += 1
+            record.ssh_keys.append(key)
+            return SshKeyView(key.key_id, key.name, key.public_key, key.created_at)
+
+    def delete_ssh_key(self, account: str, key_id: str) -> None:
+        with self._lock:
+            record = self._account(account)
+            remaining = [key for key in record.ssh_keys if key.key_id != key_id]
+            if len(remaining) == len(record.ssh_keys):
+                raise UnknownInstanceError(f"no ssh key {key_id}")
+            record.ssh_keys = remaining
+
+    def replace_ssh_keys(self, account: str, public_keys: list[str]) -> None:
+        """Replace every key (RunPod keeps all keys in one newline-separated ``pubKey``)."""
+        with self._lock:
+            now = self._advance()
+            record = self._account(account)
+            record.ssh_keys = []
+            for public_key in public_keys:
+                record.ssh_keys.append(
+                    SshKeyRecord(str(record.next_ssh_key_id), "", public_key, now)
+                )
+                record.next_ssh_key_id += 1
+
+    def set_api_mode(self, account: str, mode: ApiMode) -> None:
+        """Inject a fault on the account's API from now on (tests; scripts use ``api`` events)."""
+        with self._lock:
+            self._advance()
+            self._account(account).api_mode = mode
+
+    # ----------------------------------------------------------------- building
+    def _build_account(
+        self, spec: ScenarioAccount, ordinals: itertools.count[int]
+    ) -> AccountRecord:
+        limit = spec.spend_limit_usd_per_hour
+        if limit is None:
+            limit = DEFAULT_SPEND_LIMITS.get(spec.provider)
+        record = AccountRecord(
+            spec=spec, balance_usd=spec.balance_usd, spend_limit_usd_per_hour=limit
+        )
+        for instance in spec.instances:
+            item = InstanceRecord(
+                spec=instance,
+                account=spec.name,
+                provider=spec.provider,
+                ordinal=next(ordinals),
+                timeline=GpuTimeline(instance),
+                label=instance.name or None,
+            )
+            record.instances[instance.id] = item
+            for event in instance.events:
+                if event.state is not None:
+                    self._schedule(
+                        self.origin + event.at, self._scripted_state(spec.name, item, event.state)
+                    )
+        for volume in spec.volumes:
+            record.volumes[volume.id] = VolumeRecord(volume, spec.provider, self.origin)
+        for number, key in enumerate(spec.ssh_keys):
+            record.ssh_keys.append(
+                SshKeyRecord(
+                    str(record.next_ssh_key_id + number), key.name, key.public_key, self.origin
+                )
+            )
+        record.next_ssh_key_id += len(spec.ssh_keys)
+        for account_event in spec.events:
+            self._schedule(
+                self.origin + account_event.at, self._account_event(record, account_event)
+            )
+        return record
+
+    def _scripted_state(
+        self, account: str, record: InstanceRecord, state: str
+    ) -> Callable[[datetime], None]:
+        def apply(at: datetime) -> None:
+            if record.destroy_due is not None or record.state == "gone":
+                return  # a destroyed instance does not come back
+            if state != record.state:
+                self._set_state(record, state, at)
+                if state in ("stopped", "gone", "paused"):
+                    self._log(at, account, record.spec.id, state, "script")
+
+        return apply
+
+    def _account_event(
+        self, record: AccountRecord, event: AccountEvent
+    ) -> Callable[[datetime], None]:
+        def apply(_at: datetime) -> None:
+            if event.balance_usd is not None:
+                record.balance_usd = event.balance_usd
+                record.exhausted = event.balance_usd <= _BALANCE_EPSILON_USD
+            if event.api is not None:
+                record.api_mode = event.api
+            if event.spend_limit_usd_per_hour is not None:
+                record.spend_limit_usd_per_hour = event.spend_limit_usd_per_hour
+
+        return apply
+
+    # ----------------------------------------------------------------- time
+    def _schedule(self, at: datetime, action: Callable[[datetime], None]) -> None:
+        heapq.heappush(self._queue, (at, next(self._sequence), action))
+
+    def _advance(self, target: datetime | None = None) -> datetime:
+        """Play the world forward to ``target`` (default: the clock's now); return the instant
+        the world is at (never earlier than before)."""
+        target = self._clock.now() if target is None else target
+        while self._queue and self._queue[0][0] <= target:
+            moment = self._queue[0][0]
+            self._bill_until(moment)
+            while self._queue and self._queue[0][0] == moment:
+                _, _, action = heapq.heappop(self._queue)
+                action(moment)
+        self._bill_until(target)
+        return max(target, self._billed_to)
+
+    def _bill_until(self, target: datetime) -> None:
+        while self._billed_to < target:
+            segment_end = target
+            crossing: AccountRecord | None = None
+            for record in self._accounts.values():
+                moment = self._zero_crossing(record)
+                if moment is not None and moment <= segment_end:
+                    segment_end, crossing = moment, record
+            self._integrate(self._billed_to, segment_end)
+            self._billed_to = segment_end
+            if crossing is not None:
+                self._zero_balance(crossing, segment_end)
+
+    def _zero_crossing(self, record: AccountRecord) -> datetime | None:
+        """When ``record``'s balance reaches zero at the current rates (None: not before the
+        rates change). Rounded up to the microsecond, so the balance is ≤ 0 by then."""
+        if record.balance_usd is None or record.exhausted or record.provider == "lambda":
+            return None
+        if record.balance_usd <= _BALANCE_EPSILON_USD:
+            return self._billed_to
+        rate = record.usd_per_hour()
+        if rate <= 0:
+            return None
+        microseconds = math.ceil(record.balance_usd / rate * 3_600_000_000)
+        return self._billed_to + timedelta(microseconds=microseconds)
+
+    def _integrate(self, start: datetime, end: datetime) -> None:
+        hours = (end - start) / _ONE_HOUR
+        if hours <= 0:
+            return
+        for record in self._accounts.values():
+            spent = 0.0
+            for instance in record.instances.values():
+                compute = instance.compute_usd_per_hour() * hours
+                storage = instance.storage_usd_per_hour() * hours
+                instance.compute_spend_usd += compute
+                instance.storage_spend_usd += storage
+                spent += compute + storage
+            for volume in record.volumes.values():
+                cost = volume.usd_per_hour() * hours
+                volume.spend_usd += cost
+                spent += cost
+            if record.balance_usd is not None:
+                record.balance_usd -= spent
+
+    def _zero_balance(self, record: AccountRecord, at: datetime) -> None:
+        record.exhausted = True
+        for instance in record.instances.values():
+            if not instance.exists or instance.destroy_due is not None:
+                continue
+            if record.provider == "vast" and instance.state in COMPUTE_STATES:
+                self._set_state(instance, "stopped", at)
+                self._log(at, record.spec.name, instance.spec.id, "zero_balance_stop", "provider")
+            elif record.provider == "runpod":
+                self._begin_destroy(record.spec.name, instance, at, source="provider")
+
+    # ----------------------------------------------------------------- transitions
+    def _set_state(self, record: InstanceRecord, state: str, at: datetime) -> None:
+        if record.created_at is None:
+            record.created_at = at
+        if state == "running" and record.state != "running":
+            record.started_at = at
+        record.state = state
+        record.state_since = at
+        record.history.append((at, state))
+
+    def _begin_destroy(
+        self, account: str, record: InstanceRecord, at: datetime, *, source: str
+    ) -> None:
+        due = at + self._destroy_delays[record.provider]
+        record.destroy_due = due
+        action = "destroy" if source == "api" else "zero_balance_terminate"
+        self._log(at, account, record.spec.id, action, source)
+
+        def finish(moment: datetime) -> None:
+            self._set_state(record, "gone", moment)
+            self._log(moment, account, record.spec.id, "gone", "provider")
+
+        self._schedule(due, finish)
+
+    def _log(self, at: datetime, account: str, instance_id: str, action: str, source: str) -> None:
+        self._actions.append(ActionRecord(at, account, instance_id, action, source))
+
+    # ----------------------------------------------------------------- lookups
+    def _account(self, name: str) -> AccountRecord:
+        record = self._accounts.get(name)
+        if record is None:
+            raise UnknownAccountError(f"no account {name!r}")
+        return record
+
+    def _record(self, account: str, instance_id: str) -> InstanceRecord:
+        record = self._account(account).instances.get(instance_id)
+        if record is None:
+            raise UnknownInstanceError(f"no instance {instance_id!r} in {account!r}")
+        return record
+
+    def _existing(self, account: str, instance_id: str) -> InstanceRecord:
+        record = self._record(account, instance_id)
+        if not record.exists:
+            raise UnknownInstanceError(f"instance {instance_id!r} does not exist")
+        return record
+
+    def _view(self, record: InstanceRecord, now: datetime) -> InstanceView:
+        assert record.state is not None
+        assert record.created_at is not None
+        assert record.state_since is not None
+        offset = now - self.origin
+        gpu = read_gpus(record.timeline.settings_at(offset), offset, record.state, record.ordinal)
+        return InstanceView(
+            account=record.account,
+            provider=record.provider,
+            instance_id=record.spec.id,
+            ordinal=record.ordinal,
+            name=record.spec.name or record.spec.id,
+            label=record.label,
+            state=record.state,
+            destroying=record.destroy_due is not None,
+            interruptible=record.spec.interruptible,
+            gpu_name=record.spec.gpu_name,
+            gpu_count=record.spec.gpu_count,
+            compute_usd_per_hour=record.spec.compute_usd_per_hour,
+            storage_usd_per_hour=record.storage_usd_per_hour(),
+            storage_usd_per_hour_running=record.storage_usd_per_hour("running"),
+            storage_usd_per_gb_month=record.spec.storage_usd_per_gb_month,
+            disk_gb=record.spec.disk_gb,
+            ssh_host=record.spec.ssh_host,
+            ssh_port=record.spec.ssh_port or _SSH_PORT_BASE + record.ordinal,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            state_since=record.state_since,
+            gpu=gpu,
+            spend_usd=record.spend_usd,
+        )
