@@ -1,0 +1,142 @@
+"""``watchdog-gpu dmon parse FILE [--json] [--threshold N]``: the dmon parser, for people
+debugging a host.
+
+Save ``nvidia-smi dmon`` output to a file (or pipe it in with ``FILE`` = ``-``) and see what the
+watchdog reads from it: the rows, and per GPU whether it was busy, idle or unknown.
+
+``--json`` prints one object (the contract other tools rely on)::
+
+    {"ok": true, "error": null, "rows": [...], "gpus": {"0": {"verdict": "idle", "samples": 5}}}
+
+Rows are keyed by the lowercase header names; numbers are numbers (``int`` when integral), ``-``
+is ``null``, ``date``/``time`` are strings. ``gpus`` is keyed by the GPU index dmon printed. dmon
+prints one row per *physical* GPU, also on MIG-enabled GPUs (it has no MIG instance columns), so a
+MIG GPU is one entry, and ``unknown``: its utilisation is ``-`` and this command has no process
+list to decide with. The verdict: ``busy`` if any row shows activity above ``--threshold``
+(default 0), ``idle`` if no row does, ``unknown`` if activity cannot be ruled out.
+
+For an nvidia-smi error text the exit status is 3 and the object is
+``{"ok": false, "error": {"kind": KIND, "message": "..."}, "rows": [], "gpus": {}}``. A file that
+cannot be read exits 2. Notes about skipped lines (a truncated last line, warnings) go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from watchdog_gpu.cli import EXIT_DMON_ERROR, EXIT_OK, EXIT_USAGE
+from watchdog_gpu.errors import DmonError
+from watchdog_gpu.probe.dmon import DmonTable, parse_dmon
+from watchdog_gpu.probe.verdicts import GpuSummary, check_threshold, summarise
+
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dmon parse`` to the command line."""
+    dmon = subparsers.add_parser("dmon", help="read nvidia-smi dmon output")
+    actions = dmon.add_subparsers(dest="dmon_action", metavar="ACTION", required=True)
+    parse = actions.add_parser(
+        "parse",
+        help="parse saved nvidia-smi dmon output and judge each GPU",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parse.add_argument("file", metavar="FILE", help="a file of dmon output, or - for stdin")
+    parse.add_argument("--json", action="store_true", help="print one JSON object")
+    parse.add_argument(
+        "--threshold",
+        type=_threshold,
+        default=0.0,
+        metavar="N",
+        help="a GPU is busy when sm/enc/dec/jpg/ofa exceed N percent (default 0)",
+    )
+    parse.set_defaults(handler=run_parse)
+
+
+def _threshold(text: str) -> float:
+    try:
+        return check_threshold(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a percentage between 0 and 100, got {text!r}"
+        ) from None
+
+
+def decode_output(data: bytes) -> str:
+    """Text from saved output: UTF-8, or UTF-16 with a byte-order mark (PowerShell's ``>``);
+    undecodable bytes become U+FFFD, which the parser then rejects as garbage."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding, errors="replace")
+    return data.decode("utf-8", errors="replace")
+
+
+def run_parse(args: argparse.Namespace) -> int:
+    """Handle ``dmon parse``: exit 0 with rows, 3 for an nvidia-smi error text, 2 if unreadable."""
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        print(f"watchdog-gpu dmon parse: cannot read {args.file}: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        table = parse_dmon(decode_output(data))
+    except DmonError as error:
+        if args.json:
+            failure = {"kind": error.kind, "message": str(error)}
+            _print_json({"ok": False, "error": failure, "rows": [], "gpus": {}})
+        else:
+            print(f"nvidia-smi error ({error.kind}): {error}", file=sys.stderr)
+        return EXIT_DMON_ERROR
+    for note in table.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if table.device_limit_warning:
+        print("note: nvidia-smi monitored only its default number of GPUs", file=sys.stderr)
+    summaries = summarise(table, threshold=args.threshold)
+    if args.json:
+        _print_json(_json_result(table, summaries))
+    else:
+        _print_table(table, summaries)
+    return EXIT_OK
+
+
+def _json_result(table: DmonTable, summaries: dict[int, GpuSummary]) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "error": None,
+        "rows": [dict(row.values) for row in table.rows],
+        "gpus": {
+            str(gpu): {"verdict": summary.verdict.value, "samples": summary.samples}
+            for gpu, summary in summaries.items()
+        },
+    }
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    print(json.dumps(document, ensure_ascii=False))
+
+
+def _print_table(table: DmonTable, summaries: dict[int, GpuSummary]) -> None:
+    columns = table.columns
+    cells = [
+        ["-" if row.values.get(name) is None else str(row.values[name]) for name in columns]
+        for row in table.rows
+    ]
+    widths = [max([len(name), *(len(line[i]) for line in cells)]) for i, name in enumerate(columns)]
+    print("  ".join(name.rjust(width) for name, width in zip(columns, widths, strict=True)))
+    for line in cells:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
+    if not table.rows:
+        print("(no rows)")
+    print()
+    for gpu, summary in summaries.items():
+        print(f"GPU {gpu}: {summary.verdict.value} ({summary.samples} samples)")
