@@ -1,1 +1,270 @@
-"""Spend accounting from recorded state spans (pure)."""
+"""Spend accounting from recorded state spans (pure).
+
+Spend is the rate the provider reports it bills (``StateSpan.billed_usd_per_hour``) integrated
+over time — never a catalogue price — and "cost unknown" stays distinct from $0.
+
+How a span bills (the integration model):
+
+- A span bills at its rate from its ``first_seen`` until the next span's ``first_seen``: the
+  change happened somewhere between the last sighting of the old span and the first sighting of
+  the new one, and we charge the old rate for that whole stretch (the provider billed *something*
+  then; the old rate is the last one we know).
+- The last span bills until its own ``last_seen`` plus ``extend_last_by`` (default nothing): we
+  do not extrapolate into time nobody observed. From there until the end of the period, an
+  instance whose last state still bills (anything but ``gone``) counts as *unknown* time — a
+  failing poll must not look like a free hour.
+- A span whose rate is ``None`` (unknown state, a missing storage price) adds its time to
+  ``unknown_seconds`` and nothing to ``usd``.
+
+Day and month boundaries are computed in a :class:`zoneinfo.ZoneInfo` zone and returned in UTC; a
+day around a DST change is 23 or 25 hours long, exactly as the wall clock says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from itertools import pairwise
+from zoneinfo import ZoneInfo
+
+from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.model import InstanceState, StateSpan
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpendFigure:
+    """Dollars known to be spent, and how many instance-seconds had an unknown cost."""
+
+    usd: float = 0.0
+    unknown_seconds: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        """True when every billed second had a known rate."""
+        return self.unknown_seconds == 0
+
+    def __add__(self, other: SpendFigure) -> SpendFigure:
+        return SpendFigure(self.usd + other.usd, self.unknown_seconds + other.unknown_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class RateFigure:
+    """A current spend rate: the known dollars per hour and how many billing instances have an
+    unknown rate (their cost is not in ``usd_per_hour``)."""
+
+    usd_per_hour: float = 0.0
+    unknown_instances: int = 0
+
+    def __add__(self, other: RateFigure) -> RateFigure:
+        return RateFigure(
+            self.usd_per_hour + other.usd_per_hour,
+            self.unknown_instances + other.unknown_instances,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BillingPiece:
+    """``[start, end)`` billed at ``usd_per_hour`` (``None``: unknown)."""
+
+    start: datetime
+    end: datetime
+    usd_per_hour: float | None
+
+
+def billing_pieces(
+    spans: Sequence[StateSpan],
+    *,
+    until: datetime | None = None,
+    extend_last_by: timedelta = timedelta(0),
+) -> list[BillingPiece]:
+    """The stretches of time ``spans`` (oldest first) bill, by the model in the module docstring.
+
+    ``until`` (the end of the period being looked at) adds a final unknown piece from the end
+    of the last span to ``until`` when the instance was last seen in a billing state; without it
+    the pieces stop at the last span.
+    """
+    pieces: list[BillingPiece] = []
+    for index, span in enumerate(spans):
+        if index + 1 < len(spans):
+            end = spans[index + 1].first_seen
+        else:
+            end = span.last_seen + extend_last_by
+        if end > span.first_seen:
+            pieces.append(BillingPiece(span.first_seen, end, span.billed_usd_per_hour))
+    if spans and until is not None and spans[-1].state is not InstanceState.GONE:
+        tail_start = max(spans[-1].last_seen + extend_last_by, spans[-1].first_seen)
+        if until > tail_start:
+            pieces.append(BillingPiece(tail_start, until, None))
+    return pieces
+
+
+def _overlap_seconds(piece: BillingPiece, start: datetime, end: datetime) -> float:
+    low = max(piece.start, start)
+    high = min(piece.end, end)
+    return max(0.0, (high - low).total_seconds())
+
+
+def instance_spend(
+    spans: Sequence[StateSpan],
+    start: datetime,
+    end: datetime,
+    *,
+    extend_last_by: timedelta = timedelta(0),
+) -> SpendFigure:
+    """What one instance's ``spans`` billed within ``[start, end]``."""
+    usd = 0.0
+    unknown = 0.0
+    for piece in billing_pieces(spans, until=end, extend_last_by=extend_last_by):
+        seconds = _overlap_seconds(piece, start, end)
+        if seconds == 0:
+            continue
+        if piece.usd_per_hour is None:
+            unknown += seconds
+        else:
+            usd += piece.usd_per_hour * seconds / SECONDS_PER_HOUR
+    return SpendFigure(usd, unknown)
+
+
+def instances_spend(
+    instances: Iterable[InstanceView],
+    start: datetime,
+    end: datetime,
+    *,
+    extend_last_by: timedelta = timedelta(0),
+) -> SpendFigure:
+    """The sum of :func:`instance_spend` over ``instances``."""
+    total = SpendFigure()
+    for instance in instances:
+        total += instance_spend(instance.spans, start, end, extend_last_by=extend_last_by)
+    return total
+
+
+def account_spend(view: FleetView, account: str, start: datetime, end: datetime) -> SpendFigure:
+    """What every instance of ``account`` billed within ``[start, end]``."""
+    return instances_spend(view.instances_of(account), start, end)
+
+
+def provider_spend(view: FleetView, provider: str, start: datetime, end: datetime) -> SpendFigure:
+    """What every instance of ``provider`` (all its accounts) billed within ``[start, end]``."""
+    chosen = (i for i in view.instances.values() if i.latest.provider == provider)
+    return instances_spend(chosen, start, end)
+
+
+def total_spend(view: FleetView, start: datetime, end: datetime) -> SpendFigure:
+    """What the whole fleet billed within ``[start, end]``, across providers."""
+    return instances_spend(view.instances.values(), start, end)
+
+
+def current_rate(instances: Iterable[InstanceView]) -> RateFigure:
+    """The rate the instances bill now: each instance's latest billed rate (gone ones bill 0)."""
+    total = RateFigure()
+    for instance in instances:
+        if instance.state is InstanceState.GONE:
+            continue
+        span = instance.current_span
+        rate = span.billed_usd_per_hour if span is not None else None
+        if rate is None:
+            total += RateFigure(0.0, 1)
+        else:
+            total += RateFigure(rate, 0)
+    return total
+
+
+def _rate_steps(
+    instances: Iterable[InstanceView], start: datetime, end: datetime, *, current: bool
+) -> list[tuple[datetime, datetime, float]]:
+    """The summed *known* rate of ``instances`` as consecutive constant steps over
+    ``[start, end]``; unknown rates count as 0. ``current``: each instance's last span is taken
+    to last until ``end`` (its current rate); otherwise pieces end as in :func:`billing_pieces`.
+    """
+    changes: dict[datetime, float] = {}
+    for instance in instances:
+        spans = instance.spans
+        if not spans:
+            continue
+        extend = max(timedelta(0), end - spans[-1].last_seen) if current else timedelta(0)
+        pieces = billing_pieces(spans, extend_last_by=extend)
+        for piece in pieces:
+            if piece.usd_per_hour is None or piece.usd_per_hour == 0:
+                continue
+            low, high = max(piece.start, start), min(piece.end, end)
+            if high <= low:
+                continue
+            changes[low] = changes.get(low, 0.0) + piece.usd_per_hour
+            changes[high] = changes.get(high, 0.0) - piece.usd_per_hour
+    points = sorted({start, end, *changes})
+    steps: list[tuple[datetime, datetime, float]] = []
+    level = 0.0
+    for low, high in pairwise(points):
+        level += changes.get(low, 0.0)
+        # max(): float rounding of +rate/-rate pairs must not produce a tiny negative rate.
+        steps.append((low, high, max(0.0, level)))
+    return steps
+
+
+def spend_crossing_time(
+    instances: Iterable[InstanceView], start: datetime, end: datetime, amount_usd: float
+) -> datetime | None:
+    """The first instant in ``[start, end]`` at which the known spend of ``instances`` since
+    ``start`` reached ``amount_usd``; ``None`` if it did not. Deterministic for recorded data, so
+    a rule can use it as a stable episode start."""
+    if amount_usd <= 0:
+        return start
+    spent = 0.0
+    for low, high, rate in _rate_steps(instances, start, end, current=False):
+        seconds = (high - low).total_seconds()
+        step_usd = rate * seconds / SECONDS_PER_HOUR
+        if rate > 0 and spent + step_usd >= amount_usd:
+            needed_seconds = (amount_usd - spent) * SECONDS_PER_HOUR / rate
+            return low + timedelta(seconds=needed_seconds)
+        spent += step_usd
+    return None
+
+
+def rate_exceeded_since(
+    instances: Iterable[InstanceView],
+    end: datetime,
+    ceiling_usd_per_hour: float,
+    lookback: datetime,
+) -> datetime | None:
+    """When the summed known rate of ``instances`` last rose above ``ceiling_usd_per_hour``
+    (searching back to ``lookback``); ``None`` when it is not above the ceiling at ``end``.
+    Returns ``lookback`` when it has been above the ceiling for the whole lookback."""
+    steps = _rate_steps(instances, lookback, end, current=True)
+    if not steps or steps[-1][2] <= ceiling_usd_per_hour:
+        return None
+    since = steps[-1][0]
+    for low, _high, rate in reversed(steps):
+        if rate <= ceiling_usd_per_hour:
+            break
+        since = low
+    return since
+
+
+def _zone(zone: ZoneInfo | str) -> ZoneInfo:
+    return zone if isinstance(zone, ZoneInfo) else ZoneInfo(zone)
+
+
+def _local_midnight_utc(day: date, zone: ZoneInfo) -> datetime:
+    # A midnight that does not exist (DST starting at 00:00, e.g. America/Santiago) resolves with
+    # the offset before the change, which lands on the first instant the day really has.
+    return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
+
+
+def day_start(moment: datetime, zone: ZoneInfo | str) -> datetime:
+    """The UTC instant the local day containing ``moment`` began in ``zone``."""
+    return _local_midnight_utc(moment.astimezone(_zone(zone)).date(), _zone(zone))
+
+
+def next_day_start(moment: datetime, zone: ZoneInfo | str) -> datetime:
+    """The UTC instant the local day after the one containing ``moment`` begins in ``zone``."""
+    tomorrow = moment.astimezone(_zone(zone)).date() + timedelta(days=1)
+    return _local_midnight_utc(tomorrow, _zone(zone))
+
+
+def month_start(moment: datetime, zone: ZoneInfo | str) -> datetime:
+    """The UTC instant the local month containing ``moment`` began in ``zone``."""
+    return _local_midnight_utc(moment.astimezone(_zone(zone)).date().replace(day=1), _zone(zone))

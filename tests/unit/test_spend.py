@@ -1,0 +1,175 @@
+"""Spend accounting: integrating billed $/h over recorded spans, unknown cost, day/month bounds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.unit.rules.builders import at, fleet, instance, running, span
+from watchdog_gpu.model import InstanceState
+from watchdog_gpu.spend import (
+    SpendFigure,
+    account_spend,
+    current_rate,
+    day_start,
+    instance_spend,
+    month_start,
+    next_day_start,
+    provider_spend,
+    rate_exceeded_since,
+    spend_crossing_time,
+    total_spend,
+)
+
+RUNNING = InstanceState.RUNNING
+STOPPED = InstanceState.STOPPED
+GONE = InstanceState.GONE
+UNKNOWN = InstanceState.UNKNOWN
+
+
+def test_a_running_span_bills_compute_plus_storage_for_its_time() -> None:
+    spans = [span(RUNNING, at(0), at(120), compute=0.5, storage=0.1)]
+    figure = instance_spend(spans, at(0), at(120))
+    assert figure.usd == pytest.approx(1.2)
+    assert figure.complete
+
+
+def test_the_spend_is_clipped_to_the_period() -> None:
+    spans = [span(RUNNING, at(0), at(120), compute=1.0, storage=0.0)]
+    assert instance_spend(spans, at(30), at(60)).usd == pytest.approx(0.5)
+    assert instance_spend(spans, at(-60), at(0)).usd == 0.0
+
+
+def test_a_span_bills_until_the_next_span_was_first_seen() -> None:
+    # Last seen running at 60, first seen stopped at 62: the two minutes in between are charged
+    # at the running rate, the last rate known.
+    spans = [
+        span(RUNNING, at(0), at(60), compute=0.6, storage=0.0),
+        span(STOPPED, at(62), at(122), compute=0.6, storage=0.06),
+    ]
+    figure = instance_spend(spans, at(0), at(122))
+    assert figure.usd == pytest.approx(0.6 * 62 / 60 + 0.06 * 1.0)
+    assert figure.complete
+
+
+def test_the_last_span_is_not_extrapolated_past_its_last_sighting() -> None:
+    spans = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
+    figure = instance_spend(spans, at(0), at(90))
+    assert figure.usd == pytest.approx(1.0)
+    assert figure.unknown_seconds == pytest.approx(30 * 60)
+
+
+def test_an_instance_last_seen_gone_has_no_unknown_tail() -> None:
+    spans = [
+        span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
+        span(GONE, at(61), at(61)),
+    ]
+    figure = instance_spend(spans, at(0), at(600))
+    assert figure.usd == pytest.approx(61 / 60)
+    assert figure.complete
+
+
+def test_the_last_span_may_be_extended_by_one_poll_interval() -> None:
+    spans = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
+    figure = instance_spend(spans, at(0), at(90), extend_last_by=timedelta(minutes=1))
+    assert figure.usd == pytest.approx(61 / 60)
+    assert figure.unknown_seconds == pytest.approx(29 * 60)
+
+
+@pytest.mark.parametrize(
+    ("state", "compute", "storage"),
+    [
+        (UNKNOWN, 0.5, 0.02),  # an unmapped state bills an unknown amount
+        (RUNNING, None, 0.02),  # no compute price
+        (STOPPED, 0.5, None),  # no storage price
+    ],
+)
+def test_an_unknown_rate_is_unknown_time_not_zero_dollars(
+    state: InstanceState, compute: float | None, storage: float | None
+) -> None:
+    spans = [
+        span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
+        span(state, at(60), at(120), compute=compute, storage=storage),
+    ]
+    figure = instance_spend(spans, at(0), at(120))
+    assert figure.usd == pytest.approx(1.0)
+    assert figure.unknown_seconds == pytest.approx(3600)
+    assert not figure.complete
+
+
+def test_spend_figures_add_up_dollars_and_unknown_time() -> None:
+    total = SpendFigure(1.0, 10) + SpendFigure(2.5, 0)
+    assert total == SpendFigure(3.5, 10)
+
+
+def test_account_provider_and_total_spend_across_two_providers() -> None:
+    vast = running(at(0), at(60), compute=1.0, storage=0.0, instance_id="1", account="vast-a")
+    runpod_a = running(
+        at(0), at(60), compute=2.0, storage=0.0, instance_id="2", account="rp-a", provider="runpod"
+    )
+    runpod_b = running(
+        at(30), at(60), compute=4.0, storage=0.0, instance_id="3", account="rp-b", provider="runpod"
+    )
+    view = fleet(at(60), vast, runpod_a, runpod_b)
+    assert account_spend(view, "vast-a", at(0), at(60)).usd == pytest.approx(1.0)
+    assert account_spend(view, "rp-b", at(0), at(60)).usd == pytest.approx(2.0)
+    assert provider_spend(view, "runpod", at(0), at(60)).usd == pytest.approx(4.0)
+    assert total_spend(view, at(0), at(60)).usd == pytest.approx(5.0)
+
+
+def test_the_current_rate_sums_billing_instances_and_counts_unknown_ones() -> None:
+    billing = running(at(0), at(10), compute=1.0, storage=0.5, instance_id="1")
+    stopped = instance(span(STOPPED, at(0), at(10), storage=0.25), instance_id="2")
+    gone = instance(span(GONE, at(0), at(10)), instance_id="3")
+    unknown = instance(span(UNKNOWN, at(0), at(10)), instance_id="4")
+    rate = current_rate([billing, stopped, gone, unknown])
+    assert rate.usd_per_hour == pytest.approx(1.75)
+    assert rate.unknown_instances == 1
+
+
+def test_the_crossing_time_is_when_cumulative_spend_reached_the_amount() -> None:
+    one = running(at(0), at(120), compute=1.0, storage=0.0, instance_id="1")
+    two = running(at(60), at(120), compute=2.0, storage=0.0, instance_id="2")
+    # $1 in the first hour, then $3/h: $2 is reached 20 minutes into the second hour.
+    assert spend_crossing_time([one, two], at(0), at(120), 2.0) == at(80)
+    assert spend_crossing_time([one, two], at(0), at(120), 10.0) is None
+
+
+def test_the_rate_ceiling_was_exceeded_since_the_instance_that_tipped_it() -> None:
+    one = running(at(0), at(120), compute=3.0, storage=0.0, instance_id="1")
+    two = running(at(50), at(120), compute=3.0, storage=0.0, instance_id="2")
+    assert rate_exceeded_since([one, two], at(125), 5.0, at(-600)) == at(50)
+    assert rate_exceeded_since([one, two], at(125), 7.0, at(-600)) is None
+
+
+@pytest.mark.parametrize(
+    ("moment", "zone", "expected_start", "expected_hours"),
+    [
+        # Berlin is UTC+1 in winter: the local day of 23:30 UTC on 2 March is 3 March.
+        (datetime(2026, 3, 2, 23, 30, tzinfo=UTC), "Europe/Berlin", (2026, 3, 2, 23), 24),
+        (datetime(2026, 3, 2, 22, 30, tzinfo=UTC), "Europe/Berlin", (2026, 3, 1, 23), 24),
+        # Spring forward on 29 March 2026: a 23-hour day; fall back on 25 October: 25 hours.
+        (datetime(2026, 3, 29, 12, 0, tzinfo=UTC), "Europe/Berlin", (2026, 3, 28, 23), 23),
+        (datetime(2026, 10, 25, 12, 0, tzinfo=UTC), "Europe/Berlin", (2026, 10, 24, 22), 25),
+        # Santiago starts DST at midnight (6 Sep 2026): 00:00 does not exist, the day starts at
+        # 01:00 -03.
+        (datetime(2026, 9, 6, 16, 0, tzinfo=UTC), "America/Santiago", (2026, 9, 6, 4), 23),
+        (datetime(2026, 3, 2, 0, 0, tzinfo=UTC), "UTC", (2026, 3, 2, 0), 24),
+    ],
+)
+def test_day_boundaries_follow_the_local_wall_clock(
+    moment: datetime, zone: str, expected_start: tuple[int, int, int, int], expected_hours: int
+) -> None:
+    start = day_start(moment, zone)
+    assert start == datetime(*expected_start, tzinfo=UTC)
+    assert next_day_start(moment, zone) - start == timedelta(hours=expected_hours)
+
+
+def test_the_month_starts_at_local_midnight_of_the_first() -> None:
+    assert month_start(datetime(2026, 3, 31, 23, 30, tzinfo=UTC), "Europe/Berlin") == datetime(
+        2026, 3, 31, 22, 0, tzinfo=UTC
+    )
+    assert month_start(datetime(2026, 3, 31, 21, 30, tzinfo=UTC), "Europe/Berlin") == datetime(
+        2026, 2, 28, 23, 0, tzinfo=UTC
+    )
