@@ -1,0 +1,177 @@
+"""Apprise delivery over real HTTP on 127.0.0.1: json:// routes to a recording receiver."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.http_receiver import HttpReceiver, free_port
+from tests.support.memory_outbox import MemoryOutbox
+from watchdog_gpu.model import PlannedNotification, Severity
+from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, Route, deliver_due, notify_test
+
+NOW = datetime(2026, 12, 2, 22, 20, tzinfo=UTC)
+BACKOFF = Backoff(initial=timedelta(seconds=30), maximum=timedelta(minutes=10))
+
+
+def message(
+    severity: Severity, key: str = "idle_gpu:vast-main/9001:e1:warning"
+) -> PlannedNotification:
+    return PlannedNotification(
+        idempotency_key=key,
+        severity=severity,
+        title="vast-main/9001 will be destroyed in 10 min: idle_gpu",
+        body="Cost: $0.37/h, $2.15 so far\nSnooze: watchdog-gpu snooze vast-main/9001 --for 2h",
+        created_at=NOW,
+        rule="idle_gpu",
+        account="vast-main",
+        instance_id="9001",
+    )
+
+
+@pytest.fixture
+def receiver() -> Iterator[HttpReceiver]:
+    with HttpReceiver() as running:
+        yield running
+
+
+def route(port: int, path: str, *severities: Severity) -> Route:
+    return Route(f"json://127.0.0.1:{port}/{path}", frozenset(severities), label=path)
+
+
+def test_a_warning_reaches_the_json_endpoint_with_title_message_and_type(
+    receiver: HttpReceiver,
+) -> None:
+    delivery = AppriseDelivery([route(receiver.port, "phone", Severity.WARNING)])
+
+    result = delivery.deliver(message(Severity.WARNING))
+
+    assert result.ok
+    assert result.routed
+    [request] = receiver.received("/phone")
+    assert request.content_type.startswith("application/json")
+    payload = json.loads(request.body)
+    assert payload["title"] == "vast-main/9001 will be destroyed in 10 min: idle_gpu"
+    assert payload["message"].startswith("Cost: $0.37/h, $2.15 so far\n")
+    assert payload["type"] == "warning"
+
+
+def test_severity_routing_sends_critical_only_where_configured(receiver: HttpReceiver) -> None:
+    delivery = AppriseDelivery(
+        [
+            route(receiver.port, "chat", Severity.WARNING),
+            route(receiver.port, "pager", Severity.CRITICAL),
+            route(receiver.port, "email", Severity.WARNING, Severity.CRITICAL),
+        ]
+    )
+
+    critical = delivery.deliver(message(Severity.CRITICAL, key="k:action"))
+    warning = delivery.deliver(message(Severity.WARNING, key="k:warning"))
+
+    assert critical.ok
+    assert warning.ok
+    assert [json.loads(r.body)["type"] for r in receiver.received("/pager")] == ["failure"]
+    assert [json.loads(r.body)["type"] for r in receiver.received("/chat")] == ["warning"]
+    assert len(receiver.received("/email")) == 2
+
+
+def test_a_dead_receiver_keeps_the_message_queued_until_it_comes_back() -> None:
+    port = free_port()
+    delivery = AppriseDelivery([route(port, "phone", Severity.WARNING)])
+    outbox = MemoryOutbox()
+    outbox.enqueue(message(Severity.WARNING))
+
+    first = deliver_due(outbox, delivery, NOW, BACKOFF)
+
+    row = outbox.rows["idle_gpu:vast-main/9001:e1:warning"]
+    assert (first.delivered, first.failed) == (0, 1)
+    assert row.delivered_at is None
+    assert row.attempts == 1
+    assert row.next_attempt_at == NOW + timedelta(seconds=30)
+    assert row.last_error is not None
+    assert row.last_error.startswith("FAILURE")
+    # not due yet: nothing is retried before next_attempt_at
+    early = deliver_due(outbox, delivery, NOW + timedelta(seconds=10), BACKOFF)
+    assert (early.delivered, early.failed) == (0, 0)
+
+    with HttpReceiver(port=port) as back:
+        later = deliver_due(outbox, delivery, NOW + timedelta(seconds=30), BACKOFF)
+        again = deliver_due(outbox, delivery, NOW + timedelta(minutes=5), BACKOFF)
+
+    assert (later.delivered, later.failed) == (1, 0)
+    assert (again.delivered, again.failed) == (0, 0)
+    assert row.delivered_at == NOW + timedelta(seconds=30)
+    assert len(back.received("/phone")) == 1
+
+
+def test_an_http_error_is_a_failure() -> None:
+    with HttpReceiver(status=500) as broken:
+        delivery = AppriseDelivery([route(broken.port, "phone", Severity.WARNING)])
+        result = delivery.deliver(message(Severity.WARNING))
+
+    assert not result.ok
+    assert "FAILURE" in result.detail
+    assert len(broken.received("/phone")) == 1
+
+
+def test_a_severity_no_route_takes_is_delivered_to_nobody_and_logged_once(
+    receiver: HttpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    delivery = AppriseDelivery([route(receiver.port, "pager", Severity.CRITICAL)])
+    outbox = MemoryOutbox()
+    outbox.enqueue(message(Severity.INFO, key="a:resolution"))
+    outbox.enqueue(message(Severity.INFO, key="b:resolution"))
+
+    with caplog.at_level(logging.WARNING, logger="watchdog_gpu.notify.delivery"):
+        report = deliver_due(outbox, delivery, NOW, BACKOFF)
+
+    assert (report.delivered, report.unrouted, report.failed) == (0, 2, 0)
+    assert all(row.delivered_at == NOW for row in outbox.rows.values())
+    assert receiver.received() == []
+    assert sum("severity=info" in record.getMessage() for record in caplog.records) == 1
+
+
+def test_route_secrets_never_reach_results_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    secret_route = Route(
+        f"json://alice:S3cretPassw0rd@127.0.0.1:{port}/tok3nSecretPath?token=QueryT0ken99",
+        frozenset({Severity.CRITICAL}),
+        label="notify.routes[0]",
+    )
+    delivery = AppriseDelivery([secret_route])
+    outbox = MemoryOutbox()
+    outbox.enqueue(message(Severity.CRITICAL))
+
+    with caplog.at_level(logging.DEBUG, logger="watchdog_gpu"):
+        deliver_due(outbox, delivery, NOW, BACKOFF)
+        results = notify_test(delivery, NOW)
+
+    row = outbox.rows["idle_gpu:vast-main/9001:e1:warning"]
+    texts = [row.last_error or "", caplog.text, repr(secret_route), *map(repr, results)]
+    texts.extend(delivery.masked_urls)
+    for text in texts:
+        for secret in ("S3cretPassw0rd", "tok3nSecretPath", "QueryT0ken99"):
+            assert secret not in text
+    assert not results[0].ok
+
+
+def test_notify_test_reports_each_route_whatever_its_severities(receiver: HttpReceiver) -> None:
+    dead_port = free_port()
+    delivery = AppriseDelivery(
+        [
+            route(receiver.port, "pager", Severity.CRITICAL),
+            route(dead_port, "gone", Severity.INFO),
+        ]
+    )
+
+    results = notify_test(delivery, NOW)
+
+    assert [(r.label, r.ok) for r in results] == [("pager", True), ("gone", False)]
+    assert results[0].severities == frozenset({Severity.CRITICAL})
+    assert f"127.0.0.1:{receiver.port}" in results[0].url
+    [request] = receiver.received("/pager")
+    assert json.loads(request.body)["title"] == "watchdog-gpu test notification"

@@ -1,0 +1,344 @@
+"""Deliver outbox notifications through Apprise, routed by severity, retried with backoff.
+
+``AppriseDelivery`` sends one message to the routes whose severities include the message's
+(``notify(..., tag=severity)``) and reads Apprise 2.x's ``AppriseResult``: only SUCCESS is
+delivered; NOMATCH (no route takes this severity) counts as delivered to nobody — logged once per
+severity and never retried forever; FAILURE, PARTIAL and TIMEOUT are failures that stay queued.
+
+``deliver_due`` drains what the store's outbox says is due. A failure is recorded with the next
+attempt time (exponential backoff from ``retry_initial`` doubling up to ``retry_max``) and the
+loop goes on: a dead notifier never blocks an action and never loses a message.
+
+Apprise URLs hold tokens (webhook secrets, bot tokens, passwords). They are only ever logged or
+stored in Apprise's privacy-masked form, and every detail text is scrubbed of the raw URL's
+secret-looking parts before it leaves this module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import apprise
+
+from watchdog_gpu.errors import ConfigError, ConfigProblem
+from watchdog_gpu.model import PlannedNotification, Severity
+from watchdog_gpu.notify.render import render_test
+
+logger = logging.getLogger(__name__)
+
+# Apprise shows a colour/icon per type; map our severities onto its four types.
+_NOTIFY_TYPES = {
+    Severity.INFO: apprise.NotifyType.INFO,
+    Severity.WARNING: apprise.NotifyType.WARNING,
+    Severity.CRITICAL: apprise.NotifyType.FAILURE,
+}
+_DETAIL_LIMIT = 500
+_LOG_LINES_LIMIT = 3
+# URL parts at least this long are treated as secrets when scrubbing (tokens, passwords, ids).
+_SECRET_MIN_LENGTH = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One Apprise URL and the severities it receives. ``url`` is a secret; ``label`` (e.g. the
+    config path ``notify.routes[0]``) names it in errors and logs."""
+
+    url: str = field(repr=False)
+    severities: frozenset[Severity]
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """``ok``: the outbox may mark the message delivered. ``routed`` is False when no route
+    takes its severity (delivered to nobody, on purpose). ``detail`` is safe to log and store."""
+
+    ok: bool
+    detail: str
+    routed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTestResult:
+    """The outcome of ``notify test`` for one route (``url`` is privacy-masked)."""
+
+    label: str
+    url: str
+    severities: frozenset[Severity]
+    ok: bool
+    detail: str
+
+
+class Deliverer(Protocol):
+    """Anything that can deliver one notification (``AppriseDelivery``, a test double)."""
+
+    def deliver(self, notification: PlannedNotification) -> DeliveryResult:
+        """Send it; never raises."""
+        ...
+
+
+class ClaimedNotification(Protocol):
+    """One message the outbox handed out (the store's ``NotificationRow``)."""
+
+    @property
+    def notification(self) -> PlannedNotification: ...
+
+    @property
+    def attempts(self) -> int:
+        """Failed deliveries so far (not counting this one)."""
+        ...
+
+
+class NotificationOutbox(Protocol):
+    """The part of the store (``watchdog_gpu.store.Store``) that ``deliver_due`` uses."""
+
+    def claim_due_notifications(self, now: datetime, limit: int) -> Sequence[ClaimedNotification]:
+        """Claim undelivered messages whose next attempt is due at ``now``, oldest first."""
+        ...
+
+    def mark_notification_delivered(self, key: str, now: datetime) -> object: ...
+
+    def mark_notification_failed(
+        self, key: str, now: datetime, error: str, next_attempt_at: datetime
+    ) -> object:
+        """Count a failed attempt; keep the message queued until ``next_attempt_at``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential retry delays: ``initial`` after the first failure, doubling up to
+    ``maximum``."""
+
+    initial: timedelta = timedelta(seconds=30)
+    maximum: timedelta = timedelta(hours=1)
+
+    def delay(self, failures: int) -> timedelta:
+        """The wait after the ``failures``-th consecutive failure (1 → ``initial``)."""
+        delay = self.initial
+        for _ in range(max(failures, 1) - 1):
+            if delay >= self.maximum:
+                break
+            delay *= 2
+        return min(delay, self.maximum)
+
+
+@dataclass(slots=True)
+class DeliveryReport:
+    """What one ``deliver_due`` pass did (for logs and metrics)."""
+
+    delivered: int = 0
+    unrouted: int = 0
+    failed: int = 0
+
+
+class AppriseDelivery:
+    """Routes by severity through one ``apprise.Apprise`` instance built from the routes.
+
+    ``apprise_factory`` is the seam: it returns a fresh ``apprise.Apprise`` (tests may pass one
+    with a custom asset). Raises ConfigError listing every route whose URL Apprise rejects or
+    that has no severities; the message names the route's label and URL scheme, never the URL.
+    """
+
+    def __init__(
+        self,
+        routes: Sequence[Route],
+        *,
+        apprise_factory: Callable[[], apprise.Apprise] = apprise.Apprise,
+        timeout_seconds: float = 30.0,
+    ) -> None:
+        self._routes = tuple(routes)
+        self._factory = apprise_factory
+        self._timeout_seconds = timeout_seconds
+        self._secrets = _secret_parts(route.url for route in self._routes)
+        self._unrouted_logged: set[Severity] = set()
+        self._apprise = apprise_factory()
+        self._masked: list[str] = []
+        problems: list[ConfigProblem] = []
+        for index, route in enumerate(self._routes):
+            label = route.label or f"routes[{index}]"
+            if not route.severities:
+                problems.append(ConfigProblem(f"{label}.severities", "lists no severity"))
+            masked = _add_route(self._apprise, route)
+            if masked is None:
+                problems.append(ConfigProblem(f"{label}.url", _invalid_url_message(route.url)))
+            self._masked.append(_scrub(masked or "", self._secrets))
+        if problems:
+            raise ConfigError(problems)
+
+    @property
+    def masked_urls(self) -> tuple[str, ...]:
+        """Each route's URL in Apprise's privacy-masked form (safe to show)."""
+        return tuple(self._masked)
+
+    def deliver(self, notification: PlannedNotification) -> DeliveryResult:
+        """Send ``notification`` to every route taking its severity; never raises."""
+        severity = notification.severity
+        try:
+            result = self._apprise.notify(
+                body=notification.body,
+                title=notification.title,
+                notify_type=_NOTIFY_TYPES[severity],
+                body_format=apprise.NotifyFormat.TEXT,
+                tag=severity.value,
+                timeout=self._timeout_seconds,
+            )
+        except Exception as error:  # a notifier must never stop the loop
+            return DeliveryResult(ok=False, detail=f"apprise raised {type(error).__name__}")
+        with result:
+            status = result.status
+            if status == apprise.AppriseResultStatus.NOMATCH:
+                if severity not in self._unrouted_logged:
+                    self._unrouted_logged.add(severity)
+                    logger.warning(
+                        "no notification route takes severity=%s; such messages go nowhere",
+                        severity.value,
+                    )
+                return DeliveryResult(
+                    ok=True, detail=f"no route for severity {severity.value}", routed=False
+                )
+            detail = self._describe(result)
+            return DeliveryResult(ok=bool(result), detail=detail)
+
+    def test_routes(self, notification: PlannedNotification) -> list[RouteTestResult]:
+        """Send ``notification`` to each route on its own, whatever its severities."""
+        results: list[RouteTestResult] = []
+        for index, route in enumerate(self._routes):
+            single = self._factory()
+            masked = _scrub(_add_route(single, route, tagged=False) or "", self._secrets)
+            label = route.label or f"routes[{index}]"
+            try:
+                result = single.notify(
+                    body=notification.body,
+                    title=notification.title,
+                    notify_type=apprise.NotifyType.INFO,
+                    body_format=apprise.NotifyFormat.TEXT,
+                    timeout=self._timeout_seconds,
+                )
+            except Exception as error:  # report it like any other failed route
+                results.append(
+                    RouteTestResult(label, masked, route.severities, False, type(error).__name__)
+                )
+                continue
+            with result:
+                results.append(
+                    RouteTestResult(
+                        label, masked, route.severities, bool(result), self._describe(result)
+                    )
+                )
+        return results
+
+    def _describe(self, result: apprise.AppriseResult) -> str:
+        """Status, each service (masked URL) and the first error lines, scrubbed of anything that
+        looks like a part of a raw route URL (Apprise's masking keeps e.g. json:// paths, which
+        can be webhook tokens)."""
+        parts = [result.status.name]
+        parts.extend(f"{service.url} {service.status.name}" for service in result)
+        messages = [
+            entry.message
+            for entry in result.logs()
+            if entry.level in {"WARNING", "ERROR", "CRITICAL"}
+        ]
+        parts.extend(messages[:_LOG_LINES_LIMIT])
+        return _scrub("; ".join(parts), self._secrets)[:_DETAIL_LIMIT]
+
+
+def deliver_due(
+    outbox: NotificationOutbox,
+    delivery: Deliverer,
+    now: datetime,
+    backoff: Backoff,
+    *,
+    limit: int = 50,
+) -> DeliveryReport:
+    """Deliver up to ``limit`` due messages; failures stay queued until a later attempt.
+
+    Given the store's outbox, a deliverer, ``now`` and the retry backoff. The n-th failed attempt
+    of a message is marked due again at ``now + backoff.delay(n)``; one failing message never
+    stops the others.
+    Returns counts of delivered, unrouted (no route for the severity) and failed messages.
+    Store errors propagate (the tick records them); delivery itself never raises.
+    """
+    report = DeliveryReport()
+    for claimed in outbox.claim_due_notifications(now, limit):
+        message = claimed.notification
+        result = delivery.deliver(message)
+        if result.ok:
+            outbox.mark_notification_delivered(message.idempotency_key, now)
+            if result.routed:
+                report.delivered += 1
+                logger.info(
+                    "notification delivered key=%s severity=%s",
+                    message.idempotency_key,
+                    message.severity.value,
+                )
+            else:
+                report.unrouted += 1
+            continue
+        failures = claimed.attempts + 1
+        next_attempt_at = now + backoff.delay(failures)
+        outbox.mark_notification_failed(
+            message.idempotency_key, now, result.detail, next_attempt_at
+        )
+        report.failed += 1
+        logger.warning(
+            "notification delivery failed key=%s severity=%s attempts=%d next_attempt_at=%s "
+            "detail=%s",
+            message.idempotency_key,
+            message.severity.value,
+            failures,
+            next_attempt_at.isoformat(),
+            result.detail,
+        )
+    return report
+
+
+def notify_test(delivery: AppriseDelivery, now: datetime) -> list[RouteTestResult]:
+    """Send the test message (``render_test(now)``) to every route; one result per route."""
+    return delivery.test_routes(render_test(now))
+
+
+def _add_route(target: apprise.Apprise, route: Route, *, tagged: bool = True) -> str | None:
+    """Add ``route`` to ``target``; the masked URL(s), or None when Apprise rejects it."""
+    before = len(target)
+    tags = sorted(severity.value for severity in route.severities) if tagged else None
+    if not target.add(route.url, tag=tags) or len(target) == before:
+        return None
+    return " ".join(target.urls(privacy=True)[before:])
+
+
+def _invalid_url_message(url: str) -> str:
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if not scheme or len(scheme) > 20 or not scheme.isalnum():
+        return "not an Apprise URL (expected scheme://...)"
+    return f"Apprise cannot use this {scheme}:// URL (unknown scheme or missing parts)"
+
+
+def _secret_parts(urls: Iterable[str]) -> frozenset[str]:
+    """The parts of raw URLs that may be secrets: user, password, host-as-token, path segments,
+    query values — anything long enough to be a token."""
+    parts: set[str] = set()
+    for url in urls:
+        try:
+            split = urlsplit(url)
+            candidates = [split.username, split.password, split.hostname]
+            candidates.extend(unquote(segment) for segment in split.path.split("/"))
+            candidates.extend(value for _, value in parse_qsl(split.query))
+        except ValueError:  # not even URL-shaped: the whole text is the secret
+            parts.add(url)
+            continue
+        parts.update(c for c in candidates if c and len(c) >= _SECRET_MIN_LENGTH)
+    # Loopback hosts are not secrets and scrubbing them would hide useful detail.
+    return frozenset(parts - {"127.0.0.1", "localhost"})
+
+
+def _scrub(text: str, secrets: frozenset[str]) -> str:
+    # Longest first, so a whole URL is replaced before its parts.
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
