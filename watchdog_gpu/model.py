@@ -188,12 +188,19 @@ class SshKeyRecord:
 @dataclass(frozen=True, slots=True)
 class AccountObservation:
     """Everything one poll of one account saw. Lists are complete listings: an instance that was
-    seen before and is absent now is ``gone``."""
+    seen before and is absent now is ``gone``.
+
+    ``problems`` names the secondary parts that failed this poll (``"account"``, ``"volumes"``,
+    ``"ssh_keys"`` → a scrubbed ``"<error kind>: <message>"``). A failed part is empty (or an
+    all-``None`` account) and is NOT a complete listing: a volume missing from a failed listing
+    is not gone. The instance listing never fails partially: without it there is no observation.
+    """
 
     account: AccountSnapshot
     instances: tuple[InstanceSnapshot, ...]
     volumes: tuple[VolumeSnapshot, ...] = ()
     ssh_keys: tuple[SshKeyRecord, ...] = ()
+    problems: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +295,26 @@ class PlanStatus(StrEnum):
     SNOOZED = "snoozed"  # would act, but a snooze postpones it
     IN_PROGRESS = "in_progress"  # the action for this episode is already in the outbox
     BLOCKED = "blocked"  # the blast-radius fuse holds it until a human resets the fuse
+
+
+class ActionStatus(StrEnum):
+    """Where an action is in the outbox (``ActionRecord.status`` holds one of these values).
+
+    ``pending`` → ``claimed`` (an executor owns it) → ``called`` (the provider accepted the call)
+    → ``verified`` (re-listing shows it done) or ``unverified`` (retried, escalated). ``failed``,
+    ``held`` (salvage failed with on_failure="hold"), ``dry_run`` (monitor mode: recorded, nothing
+    changed) and ``blocked`` (the blast-radius fuse) end an action without touching the instance.
+    """
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    CALLED = "called"
+    VERIFIED = "verified"
+    UNVERIFIED = "unverified"
+    FAILED = "failed"
+    HELD = "held"
+    DRY_RUN = "dry_run"
+    BLOCKED = "blocked"
 
 
 @dataclass(frozen=True, slots=True)

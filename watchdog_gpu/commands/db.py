@@ -1,0 +1,100 @@
+"""``watchdog-gpu db upgrade [--database-url URL] [--config PATH]``: migrate the database.
+
+Creates the tables of an empty database, or brings an older one to the newest revision; running
+it again changes nothing. The daemon migrates by itself at start-up too; this command is for
+doing it ahead (e.g. in a deploy step, after taking a copy of the file).
+
+Which database: ``--database-url``, else ``[watchdog] database_url`` of the configuration
+(``--config PATH``, ``$WATCHDOG_GPU_CONFIG`` or the usual places), else — when there is no
+configuration file at all — ``watchdog-gpu.db`` in the state directory (``$STATE_DIRECTORY``,
+``$XDG_STATE_HOME/watchdog-gpu`` or ``~/.local/state/watchdog-gpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from watchdog_gpu.errors import ConfigError, StoreError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``db upgrade`` to the command line."""
+    db = subparsers.add_parser("db", help="manage the database")
+    actions = db.add_subparsers(dest="db_action", metavar="ACTION", required=True)
+    upgrade = actions.add_parser(
+        "upgrade",
+        help="create or migrate the database to the newest schema",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    upgrade.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="SQLAlchemy URL, e.g. sqlite:////var/lib/watchdog-gpu/watchdog-gpu.db",
+    )
+    upgrade.add_argument("--config", type=Path, metavar="PATH", help="configuration file")
+    upgrade.set_defaults(handler=run_upgrade)
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    """Migrate the chosen database to head; print what happened."""
+    try:
+        url = database_url(args.database_url, args.config)
+    except ConfigError as error:
+        for problem in error.problems:
+            print(f"config: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    from sqlalchemy.exc import ArgumentError
+
+    from watchdog_gpu.store import create_engine_for, display_url, upgrade_to_head
+
+    try:
+        engine = create_engine_for(url)
+    except (ArgumentError, ValueError):
+        # Not the URL itself in the message: it may carry a password.
+        print("--database-url: not a database URL (e.g. sqlite:////path/to.db)", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:  # the database's directory cannot be created
+        print(f"cannot open the database {display_url(url)}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        result = upgrade_to_head(engine)
+    except StoreError as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        engine.dispose()
+    shown = display_url(url)
+    if result.changed:
+        print(f"database {shown} migrated from {result.before or '(empty)'} to {result.after}")
+    else:
+        print(f"database {shown} is up to date (revision {result.after})")
+    return EXIT_OK
+
+
+def database_url(given: str | None, config_path: Path | None) -> str:
+    """The URL to migrate: ``given``, else the configuration's, else the default file.
+
+    Raises ConfigError when a configuration file is named (``--config`` or
+    ``$WATCHDOG_GPU_CONFIG``) but missing, or found but invalid.
+    """
+    if given:
+        return given
+    from watchdog_gpu.config import (
+        CONFIG_ENV_VAR,
+        default_database_url,
+        find_config_file,
+        load_settings,
+    )
+
+    named = config_path is not None or bool(os.environ.get(CONFIG_ENV_VAR))
+    try:
+        location = find_config_file(config_path)
+    except ConfigError:
+        if named:
+            raise
+        return default_database_url()  # no configuration anywhere: the documented default
+    return load_settings(location.path).watchdog.effective_database_url()

@@ -1,0 +1,276 @@
+"""Conversions between table rows and the domain's frozen values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from watchdog_gpu.fleet import Protection, ProtectionKind, Snooze
+from watchdog_gpu.model import (
+    AccountSnapshot,
+    ActionKind,
+    GpuSample,
+    InstanceSnapshot,
+    InstanceState,
+    ProbeOutcome,
+    ProbeStatus,
+    SampleSource,
+    Severity,
+    SshKeyRecord,
+    StateSpan,
+    Verdict,
+    VolumeSnapshot,
+)
+from watchdog_gpu.store.rows import ActionRow, AuditEvent, FindingRecord, NotificationRow
+from watchdog_gpu.store.schema import (
+    AccountSnapshotRow,
+    ActionOutboxRow,
+    AuditEventRow,
+    FindingRow,
+    GpuSampleRow,
+    Instance,
+    InstanceSpan,
+    NotificationOutboxRow,
+    ProbeOutcomeRow,
+    ProtectionRow,
+    SnoozeRow,
+    SshKey,
+    Volume,
+)
+from watchdog_gpu.store.types import JsonScalar
+
+
+def instance_state(value: str) -> InstanceState:
+    """The state stored as ``value``; a value this version does not know reads as unknown."""
+    try:
+        return InstanceState(value)
+    except ValueError:
+        return InstanceState.UNKNOWN
+
+
+def instance_snapshot(row: Instance) -> InstanceSnapshot:
+    util = row.provider_gpu_util_percent
+    return InstanceSnapshot(
+        provider=row.provider,
+        account=row.account,
+        instance_id=row.instance_id,
+        name=row.name,
+        state=instance_state(row.state),
+        raw_state=row.raw_state,
+        observed_at=row.observed_at,
+        interruptible=row.interruptible,
+        compute_usd_per_hour=row.compute_usd_per_hour,
+        storage_usd_per_hour=row.storage_usd_per_hour,
+        disk_gb=row.disk_gb,
+        gpu_name=row.gpu_name,
+        gpu_count=row.gpu_count,
+        ssh_host=row.ssh_host,
+        ssh_port=row.ssh_port,
+        ssh_user=row.ssh_user,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        provider_gpu_util_percent=(
+            None if util is None else tuple(None if v is None else float(v) for v in util)
+        ),
+        public_ports=tuple(int(port) for port in row.public_ports),
+        labels={str(key): str(value) for key, value in row.labels.items()},
+    )
+
+
+def state_span(row: InstanceSpan) -> StateSpan:
+    return StateSpan(
+        state=instance_state(row.state),
+        raw_state=row.raw_state,
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        compute_usd_per_hour=row.compute_usd_per_hour,
+        storage_usd_per_hour=row.storage_usd_per_hour,
+    )
+
+
+def account_snapshot(row: AccountSnapshotRow) -> AccountSnapshot:
+    return AccountSnapshot(
+        provider=row.provider,
+        account=row.account,
+        observed_at=row.observed_at,
+        balance_usd=row.balance_usd,
+        spend_usd_per_hour=row.spend_usd_per_hour,
+        spend_limit_usd_per_hour=row.spend_limit_usd_per_hour,
+        autopay_enabled=row.autopay_enabled,
+    )
+
+
+def volume_snapshot(row: Volume) -> VolumeSnapshot:
+    return VolumeSnapshot(
+        provider=row.provider,
+        account=row.account,
+        volume_id=row.volume_id,
+        name=row.name,
+        observed_at=row.observed_at,
+        size_gb=row.size_gb,
+        usd_per_hour=row.usd_per_hour,
+        attached=row.attached,
+        created_at=row.created_at,
+    )
+
+
+def ssh_key(row: SshKey) -> SshKeyRecord:
+    return SshKeyRecord(
+        provider=row.provider,
+        account=row.account,
+        key_id=row.key_id,
+        name=row.name,
+        public_key=row.public_key,
+    )
+
+
+def gpu_sample(row: GpuSampleRow) -> GpuSample:
+    try:
+        verdict = Verdict(row.verdict)
+    except ValueError:
+        verdict = Verdict.UNKNOWN
+    return GpuSample(
+        account=row.account,
+        instance_id=row.instance_id,
+        at=row.at,
+        gpu_index=row.gpu_index,
+        verdict=verdict,
+        source=SampleSource(row.source),
+        sm=row.sm,
+        mem=row.mem,
+        enc=row.enc,
+        dec=row.dec,
+        jpg=row.jpg,
+        ofa=row.ofa,
+    )
+
+
+def gpu_sample_row(sample: GpuSample) -> GpuSampleRow:
+    return GpuSampleRow(
+        account=sample.account,
+        instance_id=sample.instance_id,
+        at=sample.at,
+        gpu_index=sample.gpu_index,
+        verdict=sample.verdict.value,
+        source=sample.source.value,
+        sm=sample.sm,
+        mem=sample.mem,
+        enc=sample.enc,
+        dec=sample.dec,
+        jpg=sample.jpg,
+        ofa=sample.ofa,
+    )
+
+
+def probe_outcome(row: ProbeOutcomeRow) -> ProbeOutcome:
+    """The outcome without its samples (the fleet view carries those separately)."""
+    return ProbeOutcome(
+        account=row.account,
+        instance_id=row.instance_id,
+        at=row.at,
+        status=ProbeStatus(row.status),
+        duration_seconds=row.duration_seconds,
+        detail=row.detail,
+        interactive_login=row.interactive_login,
+    )
+
+
+def evidence(value: Mapping[str, Any]) -> dict[str, JsonScalar]:
+    """An evidence mapping read back from JSON (scalars only, as written)."""
+    return {str(key): item for key, item in value.items() if _is_scalar(item)}
+
+
+def _is_scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def action_row(row: ActionOutboxRow) -> ActionRow:
+    return ActionRow(
+        idempotency_key=row.idempotency_key,
+        account=row.account,
+        instance_id=row.instance_id,
+        rule=row.rule,
+        kind=ActionKind(row.kind),
+        dry_run=row.dry_run,
+        reason=row.reason,
+        status=row.status,
+        attempts=row.attempts,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        evidence=evidence(row.evidence),
+        usd_per_hour_at_stake=row.usd_per_hour_at_stake,
+        claimed_by=row.claimed_by,
+        claimed_at=row.claimed_at,
+        claimed_from=row.claimed_from,
+        next_attempt_at=row.next_attempt_at,
+        result=row.result,
+        last_error=row.last_error,
+    )
+
+
+def notification_row(row: NotificationOutboxRow) -> NotificationRow:
+    return NotificationRow(
+        idempotency_key=row.idempotency_key,
+        severity=Severity(row.severity),
+        title=row.title,
+        body=row.body,
+        created_at=row.created_at,
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        rule=row.rule,
+        account=row.account,
+        instance_id=row.instance_id,
+        delivered_at=row.delivered_at,
+        last_error=row.last_error,
+    )
+
+
+def audit_event(row: AuditEventRow) -> AuditEvent:
+    return AuditEvent(
+        id=row.id,
+        at=row.at,
+        kind=row.kind,
+        message=row.message,
+        account=row.account,
+        instance_id=row.instance_id,
+        rule=row.rule,
+        data=dict(row.data),
+    )
+
+
+def finding_record(row: FindingRow) -> FindingRecord:
+    return FindingRecord(
+        episode_key=row.episode_key,
+        rule=row.rule,
+        account=row.account,
+        instance_id=row.instance_id,
+        severity=Severity(row.severity),
+        action=ActionKind(row.action),
+        summary=row.summary,
+        episode_started_at=row.episode_started_at,
+        due_at=row.due_at,
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        evidence=evidence(row.evidence),
+        usd_per_hour_at_stake=row.usd_per_hour_at_stake,
+    )
+
+
+def protection(row: ProtectionRow) -> Protection:
+    return Protection(
+        kind=ProtectionKind(row.kind),
+        value=row.value,
+        account=row.account,
+        reason=row.reason,
+        created_at=row.created_at,
+    )
+
+
+def snooze(row: SnoozeRow) -> Snooze:
+    return Snooze(
+        account=row.account,
+        instance_id=row.instance_id,
+        until=row.until,
+        created_at=row.created_at,
+        reason=row.reason,
+    )

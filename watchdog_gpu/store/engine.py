@@ -1,0 +1,88 @@
+"""The database engine: SQLite tuned for a daemon with a few threads; any other URL as given.
+
+SQLite specifics, and why:
+- ``journal_mode=WAL``: readers (status, metrics, the fleet view) never block the writer.
+- ``foreign_keys=ON``: SQLite leaves it off by default.
+- ``busy_timeout``: a writer waits for another writer's short transaction instead of failing.
+- pysqlite's own transaction handling is switched off and SQLAlchemy emits ``BEGIN`` itself
+  (the recipe in SQLAlchemy's pysqlite documentation), so that write transactions can start with
+  ``BEGIN IMMEDIATE``: a deferred transaction that reads, then writes, fails at once with
+  "database is locked" when another writer committed in between (busy_timeout does not help
+  there). Read transactions stay deferred and never block anyone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.pool import StaticPool
+
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+
+# Execution option read by the BEGIN hook below: "IMMEDIATE" for write transactions.
+SQLITE_BEGIN_OPTION = "watchdog_sqlite_begin"
+
+
+def create_engine_for(url: str | URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:
+    """An Engine for ``url`` (any SQLAlchemy URL; ``sqlite:///path`` is the usual one).
+
+    For SQLite files: WAL, foreign keys on, ``busy_timeout_ms`` and a small connection pool that
+    several threads share (each call of the repository takes its own connection); a missing
+    parent directory of the file is created (mode 0700: the database holds the fleet's history).
+    An in-memory SQLite URL gets one shared connection (tests only: it cannot serve several
+    threads at once).
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed)
+    options: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    if in_memory:
+        options["poolclass"] = StaticPool
+    else:
+        if parsed.database and not parsed.query.get("uri"):
+            Path(parsed.database).expanduser().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        options["pool_size"] = 5
+        options["max_overflow"] = 10
+    engine = create_engine(parsed, **options)
+    _install_sqlite_hooks(engine, busy_timeout_ms=busy_timeout_ms, wal=not in_memory)
+    return engine
+
+
+def writing(engine: Engine) -> Engine:
+    """``engine`` with write transactions starting as ``BEGIN IMMEDIATE`` on SQLite (same pool)."""
+    return engine.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+
+
+def _install_sqlite_hooks(engine: Engine, *, busy_timeout_ms: int, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Stop pysqlite from emitting BEGIN/COMMIT on its own (see the module docstring).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if wal:
+                cursor.execute("PRAGMA journal_mode = WAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        mode = connection.get_execution_options().get(SQLITE_BEGIN_OPTION)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of the SQLite file at ``path``."""
+    return f"sqlite:///{path}"
+
+
+def display_url(engine_or_url: Engine | str | URL) -> str:
+    """The URL with any password hidden, for logs and messages."""
+    url = engine_or_url.url if isinstance(engine_or_url, Engine) else make_url(engine_or_url)
+    return url.render_as_string(hide_password=True)

@@ -1,0 +1,131 @@
+"""Alembic migrations at run time: find the scripts, upgrade a database to head.
+
+The scripts live at the top level of a source checkout (``migrations/``) and inside the installed
+wheel as ``watchdog_gpu/migrations`` (pyproject's hatch ``force-include``). No ``alembic.ini`` is
+read at run time, and the migration environment does not touch logging.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from watchdog_gpu.errors import StoreError
+from watchdog_gpu.store.engine import display_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+logger = logging.getLogger(__name__)
+
+_SOURCE_CHECKOUT_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def migrations_directory() -> Path:
+    """The directory holding ``env.py`` and ``versions/``: the installed copy inside the package
+    when there is one, else the source checkout's top-level ``migrations/``.
+
+    Raises StoreError when neither exists (a broken install).
+    """
+    packaged = resources.files("watchdog_gpu") / "migrations"
+    if packaged.is_dir() and (packaged / "env.py").is_file():
+        return Path(str(packaged))
+    if (_SOURCE_CHECKOUT_MIGRATIONS / "env.py").is_file():
+        return _SOURCE_CHECKOUT_MIGRATIONS
+    raise StoreError("the database migrations are missing from this installation")
+
+
+def alembic_config() -> Config:
+    """An Alembic ``Config`` pointing at the migrations, with no ini file (alembic is imported
+    lazily: it costs a quarter of a second and only migrations need it)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_directory()))
+    return config
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationResult:
+    """The revision a database was at before and after an upgrade (``None``: empty database)."""
+
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def head_revision() -> str | None:
+    """The newest revision the shipped migrations know."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (``None`` for a database never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    try:
+        with engine.connect() as connection:
+            revision: str | None = MigrationContext.configure(connection).get_current_revision()
+            return revision
+    except SQLAlchemyError as error:
+        raise StoreError(f"cannot read the database revision: {_reason(error)}") from error
+
+
+def upgrade_to_head(engine: Engine) -> MigrationResult:
+    """Migrate the database behind ``engine`` to the newest revision; a no-op when it is there.
+
+    On SQLite the migration runs with foreign keys OFF: batch mode recreates tables ("move and
+    copy"), which would fail or cascade with them on; the pragma only works outside a
+    transaction, so it is set on the raw connection before BEGIN, and a foreign-key check runs
+    before the commit. Raises StoreError when the database cannot be opened or migrated.
+    """
+    from alembic import command
+
+    config = alembic_config()
+    before = current_revision(engine)
+    sqlite = engine.dialect.name == "sqlite"
+    try:
+        with engine.connect() as connection:
+            raw = connection.connection.driver_connection
+            if sqlite and raw is not None:
+                raw.execute("PRAGMA foreign_keys = OFF")
+            try:
+                with connection.begin():
+                    config.attributes["connection"] = connection
+                    command.upgrade(config, "head")
+                    if sqlite:
+                        _check_foreign_keys(connection)
+            finally:
+                if sqlite and raw is not None:
+                    raw.execute("PRAGMA foreign_keys = ON")
+    except SQLAlchemyError as error:
+        raise StoreError(
+            f"cannot migrate the database {display_url(engine)}: {_reason(error)}"
+        ) from error
+    after = current_revision(engine)
+    if before != after:
+        logger.info("database migrated from_revision=%s to_revision=%s", before, after)
+    return MigrationResult(before=before, after=after)
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    problems = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if problems:
+        raise StoreError(f"the migration left {len(problems)} broken foreign key(s)")
+
+
+def _reason(error: SQLAlchemyError) -> str:
+    """The driver's message without the SQL statement and parameters."""
+    original = getattr(error, "orig", None)
+    return str(original) if original is not None else type(error).__name__

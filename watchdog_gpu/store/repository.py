@@ -1,0 +1,533 @@
+"""The repository every other part uses: ``Store``.
+
+Given an Engine (``create_engine_for``) on a migrated database (``upgrade_to_head``). Each method
+is one transaction on its own session, so one Store is shared by every thread of the daemon.
+Nothing here reads the clock: every method that needs time takes ``now`` (aware UTC; a naive
+datetime raises :class:`~watchdog_gpu.store.types.NaiveDatetimeError`). Database failures raise
+:class:`~watchdog_gpu.errors.StoreError` with the driver's reason (never the SQL parameters).
+Returned values are frozen dataclasses, never ORM objects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, and_, delete, func, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
+from sqlalchemy.orm import Session, sessionmaker
+
+from watchdog_gpu.errors import StoreError
+from watchdog_gpu.fleet import FleetView, Protection, ProtectionKind, Snooze
+from watchdog_gpu.model import (
+    AccountObservation,
+    ActionStatus,
+    Finding,
+    GpuSample,
+    InstanceState,
+    PlannedAction,
+    PlannedNotification,
+    ProbeOutcome,
+)
+from watchdog_gpu.store import convert, fleet_loader, observations, outbox
+from watchdog_gpu.store.engine import writing
+from watchdog_gpu.store.rows import (
+    AccountRecord,
+    ActionRow,
+    AuditEvent,
+    FindingRecord,
+    InstanceRecord,
+    NotificationRow,
+)
+from watchdog_gpu.store.schema import (
+    Account,
+    AccountSnapshotRow,
+    AuditEventRow,
+    FindingRow,
+    GpuSampleRow,
+    Instance,
+    PinnedHostKey,
+    ProbeOutcomeRow,
+    ProtectionRow,
+    SnoozeRow,
+)
+from watchdog_gpu.store.types import JsonValue, NaiveDatetimeError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SAMPLE_RETENTION = timedelta(days=7)
+DEFAULT_NOTIFICATION_LOOKBACK = timedelta(days=30)
+DEFAULT_NOTIFICATION_LEASE = timedelta(minutes=5)
+
+
+class Store:
+    """Typed access to everything watchdog-gpu records."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._readers = sessionmaker(engine, expire_on_commit=False)
+        self._writers = sessionmaker(writing(engine), expire_on_commit=False)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Session]:
+        factory = self._writers if write else self._readers
+        try:
+            with factory.begin() as session:
+                yield session
+        except DBAPIError as error:
+            raise StoreError(f"database error: {error.orig}") from error
+        except StatementError as error:
+            if isinstance(error.orig, NaiveDatetimeError | TypeError | ValueError):
+                raise error.orig from None
+            raise StoreError(f"database error: {error.orig}") from error
+        except SQLAlchemyError as error:
+            raise StoreError(f"database error: {type(error).__name__}") from error
+
+    # -- observations ---------------------------------------------------------------------
+
+    def record_observation(self, observation: AccountObservation, now: datetime) -> None:
+        """Record one complete poll of one account, in one transaction.
+
+        Instances are upserted; each instance's current history span is extended (its
+        ``last_seen`` moves to ``now``) or, when the state or a rate changed, a new span opens at
+        ``now``. An instance recorded before, not gone, and absent from this (complete) listing
+        becomes ``gone`` with a new span, and its pinned host key is forgotten. Also records the
+        account snapshot, the volumes (absent ones are marked gone), the SSH keys (absent ones
+        are deleted) and a successful poll. Raises ValueError when an instance belongs to
+        another account than the observation's.
+        """
+        with self._transaction(write=True) as session:
+            observations.record_observation(session, observation, now)
+
+    def record_poll_failure(
+        self, account: str, provider: str, error_kind: str, message: str, now: datetime
+    ) -> None:
+        """Remember that polling ``account`` failed with ``error_kind`` (a ProviderError.kind).
+        Nothing else changes: an unreachable API says nothing about the instances."""
+        with self._transaction(write=True) as session:
+            observations.record_poll_failure(
+                session, account, provider, error_kind=error_kind, message=message, now=now
+            )
+
+    def record_probe(self, outcome: ProbeOutcome) -> None:
+        """Record a probe outcome and its GPU samples in one transaction."""
+        with self._transaction(write=True) as session:
+            observations.record_probe(session, outcome)
+
+    def record_samples(self, samples: Iterable[GpuSample]) -> None:
+        """Record GPU samples that came without an SSH probe (e.g. RunPod's API utilisation)."""
+        with self._transaction(write=True) as session:
+            observations.record_samples(session, samples)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def load_fleet_view(
+        self,
+        now: datetime,
+        lookback: timedelta,
+        spend_since: datetime,
+        accounts: Mapping[str, str] | None = None,
+        *,
+        notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
+    ) -> FleetView:
+        """The read-only view the rules and the planner decide from, as of ``now``.
+
+        ``accounts`` maps the configured account names to their providers (every configured
+        account gets an AccountView, polled or not; only their instances are in the view); None
+        means every recorded account. Instances: every one not gone, plus gone ones with history
+        since ``min(spend_since, now - lookback)``; spans are those overlapping that window plus
+        the whole run of the current state; samples and probes cover ``[now - lookback, now]``.
+        Also: present volumes, SSH keys, every protection, active snoozes, actions of the last
+        24 hours and any still in flight, and the notification keys of ``notification_lookback``.
+        """
+        with self._transaction(write=False) as session:
+            return fleet_loader.load_fleet_view(
+                session,
+                now=now,
+                lookback=lookback,
+                spend_since=spend_since,
+                accounts=accounts,
+                notification_lookback=notification_lookback,
+            )
+
+    def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
+        """The latest snapshot of every instance (gone ones only when asked), by account and id."""
+        query = select(Instance).order_by(Instance.account, Instance.instance_id)
+        if not include_gone:
+            query = query.where(Instance.state != InstanceState.GONE.value)
+        with self._transaction(write=False) as session:
+            return [
+                InstanceRecord(
+                    snapshot=convert.instance_snapshot(row),
+                    first_seen=row.first_seen,
+                    last_seen=row.last_seen,
+                    state_since=row.state_since,
+                )
+                for row in session.scalars(query)
+            ]
+
+    def latest_accounts(self) -> list[AccountRecord]:
+        """Every recorded account with its latest money facts and poll status, by name."""
+        with self._transaction(write=False) as session:
+            snapshots = fleet_loader.latest_account_snapshots(session)
+            return [
+                AccountRecord(
+                    view=fleet_loader.account_view(
+                        row, row.name, row.provider, snapshots.get(row.name)
+                    ),
+                    last_poll_error_message=row.last_poll_error_message,
+                )
+                for row in session.scalars(select(Account).order_by(Account.name))
+            ]
+
+    # -- action outbox --------------------------------------------------------------------
+
+    def enqueue_action(self, action: PlannedAction, status: str = ActionStatus.PENDING) -> bool:
+        """Write ``action`` to the outbox with ``status`` (an ActionStatus value: ``dry_run``
+        and ``blocked`` record an action that will not run). Returns False, changing nothing,
+        when its idempotency key is already there."""
+        with self._transaction(write=True) as session:
+            return outbox.enqueue_action(session, action, status)
+
+    def claim_actions(
+        self,
+        now: datetime,
+        claimer: str,
+        limit: int = 10,
+        statuses: Sequence[str] = (ActionStatus.PENDING,),
+        *,
+        reclaim_stale_after: timedelta | None = None,
+    ) -> list[ActionRow]:
+        """Claim up to ``limit`` actions whose status is in ``statuses`` and whose
+        ``next_attempt_at`` is unset or due, oldest first: each becomes ``claimed`` by
+        ``claimer`` (``claimed_from`` keeps the status it had, ``attempts`` counts up) through a
+        compare-and-set, so concurrent claimers never get the same action. With
+        ``reclaim_stale_after``, actions left ``claimed`` longer than that (a crashed executor)
+        are claimed again too. Returns the claimed rows."""
+        with self._transaction(write=True) as session:
+            return outbox.claim_actions(
+                session,
+                now=now,
+                claimer=claimer,
+                limit=limit,
+                statuses=tuple(ActionStatus(status).value for status in statuses),
+                reclaim_stale_after=reclaim_stale_after,
+            )
+
+    def transition_action(
+        self,
+        key: str,
+        expected_status: str,
+        new_status: str,
+        now: datetime,
+        *,
+        result: str | None = None,
+        last_error: str | None = None,
+        next_attempt_at: datetime | None = None,
+    ) -> bool:
+        """Move the action ``key`` from ``expected_status`` to ``new_status`` (compare-and-set):
+        False, changing nothing, when it is not in ``expected_status``. Fields given (not None)
+        are set too; ``next_attempt_at`` makes a retry wait."""
+        with self._transaction(write=True) as session:
+            return outbox.transition_action(
+                session,
+                key,
+                expected_status=expected_status,
+                new_status=new_status,
+                now=now,
+                result=result,
+                last_error=last_error,
+                next_attempt_at=next_attempt_at,
+            )
+
+    def get_action(self, key: str) -> ActionRow | None:
+        with self._transaction(write=False) as session:
+            return outbox.get_action(session, key)
+
+    def list_actions(
+        self, statuses: Sequence[str] | None = None, since: datetime | None = None
+    ) -> list[ActionRow]:
+        """Actions (with a status in ``statuses``, created at or after ``since``), oldest first."""
+        wanted = None if statuses is None else tuple(ActionStatus(s).value for s in statuses)
+        with self._transaction(write=False) as session:
+            return outbox.list_actions(session, wanted, since)
+
+    # -- notification outbox --------------------------------------------------------------
+
+    def enqueue_notification(self, notification: PlannedNotification) -> bool:
+        """Write ``notification`` to the outbox, due at its ``created_at``. Returns False,
+        changing nothing, when its idempotency key is already there."""
+        with self._transaction(write=True) as session:
+            return outbox.enqueue_notification(session, notification)
+
+    def claim_due_notifications(
+        self, now: datetime, limit: int = 50, *, lease: timedelta = DEFAULT_NOTIFICATION_LEASE
+    ) -> list[NotificationRow]:
+        """Claim up to ``limit`` undelivered notifications that are due, oldest first.
+
+        A claim pushes ``next_attempt_at`` to ``now + lease`` (compare-and-set): nobody else
+        gets it meanwhile, and if the claimer dies it is due again after the lease (delivery is
+        at least once). Mark each delivered or failed afterwards.
+        """
+        with self._transaction(write=True) as session:
+            return outbox.claim_due_notifications(session, now=now, limit=limit, lease=lease)
+
+    def mark_notification_delivered(self, key: str, now: datetime) -> None:
+        """Record delivery (a no-op when unknown or already delivered)."""
+        with self._transaction(write=True) as session:
+            outbox.mark_notification_delivered(session, key, now)
+
+    def mark_notification_failed(
+        self, key: str, now: datetime, error: str, next_attempt_at: datetime
+    ) -> None:
+        """Count a failed delivery (``attempts`` + 1, ``last_error``); it is due again at
+        ``next_attempt_at`` (not before ``now``). A no-op when unknown or already delivered."""
+        with self._transaction(write=True) as session:
+            outbox.mark_notification_failed(session, key, error, max(now, next_attempt_at))
+
+    def get_notification(self, key: str) -> NotificationRow | None:
+        with self._transaction(write=False) as session:
+            return outbox.get_notification(session, key)
+
+    def notification_backlog(self) -> int:
+        """How many notifications are not delivered yet."""
+        with self._transaction(write=False) as session:
+            return outbox.notification_backlog(session)
+
+    # -- audit ----------------------------------------------------------------------------
+
+    def add_audit_event(
+        self,
+        kind: str,
+        now: datetime,
+        *,
+        account: str | None = None,
+        instance_id: str | None = None,
+        rule: str | None = None,
+        message: str = "",
+        data: Mapping[str, JsonValue] | None = None,
+    ) -> None:
+        """Append an event to the audit history (``data`` must be JSON-serialisable)."""
+        with self._transaction(write=True) as session:
+            session.add(
+                AuditEventRow(
+                    at=now,
+                    kind=kind,
+                    account=account,
+                    instance_id=instance_id,
+                    rule=rule,
+                    message=message,
+                    data=dict(data or {}),
+                )
+            )
+
+    def list_audit_events(
+        self,
+        since: datetime | None = None,
+        limit: int | None = None,
+        *,
+        account: str | None = None,
+        instance_id: str | None = None,
+    ) -> list[AuditEvent]:
+        """Audit events (at or after ``since``, of ``account``/``instance_id``), oldest first;
+        with ``limit``, the most recent ``limit`` of them."""
+        query = select(AuditEventRow)
+        if since is not None:
+            query = query.where(AuditEventRow.at >= since)
+        if account is not None:
+            query = query.where(AuditEventRow.account == account)
+        if instance_id is not None:
+            query = query.where(AuditEventRow.instance_id == instance_id)
+        query = query.order_by(AuditEventRow.at.desc(), AuditEventRow.id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self._transaction(write=False) as session:
+            events = [convert.audit_event(row) for row in session.scalars(query)]
+        events.reverse()
+        return events
+
+    # -- findings -------------------------------------------------------------------------
+
+    def record_findings(self, findings: Iterable[Finding], now: datetime) -> None:
+        """Record this tick's findings, one row per episode: a known episode keeps its
+        ``first_seen`` and gets ``last_seen = now`` and the latest summary and evidence."""
+        with self._transaction(write=True) as session:
+            for finding in findings:
+                row = session.scalar(
+                    select(FindingRow).where(FindingRow.episode_key == finding.episode_key)
+                )
+                if row is None:
+                    row = FindingRow(episode_key=finding.episode_key, first_seen=now)
+                    session.add(row)
+                row.rule = finding.rule
+                row.account = finding.account
+                row.instance_id = finding.instance_id
+                row.severity = finding.severity.value
+                row.action = finding.action.value
+                row.summary = finding.summary
+                row.episode_started_at = finding.episode_started_at
+                row.due_at = finding.due_at
+                row.evidence = dict(finding.evidence)
+                row.usd_per_hour_at_stake = finding.usd_per_hour_at_stake
+                row.last_seen = now
+
+    def list_findings(self, seen_since: datetime | None = None) -> list[FindingRecord]:
+        """Recorded finding episodes (last seen at or after ``seen_since``), oldest first."""
+        query = select(FindingRow).order_by(FindingRow.first_seen, FindingRow.id)
+        if seen_since is not None:
+            query = query.where(FindingRow.last_seen >= seen_since)
+        with self._transaction(write=False) as session:
+            return [convert.finding_record(row) for row in session.scalars(query)]
+
+    # -- protections and snoozes ----------------------------------------------------------
+
+    def add_protection(
+        self,
+        kind: ProtectionKind,
+        value: str,
+        now: datetime,
+        *,
+        account: str | None = None,
+        reason: str = "",
+    ) -> bool:
+        """Protect instances matching ``kind``/``value`` (narrowed to ``account`` if given).
+        False when the same protection exists already."""
+        with self._transaction(write=True) as session:
+            if _find_protection(session, kind, value, account) is not None:
+                return False
+            session.add(
+                ProtectionRow(
+                    kind=kind.value, value=value, account=account, reason=reason, created_at=now
+                )
+            )
+            return True
+
+    def remove_protection(
+        self, kind: ProtectionKind, value: str, *, account: str | None = None
+    ) -> bool:
+        """Remove a protection; False when there was none."""
+        with self._transaction(write=True) as session:
+            row = _find_protection(session, kind, value, account)
+            if row is None:
+                return False
+            session.delete(row)
+            return True
+
+    def list_protections(self) -> list[Protection]:
+        with self._transaction(write=False) as session:
+            rows = session.scalars(select(ProtectionRow).order_by(ProtectionRow.id))
+            return [convert.protection(row) for row in rows]
+
+    def add_snooze(
+        self, account: str, instance_id: str, until: datetime, now: datetime, reason: str = ""
+    ) -> Snooze:
+        """Postpone destructive actions for the instance until ``until`` (the caller bounds it
+        by the configured maximum). Raises ValueError when ``until`` is not after ``now``."""
+        if until <= now:
+            raise ValueError("a snooze must end after now")
+        with self._transaction(write=True) as session:
+            row = SnoozeRow(
+                account=account, instance_id=instance_id, until=until, created_at=now, reason=reason
+            )
+            session.add(row)
+            return convert.snooze(row)
+
+    def list_snoozes(self, now: datetime) -> list[Snooze]:
+        """The snoozes still active at ``now``."""
+        with self._transaction(write=False) as session:
+            rows = session.scalars(
+                select(SnoozeRow).where(SnoozeRow.until > now).order_by(SnoozeRow.id)
+            )
+            return [convert.snooze(row) for row in rows]
+
+    # -- pinned SSH host keys -------------------------------------------------------------
+
+    def get_pinned_host_key(self, account: str, instance_id: str) -> tuple[str, str] | None:
+        """``(key_type, key_base64)`` pinned for the instance, or None."""
+        with self._transaction(write=False) as session:
+            row = _find_host_key(session, account, instance_id)
+            return (row.key_type, row.key_base64) if row is not None else None
+
+    def pin_host_key(
+        self, account: str, instance_id: str, key_type: str, key_base64: str, now: datetime
+    ) -> None:
+        """Pin the key first seen for the instance (accept-new). When a key is pinned already
+        nothing changes (the first key wins): replacing one takes ``forget_host_key`` first."""
+        with self._transaction(write=True) as session:
+            pinned = _find_host_key(session, account, instance_id)
+            if pinned is not None:
+                if (pinned.key_type, pinned.key_base64) != (key_type, key_base64):
+                    logger.warning(
+                        "host key already pinned, not replaced account=%s instance=%s",
+                        account,
+                        instance_id,
+                    )
+                return
+            session.add(
+                PinnedHostKey(
+                    account=account,
+                    instance_id=instance_id,
+                    key_type=key_type,
+                    key_base64=key_base64,
+                    first_seen=now,
+                )
+            )
+
+    def forget_host_key(self, account: str, instance_id: str) -> None:
+        """Drop the instance's pinned key, if any (``record_observation`` does it by itself
+        when an instance is gone)."""
+        with self._transaction(write=True) as session:
+            row = _find_host_key(session, account, instance_id)
+            if row is not None:
+                session.delete(row)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def prune(self, now: datetime, sample_retention: timedelta = DEFAULT_SAMPLE_RETENTION) -> int:
+        """Delete GPU samples, probe outcomes and account snapshots older than
+        ``now - sample_retention`` (each account keeps its newest snapshot). History spans,
+        audit events, findings, actions and notifications are kept. Returns the rows deleted."""
+        cutoff = now - sample_retention
+        newest_snapshots = select(func.max(AccountSnapshotRow.id)).group_by(
+            AccountSnapshotRow.account
+        )
+        statements = (
+            delete(GpuSampleRow).where(GpuSampleRow.at < cutoff),
+            delete(ProbeOutcomeRow).where(ProbeOutcomeRow.at < cutoff),
+            delete(AccountSnapshotRow).where(
+                AccountSnapshotRow.observed_at < cutoff,
+                AccountSnapshotRow.id.not_in(newest_snapshots),
+            ),
+        )
+        deleted = 0
+        with self._transaction(write=True) as session:
+            for statement in statements:
+                result = session.execute(statement.execution_options(synchronize_session=False))
+                deleted += outbox.changed_rows(result)
+        logger.info("pruned old rows deleted=%d cutoff=%s", deleted, cutoff.isoformat())
+        return deleted
+
+
+def _find_protection(
+    session: Session, kind: ProtectionKind, value: str, account: str | None
+) -> ProtectionRow | None:
+    account_matches = (
+        ProtectionRow.account.is_(None) if account is None else ProtectionRow.account == account
+    )
+    return session.scalar(
+        select(ProtectionRow).where(
+            ProtectionRow.kind == kind.value, ProtectionRow.value == value, account_matches
+        )
+    )
+
+
+def _find_host_key(session: Session, account: str, instance_id: str) -> PinnedHostKey | None:
+    return session.scalar(
+        select(PinnedHostKey).where(
+            and_(PinnedHostKey.account == account, PinnedHostKey.instance_id == instance_id)
+        )
+    )
