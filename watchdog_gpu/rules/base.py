@@ -6,9 +6,10 @@ model; it returns findings with their evidence and never reads the clock or perf
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,9 +77,41 @@ class DestructiveRuleConfig(RuleConfig):
 class Rule(Protocol):
     """A registered rule: a name, its config model and a pure evaluate function."""
 
-    name: str
-    config_model: type[RuleConfig]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config_model(self) -> type[RuleConfig]: ...
 
     def evaluate(self, view: FleetView, now: datetime, config: RuleConfig) -> Iterable[Finding]:
         """Findings for the fleet as of ``now``; pure."""
         ...
+
+
+ConfigT = TypeVar("ConfigT", bound=RuleConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSpec(Generic[ConfigT]):
+    """A :class:`Rule` made of a name, a config model and a typed evaluate function.
+
+    Each rule module ends with ``RULE = RuleSpec(NAME, TheConfig, evaluate)``; the registry in
+    ``watchdog_gpu.rules`` lists them.
+    """
+
+    name: str
+    config_model: type[ConfigT]
+    function: Callable[[FleetView, datetime, ConfigT], Iterable[Finding]]
+
+    def evaluate(self, view: FleetView, now: datetime, config: RuleConfig) -> Iterable[Finding]:
+        """Run the rule. Raises TypeError when ``config`` is not this rule's config model."""
+        if not isinstance(config, self.config_model):
+            raise TypeError(
+                f"rule {self.name} needs a {self.config_model.__name__}, "
+                f"got {type(config).__name__}"
+            )
+        return self.function(view, now, config)
+
+    def default_config(self) -> ConfigT:
+        """The rule's configuration with every documented default."""
+        return self.config_model()

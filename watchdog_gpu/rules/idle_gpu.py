@@ -11,19 +11,63 @@ idle_minutes = 30
 arm_after = "20m"
 threshold_percent = 5
 min_coverage = 0.8
+max_sample_gap = "3m"
 action = "destroy"
 warn_before = "10m"
 ```
+
+How it decides, for each running instance:
+
+- A GPU sample is busy when sm/enc/dec/jpg/ofa exceeds ``threshold_percent`` (recomputed here
+  from the metric values); a sample without ``sm`` (MIG) is busy if the probe saw processes and
+  unknown otherwise — never idle. An interactive login reported by a probe is activity too.
+- Samples from ``nvidia-smi dmon`` and from the provider's API are merged per GPU; either one
+  saying busy is activity.
+- **Episode start**: the last activity since the instance started running; when it showed none,
+  the arming instant (``arm_after`` after it started running). Before that, nothing fires.
+- **Covered**: time between two consecutive idle samples of a GPU at most ``max_sample_gap``
+  apart (set it to about twice the probe interval). Every GPU of the instance (``gpu_count``)
+  must be covered; a GPU without samples is unknown. The window checked is the last
+  ``idle_minutes`` (or, before the limit, the episode so far); its coverage must reach
+  ``min_coverage`` and the newest idle sample of every GPU must be at most ``max_sample_gap``
+  old — the blind minutes must never be the most recent ones, when a job could have started.
+- A finding is emitted from ``warn_before`` ahead of the limit on, for as long as the condition
+  holds, with ``due_at = episode start + idle_minutes``. If the condition first held later than
+  the start of that warning window (coverage recovered after an SSH outage), ``due_at`` is
+  pushed to that first moment + ``warn_before``, so the user always gets the full warning.
+  ``due_at`` is computed from recorded samples: stable across ticks, and it only ever moves
+  later.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from pydantic import Field
 
-from watchdog_gpu.durations import Duration
-from watchdog_gpu.rules.base import DestructiveRuleConfig
+from watchdog_gpu.durations import Duration, format_duration
+from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.model import (
+    ActionKind,
+    Finding,
+    InstanceState,
+    SampleSource,
+    Severity,
+    Verdict,
+)
+from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
+from watchdog_gpu.rules.windows import (
+    coverage,
+    expected_gpus,
+    running_since,
+    sample_verdict,
+    spend_evidence,
+)
+from watchdog_gpu.spend import instance_spend
+
+NAME = "idle_gpu"
 
 
 class IdleGpuConfig(DestructiveRuleConfig):
@@ -46,3 +90,167 @@ class IdleGpuConfig(DestructiveRuleConfig):
         le=1,
         description="fraction of the idle window real samples must cover; less is blind time",
     )
+    max_sample_gap: Duration = Field(
+        default=timedelta(minutes=3),
+        description=(
+            "two samples further apart than this leave blind time between them "
+            "(about twice the probe interval)"
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Episode:
+    """The facts an idle episode is judged on."""
+
+    start: datetime
+    armed_by: str  # "activity" or "arm_after"
+    last_activity: datetime | None
+    idle_times: Mapping[int, Sequence[datetime]]  # per GPU, sorted
+    sources: frozenset[SampleSource]
+
+
+def evaluate(view: FleetView, now: datetime, config: IdleGpuConfig) -> list[Finding]:
+    """One finding per running instance whose GPUs are idle (see the module docstring)."""
+    findings: list[Finding] = []
+    for instance in view.instances.values():
+        if instance.state is not InstanceState.RUNNING:
+            continue
+        finding = _evaluate_instance(instance, now, config)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _evaluate_instance(
+    instance: InstanceView, now: datetime, config: IdleGpuConfig
+) -> Finding | None:
+    since = running_since(instance)
+    if since is None:
+        return None
+    episode = _episode(instance, since, now, config)
+    if episode is None:
+        return None
+    limit = timedelta(minutes=config.idle_minutes)
+    warn_from = episode.start + limit - config.warn_before
+    if now < warn_from or _window_coverage(episode, now, config) is None:
+        return None
+    first_held = _first_time_held(episode, warn_from, now, config)
+    due_at = max(episode.start + limit, first_held + config.warn_before)
+    return _finding(instance, episode, now, due_at=due_at, first_held=first_held, config=config)
+
+
+def _episode(
+    instance: InstanceView, since: datetime, now: datetime, config: IdleGpuConfig
+) -> _Episode | None:
+    samples = [s for s in instance.samples if since <= s.at <= now]
+    verdicts = [(sample, sample_verdict(sample, config.threshold_percent)) for sample in samples]
+    activity = [s.at for s, verdict in verdicts if verdict is Verdict.BUSY]
+    activity += [p.at for p in instance.probes if p.interactive_login and since <= p.at <= now]
+    last_activity = max(activity, default=None)
+    if last_activity is not None:
+        start, armed_by = last_activity, "activity"
+    else:
+        start, armed_by = since + config.arm_after, "arm_after"
+        if now < start:
+            return None  # not armed: start-up, data loading, a slow first epoch
+    gpus = expected_gpus(instance, samples)
+    if not gpus:
+        return None
+    idle_times = {
+        gpu: sorted(
+            s.at for s, verdict in verdicts if verdict is Verdict.IDLE and s.gpu_index == gpu
+        )
+        for gpu in gpus
+    }
+    sources = frozenset(s.source for s, verdict in verdicts if verdict is Verdict.IDLE)
+    return _Episode(start, armed_by, last_activity, idle_times, sources)
+
+
+def _window_start(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> datetime:
+    return max(episode.start, moment - timedelta(minutes=config.idle_minutes))
+
+
+def _window_coverage(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> float | None:
+    """The smallest per-GPU coverage of the window ending at ``moment``, using only samples
+    recorded up to ``moment``; ``None`` when the window is not covered enough."""
+    start = _window_start(episode, moment, config)
+    worst = 1.0
+    for times in episode.idle_times.values():
+        seen = [t for t in times if t <= moment]
+        if not seen or moment - seen[-1] > config.max_sample_gap:
+            return None  # the most recent minutes are blind: a job may have just started
+        worst = min(worst, coverage(seen, start, moment, config.max_sample_gap))
+    if worst < config.min_coverage:
+        return None
+    return worst
+
+
+def _first_time_held(
+    episode: _Episode, warn_from: datetime, now: datetime, config: IdleGpuConfig
+) -> datetime:
+    """The first moment from ``warn_from`` on at which the condition held (checked at the
+    sample instants, as a tick then would have seen it); ``now`` if only now."""
+    instants = sorted(
+        {t for times in episode.idle_times.values() for t in times if warn_from <= t <= now}
+        | {warn_from}
+    )
+    for moment in instants:
+        if _window_coverage(episode, moment, config) is not None:
+            return moment
+    return now
+
+
+def _finding(
+    instance: InstanceView,
+    episode: _Episode,
+    now: datetime,
+    *,
+    due_at: datetime,
+    first_held: datetime,
+    config: IdleGpuConfig,
+) -> Finding:
+    window_start = _window_start(episode, now, config)
+    covered = _window_coverage(episode, now, config) or 0.0
+    samples_in_window = sum(
+        1 for times in episode.idle_times.values() for t in times if window_start <= t <= now
+    )
+    span = instance.current_span
+    rate = span.billed_usd_per_hour if span is not None else None
+    spent = instance_spend(instance.spans, episode.start, now)
+    idle_for = format_duration(now - episode.start)
+    summary = (
+        f"all {len(episode.idle_times)} GPU(s) idle for {idle_for} "
+        f"(threshold {config.threshold_percent:g}%, {covered:.0%} of the window covered)"
+    )
+    return Finding(
+        rule=NAME,
+        account=instance.latest.account,
+        instance_id=instance.latest.instance_id,
+        severity=Severity.WARNING,
+        action=ActionKind(config.action),
+        summary=summary,
+        episode_started_at=episode.start,
+        due_at=due_at,
+        evidence={
+            "instance_name": instance.latest.name,
+            **spend_evidence(spent),
+            "idle_since": episode.start.isoformat(),
+            "window_start": window_start.isoformat(),
+            "window_end": now.isoformat(),
+            "coverage": round(covered, 3),
+            "gpus": len(episode.idle_times),
+            "idle_samples_in_window": samples_in_window,
+            "armed_by": episode.armed_by,
+            "last_activity_at": (
+                episode.last_activity.isoformat() if episode.last_activity else None
+            ),
+            "first_confirmed_at": first_held.isoformat(),
+            "threshold_percent": config.threshold_percent,
+            "sources": ",".join(sorted(source.value for source in episode.sources)),
+        },
+        usd_per_hour_at_stake=rate,
+    )
+
+
+RULE = RuleSpec(NAME, IdleGpuConfig, evaluate)

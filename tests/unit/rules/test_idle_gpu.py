@@ -1,0 +1,363 @@
+"""idle_gpu: fires at the limit and not before, warns ahead, resets on activity, and never
+fires on missing or unknown data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.unit.rules.builders import (
+    T0,
+    at,
+    fleet,
+    instance,
+    probe,
+    probes_every,
+    running,
+    samples,
+    span,
+)
+from watchdog_gpu.fleet import InstanceView
+from watchdog_gpu.model import (
+    ActionKind,
+    Finding,
+    GpuSample,
+    InstanceState,
+    ProbeOutcome,
+    ProbeStatus,
+    SampleSource,
+    Verdict,
+)
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig, evaluate
+
+CONFIG = IdleGpuConfig()  # 30 min, armed after 20 min, threshold 5 %, 80 %, 3 min gap, warn 10 min
+
+
+def busy_until(minute: float) -> Callable[[datetime, int], float]:
+    """sm 95 % up to ``minute`` (inclusive), 0 afterwards."""
+    return lambda moment, _gpu: 95.0 if moment <= at(minute) else 0.0
+
+
+def forgotten(until: float = 300) -> InstanceView:
+    """A job busy for two hours (to minute 120), then idle; sampled every minute."""
+    return running(at(0), at(until), samples=samples(at(0), at(until), sm=busy_until(120)))
+
+
+def findings_at(view: InstanceView, now: datetime, config: IdleGpuConfig = CONFIG) -> list[Finding]:
+    return evaluate(fleet(now, view), now, config)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], InstanceView]
+    now: datetime
+    episode: datetime | None  # None: no finding expected
+    due: datetime | None = None
+
+
+def _with(
+    view: InstanceView,
+    extra_samples: Sequence[GpuSample] = (),
+    probes: Sequence[ProbeOutcome] | None = None,
+) -> InstanceView:
+    """``view`` with more samples and/or other probes."""
+    merged = sorted([*view.samples, *extra_samples], key=lambda s: (s.at, s.gpu_index))
+    return replace(view, samples=tuple(merged), probes=tuple(probes or view.probes))
+
+
+def _outage_then_idle() -> InstanceView:
+    # Busy until 60, SSH down from 60 to 180 (no samples), idle samples from 180 on.
+    data = samples(at(0), at(60), sm=95.0) + samples(at(180), at(300), sm=0.0)
+    return running(
+        at(0), at(300), samples=data, probes=probes_every(at(61), at(179), ProbeStatus.UNREACHABLE)
+    )
+
+
+def _bursty() -> InstanceView:
+    # 1 minute busy at the start of every 10 minutes: a data-loader-bound job.
+    def pattern(moment: datetime, _gpu: int) -> float:
+        return 90.0 if int((moment - T0).total_seconds() // 60) % 10 == 0 else 0.0
+
+    return running(at(0), at(600), samples=samples(at(0), at(600), sm=pattern))
+
+
+def _restarted() -> InstanceView:
+    # Ran busy, was stopped, runs again from 100 with 0 % from the start.
+    data = samples(at(0), at(60), sm=95.0) + samples(at(100), at(300), sm=0.0)
+    return instance(
+        span(InstanceState.RUNNING, at(0), at(60)),
+        span(InstanceState.STOPPED, at(61), at(99)),
+        span(InstanceState.RUNNING, at(100), at(300)),
+        samples=data,
+    )
+
+
+CASES = [
+    Case("fires at the limit", forgotten, at(150), at(120), at(150)),
+    Case("still the same episode well past the limit", forgotten, at(240), at(120), at(150)),
+    Case("warns from warn_before ahead of the limit", forgotten, at(140), at(120), at(150)),
+    Case("nothing before the warning window", forgotten, at(139), None),
+    Case("nothing while busy", forgotten, at(100), None),
+    Case(
+        "a busy sample starts a new episode",
+        lambda: _with(forgotten(), samples(at(130), at(130), sm=80.0)),
+        at(170),
+        at(130),
+        at(160),
+    ),
+    Case(
+        "activity inside the window prevents the action",
+        lambda: _with(forgotten(), samples(at(145), at(145), sm=80.0)),
+        at(150),
+        None,
+    ),
+    Case(
+        "encoder work keeps a GPU busy while sm is low",
+        lambda: _with(forgotten(), samples(at(145), at(145), sm=0.0, enc=40.0)),
+        at(160),
+        None,
+    ),
+    Case(
+        "utilisation at or under the threshold is idle",
+        lambda: running(
+            at(0), at(200), samples=samples(at(0), at(200), sm=busy_until(120), enc=3.0)
+        ),
+        at(150),
+        at(120),
+        at(150),
+    ),
+    Case(
+        "an interactive login counts as activity",
+        lambda: _with(forgotten(), probes=[probe(at(145), interactive_login=True)]),
+        at(160),
+        None,
+    ),
+    Case(
+        "SSH down: the most recent minutes are blind, no finding",
+        lambda: running(at(0), at(200), samples=samples(at(0), at(140), sm=busy_until(120))),
+        at(150),
+        None,
+    ),
+    Case(
+        "blind for the last 4 minutes: no finding although 80 % of the window is covered",
+        lambda: running(at(0), at(200), samples=samples(at(0), at(146), sm=busy_until(120))),
+        at(150),
+        None,
+    ),
+    Case(
+        "MIG without processes is unknown, never idle",
+        lambda: running(
+            at(0), at(200), samples=samples(at(0), at(200), sm=None, enc=None, dec=None)
+        ),
+        at(200),
+        None,
+    ),
+    Case(
+        "MIG with processes is busy",
+        lambda: running(
+            at(0),
+            at(200),
+            samples=samples(at(0), at(200), sm=None, enc=None, dec=None, verdict=Verdict.BUSY),
+        ),
+        at(200),
+        None,
+    ),
+    Case(
+        "a GPU without samples is unknown",
+        lambda: running(
+            at(0), at(200), gpu_count=2, samples=samples(at(0), at(200), sm=busy_until(120))
+        ),
+        at(160),
+        None,
+    ),
+    Case(
+        "a second GPU still busy keeps the instance",
+        lambda: running(
+            at(0),
+            at(200),
+            gpu_count=2,
+            samples=samples(
+                at(0), at(200), gpus=(0, 1), sm=lambda m, gpu: 0.0 if gpu == 0 else 70.0
+            ),
+        ),
+        at(160),
+        None,
+    ),
+    Case(
+        "every GPU idle on a two-GPU instance",
+        lambda: running(
+            at(0),
+            at(200),
+            gpu_count=2,
+            samples=samples(at(0), at(200), gpus=(0, 1), sm=busy_until(120)),
+        ),
+        at(150),
+        at(120),
+        at(150),
+    ),
+    Case(
+        "samples too sparse to cover the window",
+        lambda: running(
+            at(0),
+            at(300),
+            samples=samples(at(0), at(300), every=timedelta(minutes=5), sm=busy_until(120)),
+        ),
+        at(200),
+        None,
+    ),
+    Case(
+        "a missed probe (2-minute gap) is still covered",
+        lambda: running(
+            at(0),
+            at(300),
+            samples=samples(at(0), at(300), every=timedelta(minutes=2), sm=busy_until(120)),
+        ),
+        at(150),
+        at(120),
+        at(150),
+    ),
+    Case(
+        "provider API samples alone can show idleness",
+        lambda: running(
+            at(0),
+            at(200),
+            samples=samples(at(0), at(200), sm=busy_until(120), source=SampleSource.PROVIDER_API),
+        ),
+        at(150),
+        at(120),
+        at(150),
+    ),
+    Case(
+        "the provider API seeing work resets the dmon idle window",
+        lambda: _with(
+            forgotten(), samples(at(142), at(142), sm=60.0, source=SampleSource.PROVIDER_API)
+        ),
+        at(150),
+        None,
+    ),
+    Case("bursty job: never idle", _bursty, at(600), None),
+    Case(
+        "no activity since start: not armed before arm_after",
+        lambda: running(at(0), at(40), samples=samples(at(0), at(40), sm=0.0)),
+        at(19),
+        None,
+    ),
+    Case(
+        "40 min of 0 % at start-up: armed at 20, warned at 40",
+        lambda: running(at(0), at(40), samples=samples(at(0), at(40), sm=0.0)),
+        at(40),
+        at(20),
+        at(50),
+    ),
+    Case(
+        "40 min of 0 % at start-up: not yet in the warning window at 39",
+        lambda: running(at(0), at(40), samples=samples(at(0), at(40), sm=0.0)),
+        at(39),
+        None,
+    ),
+    Case(
+        "activity during start-up arms at once, counting from its end",
+        lambda: running(at(0), at(60), samples=samples(at(0), at(60), sm=busy_until(2))),
+        at(32),
+        at(2),
+        at(32),
+    ),
+    Case("activity before a restart does not arm the new run", _restarted, at(139), None),
+    Case("a restarted instance arms after arm_after", _restarted, at(140), at(120), at(150)),
+    Case(
+        "coverage recovered after an outage: the full warning is still given",
+        _outage_then_idle,
+        at(204),
+        at(60),
+        at(214),
+    ),
+    Case("during the outage recovery no finding yet", _outage_then_idle, at(203), None),
+    Case(
+        "the recovered episode keeps its due time",
+        _outage_then_idle,
+        at(214),
+        at(60),
+        at(214),
+    ),
+    Case(
+        "a stopped instance is not this rule's business",
+        lambda: instance(
+            span(InstanceState.STOPPED, at(0), at(200)), samples=samples(at(0), at(100))
+        ),
+        at(200),
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_idle_gpu_cases(case: Case) -> None:
+    findings = findings_at(case.build(), case.now)
+    if case.episode is None:
+        assert findings == []
+        return
+    assert len(findings) == 1
+    finding = findings[0]
+    assert finding.episode_started_at == case.episode
+    assert finding.due_at == case.due
+
+
+def test_the_finding_carries_the_window_coverage_and_dollars() -> None:
+    (finding,) = findings_at(forgotten(), at(150))
+    assert finding.rule == "idle_gpu"
+    assert finding.action is ActionKind.DESTROY
+    assert finding.account == "vast-main"
+    assert finding.instance_id == "9001"
+    assert finding.usd_per_hour_at_stake == pytest.approx(0.52)
+    assert finding.evidence["window_start"] == at(120).isoformat()
+    assert finding.evidence["window_end"] == at(150).isoformat()
+    assert finding.evidence["coverage"] == pytest.approx(29 / 30, abs=0.001)
+    assert finding.evidence["usd_so_far"] == pytest.approx(0.26)
+    assert finding.evidence["armed_by"] == "activity"
+    assert finding.evidence["sources"] == "dmon"
+
+
+def test_a_dmon_burst_every_minute_covers_the_window() -> None:
+    # The probe runs `dmon -c 5 -d 1` once a minute: 5 samples a second apart, then a pause.
+    bursts = [
+        sample
+        for minute in range(0, 201)
+        for sample in samples(
+            at(minute),
+            at(minute) + timedelta(seconds=4),
+            every=timedelta(seconds=1),
+            sm=busy_until(120),
+        )
+    ]
+    (finding,) = findings_at(running(at(0), at(200), samples=bursts), at(150))
+    assert finding.due_at == at(150)
+
+
+def test_the_action_and_threshold_come_from_the_config() -> None:
+    config = IdleGpuConfig(action="stop", threshold_percent=50, idle_minutes=15)
+    data = samples(at(0), at(200), sm=lambda m, _g: 95.0 if m <= at(100) else 30.0)
+    (finding,) = findings_at(running(at(0), at(200), samples=data), at(115), config)
+    assert finding.action is ActionKind.STOP
+    assert finding.episode_started_at == at(100)
+    assert finding.due_at == at(115)
+
+
+def test_the_episode_is_stable_across_ticks() -> None:
+    view = forgotten()
+    keys = {
+        finding.episode_key for now in range(140, 200, 3) for finding in findings_at(view, at(now))
+    }
+    assert len(keys) == 1
+
+
+def test_every_running_instance_is_judged_on_its_own() -> None:
+    idle = forgotten()
+    busy = running(
+        at(0), at(300), instance_id="2", samples=samples(at(0), at(300), sm=90.0, instance_id="2")
+    )
+    findings = evaluate(fleet(at(150), idle, busy), at(150), CONFIG)
+    assert [f.instance_id for f in findings] == ["9001"]

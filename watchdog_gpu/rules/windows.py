@@ -1,0 +1,110 @@
+"""Window helpers the rules share: per-sample verdicts, running time, sample coverage.
+
+Pure functions of recorded values; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from itertools import pairwise
+
+from watchdog_gpu.fleet import InstanceView
+from watchdog_gpu.model import GpuSample, InstanceState, Verdict
+from watchdog_gpu.spend import SpendFigure
+
+
+def sample_verdict(sample: GpuSample, threshold_percent: float) -> Verdict:
+    """Was the GPU busy in ``sample``, judged with ``threshold_percent``?
+
+    Busy when any of ``sm``, ``enc``, ``dec``, ``jpg``, ``ofa`` that is present exceeds the
+    threshold (a video job can keep ``sm`` low while the encoder works). When ``sm`` is absent
+    (``-`` in dmon: MIG, or a provider reporting nothing) the GPU is never judged idle: the
+    recorded verdict stands if it says busy (the probe saw compute processes), otherwise the
+    sample is unknown.
+    """
+    metrics = (sample.sm, sample.enc, sample.dec, sample.jpg, sample.ofa)
+    if any(value is not None and value > threshold_percent for value in metrics):
+        return Verdict.BUSY
+    if sample.sm is None:
+        return Verdict.BUSY if sample.verdict is Verdict.BUSY else Verdict.UNKNOWN
+    return Verdict.IDLE
+
+
+def usable_sample(sample: GpuSample) -> bool:
+    """True when the sample says something about the GPU (busy, or idle with a real ``sm``)."""
+    if sample.verdict is Verdict.BUSY:
+        return True
+    return sample.verdict is Verdict.IDLE and sample.sm is not None
+
+
+def running_since(instance: InstanceView) -> datetime | None:
+    """When a running instance started running; ``None`` when it is not running.
+
+    The later of the start of its current run of ``running`` spans (what we observed) and the
+    provider's ``started_at``: a provider's start time may be the creation time of an instance
+    that was stopped and resumed since, and our own first sighting may be late when the watchdog
+    met the instance already running. The later one is the conservative choice for every rule
+    that uses it (arming later, a TTL counted later): a wrong guess costs minutes, never a job.
+    """
+    if instance.state is not InstanceState.RUNNING:
+        return None
+    candidates = [instance.state_since() or instance.first_seen]
+    if instance.latest.started_at is not None:
+        candidates.append(instance.latest.started_at)
+    return max(candidates)
+
+
+def covered_seconds(
+    times: Sequence[datetime], start: datetime, end: datetime, max_gap: timedelta
+) -> float:
+    """Seconds of ``[start, end]`` observed by ``times`` (sorted instants of usable samples).
+
+    Time counts as observed when it lies between two consecutive samples at most ``max_gap``
+    apart; anything else (before the first sample, after the last one, inside a longer gap) is
+    blind time.
+    """
+    total = 0.0
+    for earlier, later in pairwise(times):
+        if later - earlier > max_gap or later <= start or earlier >= end:
+            continue
+        low, high = max(earlier, start), min(later, end)
+        total += (high - low).total_seconds()
+    return total
+
+
+def coverage(
+    times: Sequence[datetime], start: datetime, end: datetime, max_gap: timedelta
+) -> float:
+    """The fraction of ``[start, end]`` that :func:`covered_seconds` counts; 0 for an empty
+    window."""
+    length = (end - start).total_seconds()
+    if length <= 0:
+        return 0.0
+    return covered_seconds(times, start, end, max_gap) / length
+
+
+def expected_gpus(instance: InstanceView, samples: Iterable[GpuSample]) -> tuple[int, ...]:
+    """The GPU indexes an instance must have samples for.
+
+    ``0 .. gpu_count-1`` when the provider says how many GPUs there are, extended by any higher
+    index seen in samples; just the indexes seen when the count is unknown (``nvidia-smi dmon``
+    lists every GPU of the host by default, so a GPU missing from the samples still shows up as
+    a gap in the index range when a higher one is present).
+    """
+    seen = {sample.gpu_index for sample in samples}
+    count = instance.latest.gpu_count
+    highest = max(seen, default=-1)
+    if count is not None and count > 0:
+        return tuple(range(max(count, highest + 1)))
+    return tuple(range(highest + 1))
+
+
+def spend_evidence(figure: SpendFigure) -> dict[str, float | None]:
+    """Evidence entries for money spent in an episode: ``usd_so_far`` (the known dollars) and,
+    only when part of the time had an unknown rate, ``usd_unknown_seconds`` — unknown cost is
+    never shown as $0."""
+    entries: dict[str, float | None] = {"usd_so_far": round(figure.usd, 4)}
+    if not figure.complete:
+        entries["usd_unknown_seconds"] = round(figure.unknown_seconds)
+    return entries
