@@ -1,0 +1,529 @@
+"""RunPod payloads into the normalised model (pure).
+
+The client speaks GraphQL (``POST /graphql``), the only API with the balance, ``podType`` and
+per-GPU utilisation; parsers for the REST v1/v2 pod shapes sit alongside so a second path (or a
+cross-check) maps states through the same table. Facts used (docs/providers/runpod.md):
+
+- ``desiredStatus`` (GraphQL, REST v1) and ``status`` (REST v2) share one table, ``RUNPOD_STATES``.
+  ``RUNNING`` with ``runtime: null`` is still starting (image pull) or broken: ``starting``.
+- A spot pod (``podType == "INTERRUPTABLE"``, REST v1 ``interruptible``) that is ``EXITED`` lost
+  its GPU and keeps its volume: ``paused``.
+- Storage: the pod volume bills $0.10/GB/month while running and **$0.20 while stopped**; the
+  container disk bills $0.10 only while running; network volumes $0.07/GB/month for the first TB
+  and $0.05 beyond, whatever the pods do. RunPod does not say how many hours a month has: 730.
+- Compute $/h is ``costPerHr``, the pod's own rental rate.
+- SSH is the public TCP mapping of container port 22 (``runtime.ports``), as ``root``; RunPod's
+  ``ssh.runpod.io`` proxy cannot run a remote command, so it is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import datetime
+
+from watchdog_gpu.errors import AuthError, NotFoundError, ProviderError, TransientError
+from watchdog_gpu.model import (
+    AccountSnapshot,
+    InstanceSnapshot,
+    InstanceState,
+    SshKeyRecord,
+    VolumeSnapshot,
+)
+from watchdog_gpu.providers.parsing.common import (
+    HOURS_PER_MONTH,
+    StateTable,
+    as_float,
+    as_list,
+    as_object,
+    as_port,
+    broken_payload,
+    describe,
+    get_bool,
+    get_float,
+    get_id,
+    get_int,
+    get_money,
+    get_str,
+    key_comment,
+    monthly_gb_rate_to_hourly,
+    parse_iso_datetime,
+    seconds_before,
+)
+
+PROVIDER = "runpod"
+SSH_USER = "root"
+
+VOLUME_RUNNING_USD_PER_GB_MONTH = 0.10
+VOLUME_STOPPED_USD_PER_GB_MONTH = 0.20  # the doubled rate of a stopped pod's volume
+CONTAINER_DISK_USD_PER_GB_MONTH = 0.10  # only while running: the container disk is wiped on stop
+NETWORK_VOLUME_USD_PER_GB_MONTH = 0.07
+NETWORK_VOLUME_BEYOND_1TB_USD_PER_GB_MONTH = 0.05
+_ONE_TB_GB = 1000.0
+
+RUNPOD_STATES = StateTable(
+    PROVIDER,
+    {
+        "CREATED": InstanceState.STARTING,
+        "PROVISIONING": InstanceState.STARTING,  # REST v2
+        "STARTING": InstanceState.STARTING,  # REST v2
+        "RESTARTING": InstanceState.STARTING,
+        "RUNNING": InstanceState.RUNNING,
+        "EXITED": InstanceState.STOPPED,  # GPU released, volume kept and billed at 2×
+        "TERMINATED": InstanceState.GONE,
+        # PAUSED and DEAD are in the schema but undocumented; REST v2 ERROR is unrecoverable
+        # with unknown billing: all three fall back to UNKNOWN.
+    },
+)
+
+_INTERRUPTIBLE_POD_TYPES = frozenset({"INTERRUPTABLE"})
+
+
+def graphql_data(payload: object, operation: str) -> Mapping[str, object]:
+    """The ``data`` object of a GraphQL answer.
+
+    RunPod answers GraphQL failures with HTTP 200 and an ``errors`` array, so ``errors`` is read
+    before ``data``. Raises the ``ProviderError`` that :func:`graphql_error` picks, or
+    ``PermanentError`` when the answer is not a GraphQL response at all.
+    """
+    envelope = as_object(payload)
+    if envelope is None:
+        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
+    error = graphql_error(envelope, operation)
+    if error is not None:
+        raise error
+    data = as_object(envelope.get("data"))
+    if data is None:
+        raise broken_payload(PROVIDER, operation, f"'data' is {describe(envelope.get('data'))}")
+    return data
+
+
+def graphql_error(envelope: Mapping[str, object], operation: str) -> ProviderError | None:
+    """The typed error for a GraphQL ``errors`` array, or ``None`` when there is none.
+
+    "not found" → ``NotFoundError`` (terminate of a gone pod: "pod not found to terminate");
+    authorization failures → ``AuthError``; ``INTERNAL_SERVER_ERROR`` / "try again later" →
+    ``TransientError`` (retried); anything else → ``PermanentError``.
+    """
+    errors = as_list(envelope.get("errors"))
+    if not errors:
+        if envelope.get("errors") not in (None, []):
+            return broken_payload(PROVIDER, operation, "'errors' is not an array")
+        return None
+    messages: list[str] = []
+    codes: set[str] = set()
+    for entry in errors:
+        fields = as_object(entry) or {}
+        messages.append(get_str(fields, "message") or "(no message)")
+        code = get_str(as_object(fields.get("extensions")) or {}, "code")
+        if code:
+            codes.add(code.upper())
+    text = "; ".join(messages)
+    lowered = text.lower()
+    message = f"{PROVIDER}: {operation}: GraphQL error: {text}"[:300]
+    if "not found" in lowered or "NOT_FOUND" in codes:
+        return NotFoundError(message)
+    if codes & {"UNAUTHENTICATED", "FORBIDDEN"} or any(
+        word in lowered for word in ("unauthorized", "not authorized", "authorization")
+    ):
+        return AuthError(message)
+    if "INTERNAL_SERVER_ERROR" in codes or "try again later" in lowered:
+        return TransientError(message)
+    return broken_payload(PROVIDER, operation, f"GraphQL error: {text}")
+
+
+def parse_pods(payload: object, *, account: str, now: datetime) -> tuple[InstanceSnapshot, ...]:
+    """Parse ``query { myself { pods { ... } } }``. Raises ``PermanentError`` when the list or a
+    pod's id is unreadable (a silently dropped pod would look terminated)."""
+    myself = _myself(payload, "pods")
+    pods = as_list(myself.get("pods"))
+    if pods is None:
+        raise broken_payload(PROVIDER, "pods", f"'pods' is {describe(myself.get('pods'))}")
+    return tuple(parse_pod(pod, account=account, now=now) for pod in pods)
+
+
+def parse_single_pod(payload: object, *, account: str, now: datetime) -> InstanceSnapshot | None:
+    """Parse ``query { pod(input: {podId}) { ... } }``; ``None`` when the pod is gone."""
+    pod = graphql_data(payload, "pod").get("pod")
+    return None if pod is None else parse_pod(pod, account=account, now=now)
+
+
+def parse_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
+    """One GraphQL ``Pod``. Only an unreadable ``id`` is fatal (``PermanentError``)."""
+    fields = _pod_fields(pod)
+    pod_id = get_id(fields, "id")
+    if pod_id is None:
+        raise broken_payload(PROVIDER, "pod", "pod without a usable 'id'")
+    runtime = as_object(fields.get("runtime"))
+    desired = fields.get("desiredStatus")
+    interruptible = get_str(fields, "podType") in _INTERRUPTIBLE_POD_TYPES
+    state = _state(desired, interruptible=interruptible, runtime_up=runtime is not None)
+    raw_state = _raw_state(desired)
+    if state is InstanceState.STARTING and raw_state == "RUNNING":
+        raw_state = "RUNNING (runtime not up)"
+    machine = as_object(fields.get("machine")) or {}
+    ports = as_list(runtime.get("ports")) if runtime is not None else None
+    ssh_host, ssh_port = _ssh_from_runtime_ports(ports)
+    volume_gb = get_money(fields, "volumeInGb")
+    container_gb = get_money(fields, "containerDiskInGb")
+    return InstanceSnapshot(
+        provider=PROVIDER,
+        account=account,
+        instance_id=pod_id,
+        name=get_str(fields, "name") or "",
+        state=state,
+        raw_state=raw_state,
+        observed_at=now,
+        interruptible=interruptible,
+        compute_usd_per_hour=get_money(fields, "costPerHr"),
+        storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
+        disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
+        gpu_name=get_str(machine, "gpuDisplayName"),
+        gpu_count=get_int(fields, "gpuCount"),
+        ssh_host=ssh_host,
+        ssh_port=ssh_port,
+        ssh_user=SSH_USER if ssh_host else None,
+        started_at=(
+            seconds_before(now, get_float(runtime, "uptimeInSeconds")) if runtime else None
+        ),
+        provider_gpu_util_percent=_gpu_utilisation(runtime),
+        public_ports=_public_ports_from_runtime(ports),
+    )
+
+
+def pod_storage_usd_per_hour(
+    state: InstanceState, volume_gb: float | None, container_gb: float | None
+) -> float | None:
+    """What a pod's own disks bill per hour in ``state``: volume + container disk while it is
+    up, the volume at the doubled rate while it is stopped or paused, nothing once terminated."""
+    if state is InstanceState.GONE:
+        return 0.0
+    if state in (InstanceState.STOPPED, InstanceState.PAUSED):
+        if volume_gb is None:
+            return None
+        return monthly_gb_rate_to_hourly(
+            volume_gb, VOLUME_STOPPED_USD_PER_GB_MONTH, HOURS_PER_MONTH
+        )
+    if state in (InstanceState.RUNNING, InstanceState.STARTING):
+        if volume_gb is None or container_gb is None:
+            return None
+        return round(
+            monthly_gb_rate_to_hourly(volume_gb, VOLUME_RUNNING_USD_PER_GB_MONTH, HOURS_PER_MONTH)
+            + monthly_gb_rate_to_hourly(
+                container_gb, CONTAINER_DISK_USD_PER_GB_MONTH, HOURS_PER_MONTH
+            ),
+            9,
+        )
+    return None
+
+
+def network_volume_usd_per_hour(size_gb: float) -> float:
+    """A network volume's $/h: $0.07/GB/month for the first TB, $0.05 beyond (runpod.md §5)."""
+    first = min(size_gb, _ONE_TB_GB)
+    beyond = max(size_gb - _ONE_TB_GB, 0.0)
+    return round(
+        monthly_gb_rate_to_hourly(first, NETWORK_VOLUME_USD_PER_GB_MONTH, HOURS_PER_MONTH)
+        + monthly_gb_rate_to_hourly(
+            beyond, NETWORK_VOLUME_BEYOND_1TB_USD_PER_GB_MONTH, HOURS_PER_MONTH
+        ),
+        9,
+    )
+
+
+def parse_account(payload: object, *, account: str, now: datetime) -> AccountSnapshot:
+    """Parse ``myself { clientBalance currentSpendPerHr spendLimit ... }``. RunPod's
+    ``spendLimit`` is in $/h (default 80); the API says nothing about auto-pay."""
+    myself = _myself(payload, "account")
+    return AccountSnapshot(
+        provider=PROVIDER,
+        account=account,
+        observed_at=now,
+        balance_usd=get_float(myself, "clientBalance"),
+        spend_usd_per_hour=get_money(myself, "currentSpendPerHr"),
+        spend_limit_usd_per_hour=get_money(myself, "spendLimit"),
+        autopay_enabled=None,
+    )
+
+
+def parse_network_volumes(
+    payload: object, *, account: str, now: datetime
+) -> tuple[VolumeSnapshot, ...]:
+    """Parse ``myself { networkVolumes { id name size dataCenterId } }`` (size in GB). The query
+    does not say whether a pod uses a volume, so ``attached`` is ``None``."""
+    myself = _myself(payload, "network volumes")
+    return _network_volumes(myself.get("networkVolumes"), account=account, now=now)
+
+
+def parse_rest_network_volumes(
+    payload: object, *, account: str, now: datetime
+) -> tuple[VolumeSnapshot, ...]:
+    """Parse REST v1 ``GET /networkvolumes`` (a bare array of the same objects)."""
+    return _network_volumes(payload, account=account, now=now)
+
+
+def parse_ssh_keys(payload: object, *, account: str) -> tuple[SshKeyRecord, ...]:
+    """Parse ``myself { pubKey }``: every account key in one newline-separated string. RunPod
+    keys have no ids, so each gets a stable one derived from its text."""
+    myself = _myself(payload, "ssh keys")
+    text = myself.get("pubKey")
+    if text is None:
+        return ()
+    if not isinstance(text, str):
+        raise broken_payload(PROVIDER, "ssh keys", f"'pubKey' is {describe(text)}")
+    records = []
+    for line in text.replace("\\n", "\n").splitlines():
+        public_key = line.strip()
+        if not public_key:
+            continue
+        key_id = hashlib.sha256(public_key.encode()).hexdigest()[:12]
+        records.append(
+            SshKeyRecord(
+                provider=PROVIDER,
+                account=account,
+                key_id=key_id,
+                name=key_comment(public_key) or key_id,
+                public_key=public_key,
+            )
+        )
+    return tuple(records)
+
+
+def parse_mutation(payload: object, operation: str) -> object:
+    """The result of a mutation (``podStop``, ``podTerminate`` …) after checking ``errors``.
+    ``podTerminate`` returns Void: ``null`` without ``errors`` is success."""
+    data = graphql_data(payload, operation)
+    if operation not in data:
+        raise broken_payload(PROVIDER, operation, f"'data' has no '{operation}'")
+    return data[operation]
+
+
+def parse_rest_v1_pods(
+    payload: object, *, account: str, now: datetime
+) -> tuple[InstanceSnapshot, ...]:
+    """Parse REST v1 ``GET /pods`` (a bare array). v1 has no runtime block: a ``RUNNING`` pod
+    is taken as running, SSH is ``publicIp`` + ``portMappings["22"]``."""
+    pods = as_list(payload)
+    if pods is None:
+        raise broken_payload(PROVIDER, "REST v1 pods", f"got {describe(payload)}")
+    return tuple(_rest_v1_pod(pod, account=account, now=now) for pod in pods)
+
+
+def parse_rest_v2_pods(
+    payload: object, *, account: str, now: datetime
+) -> tuple[InstanceSnapshot, ...]:
+    """Parse REST v2 ``GET /v2/pods`` (``{"pods": [...]}``). v2 shows no spot flag, and its
+    ``cost`` is what the pod bills now (0.0 when EXITED), so compute $/h is only read while the
+    pod is up."""
+    envelope = as_object(payload)
+    pods = as_list(envelope.get("pods")) if envelope is not None else None
+    if pods is None:
+        raise broken_payload(PROVIDER, "REST v2 pods", f"got {describe(payload)}")
+    return tuple(_rest_v2_pod(pod, account=account, now=now) for pod in pods)
+
+
+def _rest_v1_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
+    fields = _pod_fields(pod)
+    pod_id = get_id(fields, "id")
+    if pod_id is None:
+        raise broken_payload(PROVIDER, "REST v1 pod", "pod without a usable 'id'")
+    interruptible = get_bool(fields, "interruptible") is True
+    desired = fields.get("desiredStatus")
+    state = _state(desired, interruptible=interruptible, runtime_up=True)
+    gpu = as_object(fields.get("gpu")) or {}
+    volume_gb = get_money(fields, "volumeInGb")
+    container_gb = get_money(fields, "containerDiskInGb")
+    host = get_str(fields, "publicIp")
+    mappings = as_object(fields.get("portMappings")) or {}
+    ssh_port = as_port(mappings.get("22"))
+    published = {port for key in mappings if host and (port := as_port(key)) is not None}
+    published |= (
+        _http_ports(as_list(fields.get("ports"))) if state is InstanceState.RUNNING else set()
+    )
+    return InstanceSnapshot(
+        provider=PROVIDER,
+        account=account,
+        instance_id=pod_id,
+        name=get_str(fields, "name") or "",
+        state=state,
+        raw_state=_raw_state(desired),
+        observed_at=now,
+        interruptible=interruptible,
+        compute_usd_per_hour=get_money(fields, "costPerHr"),
+        storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
+        disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
+        gpu_name=get_str(gpu, "displayName"),
+        gpu_count=get_int(gpu, "count"),
+        ssh_host=host if host and ssh_port else None,
+        ssh_port=ssh_port if host and ssh_port else None,
+        ssh_user=SSH_USER if host and ssh_port else None,
+        started_at=parse_iso_datetime(fields.get("lastStartedAt")),
+        public_ports=tuple(sorted(published)),
+    )
+
+
+def _rest_v2_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
+    fields = _pod_fields(pod)
+    pod_id = get_id(fields, "id")
+    if pod_id is None:
+        raise broken_payload(PROVIDER, "REST v2 pod", "pod without a usable 'id'")
+    status = fields.get("status")
+    state = _state(status, interruptible=False, runtime_up=True)
+    gpu = as_object(fields.get("gpu")) or {}
+    mounts = as_object(fields.get("mounts")) or {}
+    persistent = as_object(mounts.get("persistent"))
+    volume_gb = get_money(persistent, "size") if persistent is not None else 0.0
+    container_gb = get_money(fields, "disk")
+    ssh = as_object(fields.get("ssh")) or {}
+    direct = as_object(ssh.get("direct")) or {}
+    host, port = get_str(direct, "host"), as_port(direct.get("port"))
+    runtime = as_object(fields.get("runtime"))
+    up = state in (InstanceState.RUNNING, InstanceState.STARTING)
+    return InstanceSnapshot(
+        provider=PROVIDER,
+        account=account,
+        instance_id=pod_id,
+        name=get_str(fields, "name") or "",
+        state=state,
+        raw_state=_raw_state(status),
+        observed_at=now,
+        interruptible=False,
+        compute_usd_per_hour=get_money(fields, "cost") if up else None,
+        storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
+        disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
+        gpu_name=None,  # v2 names the GPU type id only ("NVIDIA GeForce RTX 4090")
+        gpu_count=get_int(gpu, "count"),
+        ssh_host=host if host and port else None,
+        ssh_port=port if host and port else None,
+        ssh_user=(get_str(direct, "username") or SSH_USER) if host and port else None,
+        created_at=parse_iso_datetime(fields.get("createdAt")),
+        started_at=parse_iso_datetime(fields.get("startedAt")),
+        public_ports=_public_ports_from_v2(runtime, as_list(fields.get("ports"))),
+    )
+
+
+def _myself(payload: object, operation: str) -> Mapping[str, object]:
+    myself = as_object(graphql_data(payload, operation).get("myself"))
+    if myself is None:
+        raise broken_payload(PROVIDER, operation, "'myself' is missing or not an object")
+    return myself
+
+
+def _pod_fields(pod: object) -> Mapping[str, object]:
+    fields = as_object(pod)
+    if fields is None:
+        raise broken_payload(PROVIDER, "pod", f"pod is {describe(pod)}")
+    return fields
+
+
+def _state(raw: object, *, interruptible: bool, runtime_up: bool) -> InstanceState:
+    state = RUNPOD_STATES.lookup(raw)
+    if state is InstanceState.RUNNING and not runtime_up:
+        return InstanceState.STARTING
+    if state is InstanceState.STOPPED and interruptible:
+        return InstanceState.PAUSED
+    return state
+
+
+def _raw_state(raw: object) -> str:
+    return raw.strip()[:80] if isinstance(raw, str) else describe(raw)
+
+
+def _billed_disk_gb(
+    state: InstanceState, volume_gb: float | None, container_gb: float | None
+) -> float | None:
+    if state in (InstanceState.STOPPED, InstanceState.PAUSED):
+        return volume_gb
+    if volume_gb is None or container_gb is None:
+        return None
+    return volume_gb + container_gb
+
+
+def _network_volumes(items: object, *, account: str, now: datetime) -> tuple[VolumeSnapshot, ...]:
+    entries = as_list(items)
+    if entries is None:
+        raise broken_payload(PROVIDER, "network volumes", f"got {describe(items)}")
+    volumes = []
+    for entry in entries:
+        fields = as_object(entry)
+        volume_id = get_id(fields, "id") if fields is not None else None
+        if fields is None or volume_id is None:
+            raise broken_payload(PROVIDER, "network volume", "entry without a usable 'id'")
+        size = get_money(fields, "size")
+        volumes.append(
+            VolumeSnapshot(
+                provider=PROVIDER,
+                account=account,
+                volume_id=volume_id,
+                name=get_str(fields, "name") or "",
+                observed_at=now,
+                size_gb=size,
+                usd_per_hour=network_volume_usd_per_hour(size) if size is not None else None,
+                attached=None,
+            )
+        )
+    return tuple(volumes)
+
+
+def _gpu_utilisation(runtime: Mapping[str, object] | None) -> tuple[float | None, ...] | None:
+    gpus = as_list(runtime.get("gpus")) if runtime is not None else None
+    if not gpus:
+        return None
+    values: list[float | None] = []
+    for gpu in gpus:
+        value = as_float((as_object(gpu) or {}).get("gpuUtilPercent"))
+        values.append(value if value is not None and 0 <= value <= 100 else None)
+    return tuple(values)
+
+
+def _runtime_port_entries(ports: list[object] | None) -> list[Mapping[str, object]]:
+    return [entry for item in ports or [] if (entry := as_object(item)) is not None]
+
+
+def _ssh_from_runtime_ports(ports: list[object] | None) -> tuple[str | None, int | None]:
+    for entry in _runtime_port_entries(ports):
+        if (
+            as_port(entry.get("privatePort")) == 22
+            and get_bool(entry, "isIpPublic") is True
+            and get_str(entry, "type") in (None, "tcp")
+        ):
+            host, port = get_str(entry, "ip"), as_port(entry.get("publicPort"))
+            if host and port:
+                return host, port
+    return None, None
+
+
+def _public_ports_from_runtime(ports: list[object] | None) -> tuple[int, ...]:
+    """Container ports reachable from the internet: those mapped on a public IP, and every
+    ``http`` port (RunPod serves those through its public HTTPS proxy)."""
+    published = set()
+    for entry in _runtime_port_entries(ports):
+        private = as_port(entry.get("privatePort"))
+        if private is None:
+            continue
+        if get_bool(entry, "isIpPublic") is True or get_str(entry, "type") == "http":
+            published.add(private)
+    return tuple(sorted(published))
+
+
+def _http_ports(specs: list[object] | None) -> set[int]:
+    """``"8888/http"`` entries of a REST pod's ``ports``: served through RunPod's public proxy."""
+    ports = set()
+    for spec in specs or []:
+        if isinstance(spec, str) and spec.strip().endswith("/http"):
+            port = as_port(spec.split("/", 1)[0])
+            if port is not None:
+                ports.add(port)
+    return ports
+
+
+def _public_ports_from_v2(
+    runtime: Mapping[str, object] | None, specs: list[object] | None
+) -> tuple[int, ...]:
+    if runtime is None:
+        return ()
+    published = _http_ports(specs)
+    for entry in _runtime_port_entries(as_list(runtime.get("ports"))):
+        private = as_port(entry.get("private"))
+        if private is not None and get_str(entry, "ip") and as_port(entry.get("public")):
+            published.add(private)
+    return tuple(sorted(published))
