@@ -274,10 +274,15 @@ class Finding:
     due_at: datetime
     evidence: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
     usd_per_hour_at_stake: float | None = None
+    # What the finding is about when one rule can say several things about one account or
+    # instance (a volume, an SSH key, auto-pay): part of the subject, so each gets its own
+    # episode key ("vast-main[ssh_key:k1]"). None for the usual one-finding-per-subject rules.
+    topic: str | None = None
 
     @property
     def subject(self) -> str:
-        return f"{self.account}/{self.instance_id}" if self.instance_id else self.account
+        base = f"{self.account}/{self.instance_id}" if self.instance_id else self.account
+        return f"{base}[{self.topic}]" if self.topic else base
 
     @property
     def episode_key(self) -> str:
