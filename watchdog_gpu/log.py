@@ -1,0 +1,232 @@
+"""Logging set-up: ``key=value`` lines (journald friendly) or JSON lines, and secret redaction.
+
+Every resolved secret (API keys, passphrases, notification URLs) is registered here with
+:func:`register_secret`. From then on every log record created in the process has those values
+masked in its message, arguments and exception text — whichever handler receives it — and the
+formatters installed by :func:`configure_logging` mask their final output once more (extras,
+tracebacks). Code must still never log a secret; this is the net under the rope.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+from pydantic import SecretStr
+
+MASK = "***"
+LogFormat = Literal["text", "json"]
+
+# Values shorter than this are not masked: they would mask ordinary words in every line, and no
+# real API key, token or passphrase is that short.
+MIN_SECRET_LENGTH = 4
+
+# Third-party loggers that are chatty at INFO/DEBUG (paramiko prints banner tracebacks at ERROR,
+# httpx logs every request URL at INFO, pydantic_settings can dump every loaded value at DEBUG):
+# they only speak up from WARNING on.
+QUIET_LOGGERS = ("paramiko", "httpx", "httpcore", "apprise", "pydantic_settings")
+
+
+class _Registry:
+    """The registered secrets (replaced, never mutated, so readers need no lock)."""
+
+    def __init__(self) -> None:
+        self.secrets: frozenset[str] = frozenset()
+        self.factory_installed = False
+        self.lock = threading.Lock()
+
+
+_registry = _Registry()
+_HANDLER_MARK = "_watchdog_gpu_handler"
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def register_secret(value: str | SecretStr) -> None:
+    """Mask ``value`` in every log record from now on (values under 4 characters are ignored)."""
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if len(text) < MIN_SECRET_LENGTH:
+        return
+    with _registry.lock:
+        _registry.secrets = _registry.secrets | {text}
+    install_redaction()
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***`` (longest secrets first, so a
+    secret that contains another is masked whole)."""
+    secrets = _registry.secrets
+    if not secrets:
+        return text
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def _redact_record(record: logging.LogRecord) -> None:
+    """Mask secrets in the record's message, arguments and exception text, in place."""
+    if not _registry.secrets:
+        return
+    try:
+        message = record.getMessage()
+    except Exception:  # a bad format string: logging itself reports it when formatting
+        return
+    masked = redact(message)
+    if masked != message:
+        record.msg = masked
+        record.args = None
+    if record.exc_info and not record.exc_text:
+        formatted = logging.Formatter().formatException(record.exc_info)
+        masked_exception = redact(formatted)
+        if masked_exception != formatted:
+            # Formatters reuse exc_text instead of formatting exc_info again.
+            record.exc_text = masked_exception
+
+
+class RedactionFilter(logging.Filter):
+    """A filter that masks registered secrets in every record it sees (and lets it pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        _redact_record(record)
+        return True
+
+
+def install_redaction() -> None:
+    """Wrap the log record factory so every record is masked at creation, for every handler
+    (including handlers someone else attached, such as pytest's). Idempotent."""
+    with _registry.lock:
+        if _registry.factory_installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            _redact_record(record)
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _registry.factory_installed = True
+
+
+def _extras(record: logging.LogRecord) -> dict[str, object]:
+    return {
+        key: value
+        for key, value in vars(record).items()
+        if key not in _STANDARD_ATTRIBUTES and not key.startswith("_")
+    }
+
+
+def _logfmt_value(value: object) -> str:
+    text = str(value)
+    if text and not any(char in text for char in ' ="\\\n\r\t'):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + escaped.replace("\r", "\\r").replace("\t", "\\t") + '"'
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class KeyValueFormatter(logging.Formatter):
+    """``time=… level=info logger=watchdog_gpu.poll msg="poll done account=vast"`` plus any
+    ``extra=`` fields as ``key=value``; a traceback follows on the next lines. ``with_time=False``
+    leaves the time out (journald stamps every line itself)."""
+
+    def __init__(self, *, with_time: bool = True) -> None:
+        super().__init__()
+        self.with_time = with_time
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: list[tuple[str, object]] = []
+        if self.with_time:
+            fields.append(("time", _timestamp(record)))
+        fields += [
+            ("level", record.levelname.lower()),
+            ("logger", record.name),
+            ("msg", record.getMessage()),
+        ]
+        fields += _extras(record).items()
+        line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        if record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return redact(line)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``msg``, extras, ``exc``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, object] = {
+            "time": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        document.update(_extras(record))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            document["exc"] = record.exc_text
+        if record.stack_info:
+            document["stack"] = self.formatStack(record.stack_info)
+        return redact(json.dumps(document, default=str, ensure_ascii=False))
+
+
+def stream_is_journal(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``stream`` is the journald stream systemd connected (``$JOURNAL_STREAM`` holds
+    its ``device:inode``, see systemd.exec(5))."""
+    env = os.environ if environ is None else environ
+    device, _, inode = env.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        status = os.fstat(stream.fileno())
+        return (status.st_dev, status.st_ino) == (int(device), int(inode))
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
+def configure_logging(
+    level: str | int = "info",
+    fmt: LogFormat = "text",
+    *,
+    stream: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> logging.Handler:
+    """Send the root logger's records at ``level`` and above to ``stream`` (default stderr) as
+    ``key=value`` lines (``fmt="text"``) or JSON lines (``fmt="json"``), with redaction. Calling it
+    again replaces the handler it installed before and leaves other handlers alone. Returns the
+    handler. Raises ``ValueError`` for an unknown level name."""
+    numeric = level if isinstance(level, int) else logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}")
+    target = sys.stderr if stream is None else stream
+    handler = logging.StreamHandler(target)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(KeyValueFormatter(with_time=not stream_is_journal(target, environ)))
+    handler.addFilter(RedactionFilter())
+    setattr(handler, _HANDLER_MARK, True)
+    root = logging.getLogger()
+    for previous in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(previous)
+        previous.close()
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, numeric))
+    install_redaction()
+    return handler
