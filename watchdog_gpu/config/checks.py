@@ -1,0 +1,187 @@
+"""Checks beyond single fields: cross references, secrets that must be available, warnings.
+
+Each returns a list of :class:`~watchdog_gpu.errors.ConfigProblem` with a dotted path, so the
+callers can show every problem at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from watchdog_gpu.errors import ConfigProblem
+from watchdog_gpu.secrets import SecretReference
+
+if TYPE_CHECKING:
+    from watchdog_gpu.config.settings import Settings
+
+
+def duplicate_account_problems(names: Sequence[object]) -> list[ConfigProblem]:
+    """One problem for every account whose name an earlier account already uses."""
+    first_index: dict[str, int] = {}
+    problems = []
+    for index, name in enumerate(names):
+        if not isinstance(name, str):
+            continue
+        if name in first_index:
+            problems.append(
+                ConfigProblem(
+                    f"accounts[{index}].name",
+                    f"duplicate account name {name!r} (accounts[{first_index[name]}] has it)",
+                )
+            )
+        else:
+            first_index[name] = index
+    return problems
+
+
+def cross_check(settings: Settings) -> list[ConfigProblem]:
+    """Problems between fields of otherwise valid settings: duplicate or unknown account names,
+    a probe deadline shorter than its sampling, retry delays in the wrong order, and a sample
+    retention too short for the idle window."""
+    problems = duplicate_account_problems([account.name for account in settings.accounts])
+    problems += _unknown_account_references(settings)
+    probe = settings.probe
+    sampling = timedelta(seconds=probe.samples_per_probe * probe.sample_interval_seconds)
+    if probe.command_deadline <= sampling:
+        problems.append(
+            ConfigProblem(
+                "probe.command_deadline",
+                f"must be longer than samples_per_probe x sample_interval_seconds ({sampling})",
+            )
+        )
+    if settings.notify.retry_initial > settings.notify.retry_max:
+        problems.append(ConfigProblem("notify.retry_initial", "must not exceed retry_max"))
+    idle_window = timedelta(minutes=settings.rules.idle_gpu.idle_minutes)
+    if settings.watchdog.sample_retention < idle_window:
+        problems.append(
+            ConfigProblem(
+                "watchdog.sample_retention",
+                "must be at least rules.idle_gpu.idle_minutes (idle windows are computed from "
+                "stored samples)",
+            )
+        )
+    return problems
+
+
+def _unknown_account_references(settings: Settings) -> list[ConfigProblem]:
+    # A misspelt account in protect_accounts would leave that account unprotected: an error.
+    known = {account.name for account in settings.accounts}
+    problems = [
+        ConfigProblem(f"rules.budget.accounts.{name}", f"no account is named {name!r}")
+        for name in settings.rules.budget.accounts
+        if name not in known
+    ]
+    for index, name in enumerate(settings.safety.protect_accounts):
+        if name not in known:
+            problems.append(
+                ConfigProblem(f"safety.protect_accounts[{index}]", f"no account is named {name!r}")
+            )
+    for index, entry in enumerate(settings.safety.protect_ids):
+        account, slash, _ = entry.partition("/")
+        if slash and account not in known:
+            problems.append(
+                ConfigProblem(
+                    f"safety.protect_ids[{index}]",
+                    f"no account is named {account!r} (write 'account/id' or a bare id)",
+                )
+            )
+    return problems
+
+
+def iter_secret_references(
+    model: BaseModel, prefix: str = ""
+) -> Iterator[tuple[str, SecretReference]]:
+    """Every secret reference in ``model`` (recursively) with its dotted path."""
+    for name in type(model).model_fields:
+        yield from _walk(getattr(model, name), f"{prefix}.{name}" if prefix else name)
+
+
+def _walk(value: object, path: str) -> Iterator[tuple[str, SecretReference]]:
+    if isinstance(value, SecretReference):
+        yield path, value
+    elif isinstance(value, BaseModel):
+        yield from iter_secret_references(value, path)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _walk(item, f"{path}[{index}]")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _walk(item, f"{path}.{key}")
+
+
+def resolve_secrets(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> list[ConfigProblem]:
+    """Look up every configured secret (and SSH key file) now; one problem per secret that is
+    missing, empty or unreadable. ``run`` refuses to start unless this is empty; ``config check``
+    only reports the problems. Found values are registered for log redaction."""
+    env = os.environ if environ is None else environ
+    problems = []
+    for path, reference in iter_secret_references(settings):
+        status = reference.lookup(env)
+        if status.value is None:
+            problems.append(
+                ConfigProblem(path, f"secret not available: {reference.source} ({status.detail})")
+            )
+    for index, account in enumerate(settings.accounts):
+        key_file = account.ssh.key_file
+        if key_file is not None and not os.access(key_file, os.R_OK):
+            reason = "missing" if not key_file.exists() else "not readable"
+            problems.append(
+                ConfigProblem(f"accounts[{index}].ssh.key_file", f"{key_file} is {reason}")
+            )
+    return problems
+
+
+def config_warnings(settings: Settings) -> list[ConfigProblem]:
+    """Valid but risky choices ``config check`` points out: secrets in plain text, nothing to
+    watch, nowhere to send alerts, an exposed metrics endpoint, accounts the probe cannot log
+    in to."""
+    warnings = [
+        ConfigProblem(
+            path,
+            "stored in plain text in the config file; prefer { env = ... }, { file = ... } or "
+            "{ credential = ... }",
+        )
+        for path, reference in iter_secret_references(settings)
+        if reference.is_plain_text
+    ]
+    if not settings.accounts:
+        warnings.append(ConfigProblem("accounts", "no accounts configured: nothing is watched"))
+    if not settings.notify.routes:
+        warnings.append(
+            ConfigProblem("notify.routes", "no routes: warnings and actions are only logged")
+        )
+    if settings.metrics.enabled and not _is_loopback(settings.metrics.listen_address):
+        warnings.append(
+            ConfigProblem(
+                "metrics.listen_address",
+                "not a loopback address: anyone who can reach it reads your fleet and spend",
+            )
+        )
+    if settings.probe.enabled:
+        warnings += [
+            ConfigProblem(
+                f"accounts[{index}].ssh",
+                "no key_file, private_key or use_agent: the GPU probe cannot log in, so this "
+                "account's instances stay unobserved (never judged idle)",
+            )
+            for index, account in enumerate(settings.accounts)
+            if not account.ssh.has_authentication
+        ]
+    return warnings
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,328 @@
+"""The sections of the configuration file, one model per TOML table.
+
+Every model is frozen and forbids unknown keys (a typo is an error, never silently ignored).
+The rule tables reuse the models of :mod:`watchdog_gpu.rules`, ``[safety]`` the model of
+:mod:`watchdog_gpu.safety`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from watchdog_gpu.durations import Duration
+from watchdog_gpu.rules.base import RuleConfig, StrictModel
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.hygiene import HygieneConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.rules.low_balance import LowBalanceConfig
+from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
+from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
+from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
+from watchdog_gpu.rules.unobserved import UnobservedConfig
+from watchdog_gpu.rules.volume_storage import VolumeStorageConfig
+from watchdog_gpu.secrets import SecretReference, resolve_config_path
+
+Mode = Literal["monitor", "enforce"]
+Provider = Literal["vast", "runpod", "lambda"]
+SeverityName = Literal["info", "warning", "critical"]
+ALL_SEVERITIES: tuple[SeverityName, ...] = ("info", "warning", "critical")
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+DEFAULT_METRICS_PORT = 9841  # not in Prometheus' default port allocation list as of 2026
+DATABASE_FILE_NAME = "watchdog-gpu.db"
+APP_DIRECTORY_NAME = "watchdog-gpu"
+
+# Account names end up in file names (known_hosts), metric labels and CLI arguments.
+_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9-]{1,63})*")
+
+
+def _require_positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be longer than 0s")
+    return value
+
+
+PositiveDuration = Annotated[Duration, AfterValidator(_require_positive)]
+"""A duration that must be longer than zero (a timeout or an interval of 0 makes no sense)."""
+
+
+def default_state_directory(environ: Mapping[str, str] | None = None) -> Path:
+    """Where mutable state lives: ``$STATE_DIRECTORY`` (systemd ``StateDirectory=``, first entry),
+    else ``$XDG_STATE_HOME/watchdog-gpu``, else ``~/.local/state/watchdog-gpu``. Not created."""
+    env = os.environ if environ is None else environ
+    state = env.get("STATE_DIRECTORY", "").split(":")[0]
+    if state:
+        return Path(state)
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and Path(xdg).is_absolute():  # the XDG spec says to ignore relative paths
+        return Path(xdg) / APP_DIRECTORY_NAME
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    return home / ".local" / "state" / APP_DIRECTORY_NAME
+
+
+def default_database_url(environ: Mapping[str, str] | None = None) -> str:
+    """The SQLAlchemy URL of ``watchdog-gpu.db`` in :func:`default_state_directory`."""
+    return f"sqlite:///{default_state_directory(environ) / DATABASE_FILE_NAME}"
+
+
+class WatchdogSection(StrictModel):
+    """``[watchdog]``: the daemon itself."""
+
+    mode: Mode = Field(
+        default="monitor",
+        description="monitor: decide, record and notify but change nothing; enforce: act",
+    )
+    poll_interval: PositiveDuration = Field(
+        default=timedelta(seconds=60), description="how often every account is listed"
+    )
+    probe_interval: PositiveDuration = Field(
+        default=timedelta(seconds=60), description="how often running instances are probed"
+    )
+    database_url: str | None = Field(
+        default=None,
+        repr=False,  # may carry a database password
+        description="SQLAlchemy URL; unset = sqlite file watchdog-gpu.db in the state directory",
+    )
+    sample_retention: PositiveDuration = Field(
+        default=timedelta(days=7), description="GPU samples older than this are deleted"
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text: key=value lines; json: one JSON object per line"
+    )
+    log_level: LogLevel = Field(default="info", description="debug, info, warning, error")
+    dead_mans_switch_url: SecretReference | None = Field(
+        default=None, description="URL pinged (GET) after every healthy tick, e.g. healthchecks.io"
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from sqlalchemy.engine import make_url  # lazy: only when a URL is configured
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError):
+            raise ValueError(
+                "not a database URL (e.g. sqlite:////var/lib/watchdog-gpu/watchdog-gpu.db)"
+            ) from None
+        return value
+
+    @field_validator("dead_mans_switch_url")
+    @classmethod
+    def _plain_url_is_http(cls, value: SecretReference | None) -> SecretReference | None:
+        if value is not None and value.is_plain_text:
+            plain = value.resolve()
+            if plain is None or not _is_http_url(plain.get_secret_value()):
+                raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    def effective_database_url(self, environ: Mapping[str, str] | None = None) -> str:
+        """``database_url``, or :func:`default_database_url` when unset."""
+        return self.database_url or default_database_url(environ)
+
+
+class MetricsSection(StrictModel):
+    """``[metrics]``: the Prometheus endpoint."""
+
+    enabled: bool = Field(default=True, description="serve /metrics")
+    listen_address: str = Field(
+        default="127.0.0.1", description="address to bind; the endpoint has no authentication"
+    )
+    port: int = Field(
+        default=DEFAULT_METRICS_PORT, ge=0, le=65535, description="TCP port (0 = any free port)"
+    )
+
+    @field_validator("listen_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not _HOST_NAME.fullmatch(value):
+                raise ValueError("must be an IP address or a host name") from None
+        return value
+
+
+class AccountSshConfig(StrictModel):
+    """``[accounts.ssh]``: how the GPU probe logs in to this account's instances."""
+
+    user: str = Field(default="root", description="login user on the instances")
+    key_file: Path | None = Field(
+        default=None, description="private key file (relative to the config file's directory)"
+    )
+    private_key: SecretReference | None = Field(
+        default=None, description="private key contents, e.g. { credential = 'ssh_key' }"
+    )
+    key_passphrase: SecretReference | None = Field(
+        default=None, description="passphrase of an encrypted private key"
+    )
+    use_agent: bool = Field(default=False, description="also offer keys from $SSH_AUTH_SOCK")
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not _SSH_USER.fullmatch(value):
+            raise ValueError("a user name of letters, digits, '_', '.', '-' (at most 32)")
+        return value
+
+    @field_validator("key_file")
+    @classmethod
+    def _key_file(cls, value: Path | None) -> Path | None:
+        return None if value is None else resolve_config_path(value)
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> AccountSshConfig:
+        if self.key_file is not None and self.private_key is not None:
+            raise ValueError("set key_file or private_key, not both")
+        return self
+
+    @property
+    def has_authentication(self) -> bool:
+        return self.key_file is not None or self.private_key is not None or self.use_agent
+
+
+class AccountConfig(StrictModel):
+    """``[[accounts]]``: one provider account."""
+
+    name: str = Field(description="unique; letters, digits, '_', '.', '-'")
+    provider: Provider = Field(description="vast, runpod or lambda")
+    api_key: SecretReference = Field(description="the API key (a secret reference)")
+    api_url: str | None = Field(
+        default=None, description="API base URL; unset = the provider's public endpoint"
+    )
+    request_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=30), description="timeout of one API request"
+    )
+    retry_budget: Duration = Field(
+        default=timedelta(seconds=60),
+        description="total time retries of one call may take (429/5xx/timeouts)",
+    )
+    protect: bool = Field(
+        default=False, description="never stop or destroy anything in this account"
+    )
+    ssh: AccountSshConfig = Field(default_factory=AccountSshConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _ACCOUNT_NAME.fullmatch(value) or set(value) == {"."}:
+            raise ValueError("use 1-64 letters, digits, '_', '.', '-' (the name is used in paths)")
+        return value
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _is_http_url(value):
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if urlsplit(value).username or urlsplit(value).password:
+            raise ValueError("must not contain credentials (the API key goes in api_key)")
+        return value.rstrip("/")
+
+
+class ProbeSection(StrictModel):
+    """``[probe]``: the GPU probe over SSH (``nvidia-smi dmon``)."""
+
+    enabled: bool = Field(default=True, description="probe running instances over SSH")
+    workers: int = Field(default=8, ge=1, le=256, description="parallel SSH sessions at most")
+    connect_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=10), description="TCP connect timeout"
+    )
+    banner_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=10), description="wait this long for the SSH banner"
+    )
+    auth_timeout: PositiveDuration = Field(
+        default=timedelta(seconds=10), description="SSH authentication timeout"
+    )
+    command_deadline: PositiveDuration = Field(
+        default=timedelta(seconds=45), description="the whole remote command must finish by this"
+    )
+    samples_per_probe: int = Field(
+        default=10, ge=1, le=600, description="dmon samples per probe (dmon -c)"
+    )
+    sample_interval_seconds: int = Field(
+        default=1, ge=1, le=60, description="seconds between dmon samples (dmon -d)"
+    )
+
+
+class RulesConfig(StrictModel):
+    """``[rules.*]``: one table per rule; defaults are each rule's defaults."""
+
+    idle_gpu: IdleGpuConfig = Field(default_factory=IdleGpuConfig)
+    paused_interruptible: PausedInterruptibleConfig = Field(
+        default_factory=PausedInterruptibleConfig
+    )
+    stopped_disk: StoppedDiskConfig = Field(default_factory=StoppedDiskConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    max_runtime: MaxRuntimeConfig = Field(default_factory=MaxRuntimeConfig)
+    low_balance: LowBalanceConfig = Field(default_factory=LowBalanceConfig)
+    unobserved: UnobservedConfig = Field(default_factory=UnobservedConfig)
+    volume_storage: VolumeStorageConfig = Field(default_factory=VolumeStorageConfig)
+    hygiene: HygieneConfig = Field(default_factory=HygieneConfig)
+
+    def by_name(self) -> dict[str, RuleConfig]:
+        """Every rule's config keyed by rule name, in the order above."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+class NotifyRoute(StrictModel):
+    """``[[notify.routes]]``: one Apprise URL and the severities it receives."""
+
+    url: SecretReference = Field(
+        description="Apprise URL; it embeds tokens, so prefer a reference { env = ... }"
+    )
+    severities: list[SeverityName] = Field(
+        default_factory=lambda: list(ALL_SEVERITIES),
+        min_length=1,
+        description="which messages go to this route",
+    )
+
+    @field_validator("severities")
+    @classmethod
+    def _unique(cls, value: list[SeverityName]) -> list[SeverityName]:
+        if len(set(value)) != len(value):
+            raise ValueError("each severity at most once")
+        return value
+
+
+class NotifySection(StrictModel):
+    """``[notify]``: delivery of notifications through Apprise."""
+
+    routes: list[NotifyRoute] = Field(default_factory=list, description="where messages go")
+    retry_initial: PositiveDuration = Field(
+        default=timedelta(seconds=30), description="first retry delay of a failed delivery"
+    )
+    retry_max: PositiveDuration = Field(
+        default=timedelta(minutes=30), description="retry delays double up to this"
+    )
+    timeout: PositiveDuration = Field(
+        default=timedelta(seconds=15), description="timeout of one delivery attempt"
+    )
+
+
+def _is_http_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return parts.scheme in {"http", "https"} and bool(parts.hostname)
