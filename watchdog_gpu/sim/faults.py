@@ -1,0 +1,70 @@
+"""Fault injection on a simulated account's API.
+
+Each account has an API mode (scripted with ``api = ...`` account events, or set by tests):
+
+- ``ok``: answer normally;
+- ``error500``: HTTP 500 with the dialect's internal-error body; nothing is changed;
+- ``ratelimit``: HTTP 429 with a ``Retry-After`` header (seconds) and the dialect's body;
+  nothing is changed;
+- ``timeout``: the server stalls for ``stall_seconds`` (long enough for the client's timeout)
+  and then drops the connection without an answer; nothing is changed;
+- ``malformed``: the request is handled (a destroy *does* happen) but the JSON body is cut in
+  half, so it cannot be decoded — the case of a proxy truncating a response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from watchdog_gpu.sim.http import SimResponse
+from watchdog_gpu.sim.scenario import ApiMode
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSettings:
+    """How faults behave. Tests shorten ``stall_seconds`` to stay fast."""
+
+    stall_seconds: float = 30.0
+    retry_after_seconds: int = 1
+
+
+class FaultBodies(Protocol):
+    """What a dialect answers when a fault is injected."""
+
+    def server_error(self) -> SimResponse: ...
+
+    def rate_limited(self, retry_after_seconds: int) -> SimResponse: ...
+
+
+def apply_fault(
+    mode: ApiMode,
+    dialect: FaultBodies,
+    handle: Callable[[], SimResponse],
+    settings: FaultSettings,
+) -> SimResponse:
+    """The response for a request on an account in ``mode``; ``handle`` serves it normally."""
+    if mode == "error500":
+        return dialect.server_error()
+    if mode == "ratelimit":
+        response = dialect.rate_limited(settings.retry_after_seconds)
+        return response.with_header("Retry-After", str(settings.retry_after_seconds))
+    if mode == "timeout":
+        return SimResponse(status=0, body=b"", stall_seconds=settings.stall_seconds)
+    if mode == "malformed":
+        return truncate(handle())
+    return handle()
+
+
+def truncate(response: SimResponse) -> SimResponse:
+    """``response`` with a body that is no longer valid JSON (half of it; never empty)."""
+    body = response.body
+    if not body:
+        return SimResponse(status=200, body=b'{"data": ', content_type="application/json")
+    return SimResponse(
+        status=response.status if response.status != 204 else 200,
+        body=body[: max(1, len(body) // 2)],
+        content_type=response.content_type,
+        headers=response.headers,
+    )

@@ -1,0 +1,413 @@
+"""The RunPod GraphQL dialect (``providers/runpod.md``) over the simulated world.
+
+Served: ``POST /graphql`` with ``{"query": …, "variables": {…}}`` (header
+``Authorization: Bearer <key>`` or the ``?api_key=`` query parameter the GraphQL docs show).
+
+Queries: ``myself { id email clientBalance currentSpendPerHr spendLimit notify* pubKey
+networkVolumes {…} pods {…} }`` and ``pod(input: {podId})`` (``null`` when the pod is gone).
+Mutations: ``podStop``, ``podResume``, ``podBidResume`` (→ the pod), ``podTerminate`` (a Void
+scalar: ``null``; an unknown/gone pod gives the error "pod not found to terminate"),
+``updateUserSettings(input: {pubKey})`` and ``deleteNetworkVolume(input: {id})``.
+
+Errors as RunPod sends them: a bad key → HTTP 401; a document that does not parse or asks for a
+field the schema lacks → HTTP 400 with ``errors``; an operation error → HTTP 200 with ``errors``
+and ``data`` holding ``null`` for that field.
+
+State mapping: starting → ``RUNNING`` with ``runtime: null``; running → ``RUNNING`` with a runtime
+(per-GPU ``gpuUtilPercent`` from the script); paused (spot interruption) and stopped → ``EXITED``;
+a pending terminate → ``TERMINATED``; gone → absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from watchdog_gpu.sim import graphql
+from watchdog_gpu.sim.graphql import GraphQLError, ObjectType, Selection
+from watchdog_gpu.sim.http import SimRequest, SimResponse, json_response
+from watchdog_gpu.sim.records import InstanceView, SimError, UnknownInstanceError
+from watchdog_gpu.sim.servers.base import Dialect
+
+_SCALARS = None
+
+SCHEMA: Mapping[str, ObjectType] = {
+    "Query": ObjectType("Query", {"myself": "User", "pod": "Pod"}),
+    "Mutation": ObjectType(
+        "Mutation",
+        {
+            "podStop": "Pod",
+            "podResume": "Pod",
+            "podBidResume": "Pod",
+            "podTerminate": _SCALARS,
+            "updateUserSettings": "User",
+            "deleteNetworkVolume": _SCALARS,
+        },
+    ),
+    "User": ObjectType(
+        "User",
+        dict.fromkeys(
+            [
+                "id",
+                "email",
+                "clientBalance",
+                "currentSpendPerHr",
+                "spendLimit",
+                "notifyLowBalance",
+                "notifyPodsStale",
+                "notifyPodsGeneral",
+                "pubKey",
+            ]
+        )
+        | {"networkVolumes": "NetworkVolume", "pods": "Pod"},
+    ),
+    "NetworkVolume": ObjectType(
+        "NetworkVolume",
+        dict.fromkeys(["id", "name", "size", "dataCenterId"]) | {"dataCenter": "DataCenter"},
+    ),
+    "DataCenter": ObjectType("DataCenter", dict.fromkeys(["id", "name"])),
+    "Pod": ObjectType(
+        "Pod",
+        dict.fromkeys(
+            [
+                "id",
+                "name",
+                "desiredStatus",
+                "podType",
+                "lastStatusChange",
+                "imageName",
+                "costPerHr",
+                "adjustedCostPerHr",
+                "lowestBidPriceToResume",
+                "costMultiplier",
+                "gpuCount",
+                "vcpuCount",
+                "memoryInGb",
+                "volumeInGb",
+                "containerDiskInGb",
+                "volumeMountPath",
+                "volumeEncrypted",
+                "machineId",
+                "locked",
+                "uptimeSeconds",
+                "ports",
+                "port",
+                "templateId",
+                "dockerArgs",
+                "dockerId",
+                "env",
+                "containerRegistryAuthId",
+                "version",
+                "gpuPowerLimitPercent",
+            ]
+        )
+        | {"machine": "PodMachineInfo", "runtime": "PodRuntime"},
+    ),
+    "PodMachineInfo": ObjectType(
+        "PodMachineInfo",
+        dict.fromkeys(
+            [
+                "gpuDisplayName",
+                "gpuTypeId",
+                "location",
+                "podHostId",
+                "secureCloud",
+                "costPerHr",
+                "currentPricePerGpu",
+                "maintenanceStart",
+                "maintenanceEnd",
+                "maintenanceNote",
+                "maxDownloadSpeedMbps",
+                "maxUploadSpeedMbps",
+                "supportPublicIp",
+                "dataCenterId",
+            ]
+        ),
+    ),
+    "PodRuntime": ObjectType(
+        "PodRuntime",
+        {
+            "uptimeInSeconds": None,
+            "ports": "PodRuntimePorts",
+            "gpus": "PodRuntimeGpus",
+            "container": "PodRuntimeContainer",
+        },
+    ),
+    "PodRuntimePorts": ObjectType(
+        "PodRuntimePorts", dict.fromkeys(["ip", "isIpPublic", "privatePort", "publicPort", "type"])
+    ),
+    "PodRuntimeGpus": ObjectType(
+        "PodRuntimeGpus", dict.fromkeys(["id", "gpuUtilPercent", "memoryUtilPercent"])
+    ),
+    "PodRuntimeContainer": ObjectType(
+        "PodRuntimeContainer", dict.fromkeys(["cpuPercent", "memoryPercent"])
+    ),
+}
+
+_JS_DATE = "%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)"
+
+
+class RunpodDialect(Dialect):
+    provider = "runpod"
+
+    def register_routes(self) -> None:
+        self.router.add("POST", "/graphql", self.graphql)
+
+    # ------------------------------------------------------------ errors
+    def unauthorized(self, *, key_given: bool) -> SimResponse:
+        return json_response(401, {"errors": [{"message": "Unauthorized"}]})
+
+    def not_found(self, message: str) -> SimResponse:
+        return json_response(404, {"errors": [{"message": message}]})
+
+    def bad_request(self, message: str) -> SimResponse:
+        return json_response(
+            400,
+            {"errors": [{"message": message, "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}]},
+        )
+
+    def server_error(self) -> SimResponse:
+        return json_response(
+            500,
+            {
+                "errors": [
+                    {
+                        "message": "Something went wrong. Please try again later or contact "
+                        "support.",
+                        "extensions": {"code": "INTERNAL_SERVER_ERROR"},
+                    }
+                ],
+                "data": None,
+            },
+        )
+
+    def rate_limited(self, retry_after_seconds: int) -> SimResponse:
+        return json_response(
+            429,
+            {"errors": [{"message": "Too Many Requests", "extensions": {"code": "RATE_LIMITED"}}]},
+        )
+
+    # ------------------------------------------------------------ GraphQL
+    def graphql(self, account: str, request: SimRequest) -> SimResponse:
+        body = request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+            return self.bad_request("Must provide query string.")
+        variables = body.get("variables") or {}
+        if not isinstance(variables, dict):
+            return self.bad_request("variables must be an object")
+        try:
+            operation = graphql.parse(body["query"])
+            root = "Mutation" if operation.kind == "mutation" else "Query"
+            graphql.validate(operation.selections, root, SCHEMA)
+        except GraphQLError as error:
+            return self.bad_request(str(error))
+        data: dict[str, Any] = {}
+        errors: list[dict[str, Any]] = []
+        resolvers = self._mutations() if root == "Mutation" else self._queries()
+        for selection in operation.selections:
+            if selection.name == "__typename":
+                data[selection.key] = root
+                continue
+            try:
+                arguments = graphql.resolve_arguments(selection.arguments, variables)
+                value = resolvers[selection.name](account, arguments)
+                data[selection.key] = graphql.project(
+                    value, selection.selections, SCHEMA[root].fields[selection.name]
+                )
+            except (SimError, GraphQLError, KeyError, TypeError) as error:
+                data[selection.key] = None
+                errors.append(_error_entry(selection, _message(selection, error)))
+        payload: dict[str, Any] = {"data": data}
+        if errors:
+            payload = {"errors": errors, "data": data}
+        return json_response(200, payload)
+
+    def _queries(self) -> dict[str, Callable[[str, Mapping[str, Any]], Any]]:
+        return {"myself": self._myself, "pod": self._pod}
+
+    def _mutations(self) -> dict[str, Callable[[str, Mapping[str, Any]], Any]]:
+        return {
+            "podStop": self._stop,
+            "podResume": self._resume,
+            "podBidResume": self._resume,
+            "podTerminate": self._terminate,
+            "updateUserSettings": self._update_user,
+            "deleteNetworkVolume": self._delete_volume,
+        }
+
+    def _myself(self, account: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        view = self.world.account_view(account)
+        keys = self.world.ssh_keys(account)
+        return {
+            "id": f"user_sim{self.world.account_names().index(account):04d}",
+            "email": f"{account}@example.com",
+            "clientBalance": None if view.balance_usd is None else round(view.balance_usd, 6),
+            "currentSpendPerHr": round(view.spend_usd_per_hour, 6),
+            "spendLimit": view.spend_limit_usd_per_hour,
+            "notifyLowBalance": True,
+            "notifyPodsStale": True,
+            "notifyPodsGeneral": True,
+            "pubKey": "\n".join(key.public_key for key in keys),
+            "networkVolumes": lambda: [
+                {
+                    "id": volume.volume_id,
+                    "name": volume.name,
+                    "size": volume.size_gb,
+                    "dataCenterId": "SIM-LO-1",
+                    "dataCenter": {"id": "SIM-LO-1", "name": "Simulated loopback"},
+                }
+                for volume in self.world.volumes(account)
+            ],
+            "pods": lambda: [self._pod_object(pod) for pod in self.world.list_instances(account)],
+        }
+
+    def _pod(self, account: str, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+        pod_id = _pod_id(arguments)
+        view = self.world.instance(account, pod_id)
+        return None if view is None else self._pod_object(view)
+
+    def _stop(self, account: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        pod_id = _pod_id(arguments)
+        self.world.stop(account, pod_id)
+        view = self.world.instance(account, pod_id)
+        if view is None:
+            raise UnknownInstanceError("pod not found")
+        return self._pod_object(view)
+
+    def _resume(self, account: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        pod_id = _pod_id(arguments)
+        self.world.start(account, pod_id)
+        view = self.world.instance(account, pod_id)
+        if view is None:
+            raise UnknownInstanceError("pod not found")
+        return self._pod_object(view)
+
+    def _terminate(self, account: str, arguments: Mapping[str, Any]) -> None:
+        pod_id = _pod_id(arguments)
+        try:
+            self.world.destroy(account, pod_id)
+        except UnknownInstanceError:
+            raise UnknownInstanceError("pod not found to terminate") from None
+
+    def _update_user(self, account: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        fields = arguments.get("input") or {}
+        if "pubKey" in fields:
+            keys = [line for line in str(fields["pubKey"]).splitlines() if line.strip()]
+            self.world.replace_ssh_keys(account, keys)
+        return self._myself(account, {})
+
+    def _delete_volume(self, account: str, arguments: Mapping[str, Any]) -> None:
+        volume_id = (arguments.get("input") or {}).get("id")
+        self.world.delete_volume(account, str(volume_id))
+
+    def _pod_object(self, view: InstanceView) -> dict[str, Any]:
+        now = self.world.now()
+        running = view.state == "running" and not view.destroying
+        status = "RUNNING" if view.state in ("starting", "running") else "EXITED"
+        if view.destroying:
+            status = "TERMINATED"
+        since = view.state_since.strftime(_JS_DATE)
+        change = {
+            "RUNNING": f"Rented by User: {since}",
+            "EXITED": (
+                f"Spot pod interrupted: {since}"
+                if view.state == "paused"
+                else f"Exited by User: {since}"
+            ),
+            "TERMINATED": f"Terminated by User: {since}",
+        }[status]
+        host_id = f"{view.instance_id}-{0x64410000 + view.ordinal:x}"
+        return {
+            "id": view.instance_id,
+            "name": view.name,
+            "desiredStatus": status,
+            "podType": "INTERRUPTABLE" if view.interruptible else "RESERVED",
+            "lastStatusChange": change,
+            "imageName": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+            "costPerHr": view.compute_usd_per_hour,
+            "adjustedCostPerHr": view.compute_usd_per_hour,
+            "lowestBidPriceToResume": (
+                round(view.compute_usd_per_hour * 1.1, 4) if view.interruptible else None
+            ),
+            "costMultiplier": 1,
+            "gpuCount": view.gpu_count,
+            "vcpuCount": 8 * view.gpu_count,
+            "memoryInGb": 62 * view.gpu_count,
+            "volumeInGb": view.disk_gb,
+            "containerDiskInGb": 20,
+            "volumeMountPath": "/workspace",
+            "volumeEncrypted": False,
+            "machineId": f"sim{view.ordinal:09d}",
+            "locked": False,
+            "uptimeSeconds": 0,
+            "ports": "8888/http,22/tcp",
+            "port": None,
+            "templateId": None,
+            "dockerArgs": "",
+            "dockerId": None,
+            "env": [],
+            "containerRegistryAuthId": None,
+            "version": 0,
+            "gpuPowerLimitPercent": 100,
+            "machine": {
+                "gpuDisplayName": view.gpu_name,
+                "gpuTypeId": f"NVIDIA {view.gpu_name}",
+                "location": "SIM",
+                "podHostId": host_id,
+                "secureCloud": True,
+                "costPerHr": view.compute_usd_per_hour,
+                "currentPricePerGpu": round(view.compute_usd_per_hour / view.gpu_count, 4),
+                "maintenanceStart": None,
+                "maintenanceEnd": None,
+                "maintenanceNote": None,
+                "maxDownloadSpeedMbps": 1000,
+                "maxUploadSpeedMbps": 1000,
+                "supportPublicIp": True,
+                "dataCenterId": "SIM-LO-1",
+            },
+            "runtime": _runtime(view, now) if running else None,
+        }
+
+
+def _runtime(view: InstanceView, now: Any) -> dict[str, Any]:
+    started = view.started_at or view.state_since
+    gpus = [
+        {
+            "id": f"GPU-{view.ordinal:08x}-0000-4000-8000-{reading.index:012x}",
+            # MIG GPUs report no utilisation; RunPod's API would have nothing to show either.
+            "gpuUtilPercent": None if view.gpu.mig else reading.sm,
+            "memoryUtilPercent": None if view.gpu.mig else reading.mem,
+        }
+        for reading in view.gpu.gpus
+    ]
+    return {
+        "uptimeInSeconds": int((now - started).total_seconds()),
+        "ports": [
+            {
+                "ip": view.ssh_host,
+                "isIpPublic": True,
+                "privatePort": 22,
+                "publicPort": view.ssh_port,
+                "type": "tcp",
+            }
+        ],
+        "gpus": gpus,
+        "container": {"cpuPercent": 10, "memoryPercent": 20},
+    }
+
+
+def _pod_id(arguments: Mapping[str, Any]) -> str:
+    fields = arguments.get("input")
+    if not isinstance(fields, dict) or not isinstance(fields.get("podId"), str):
+        raise GraphQLError("input.podId (String!) is required")
+    return str(fields["podId"])
+
+
+def _message(selection: Selection, error: Exception) -> str:
+    if isinstance(error, UnknownInstanceError) and selection.name != "podTerminate":
+        return "pod not found"
+    return str(error) or type(error).__name__
+
+
+def _error_entry(selection: Selection, message: str) -> dict[str, Any]:
+    return {"message": message, "path": [selection.key], "extensions": {"code": "RUNPOD"}}
