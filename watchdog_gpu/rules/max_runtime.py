@@ -13,12 +13,18 @@ warn_before = "1h"
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import Field
 
-from watchdog_gpu.durations import Duration
-from watchdog_gpu.rules.base import DestructiveRuleConfig
+from watchdog_gpu.durations import Duration, format_duration
+from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.model import ActionKind, Finding, Severity
+from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
+from watchdog_gpu.rules.windows import billed_rate, running_since, spend_evidence
+from watchdog_gpu.spend import instance_spend
+
+NAME = "max_runtime"
 
 
 class MaxRuntimeConfig(DestructiveRuleConfig):
@@ -28,3 +34,49 @@ class MaxRuntimeConfig(DestructiveRuleConfig):
     warn_before: Duration = Field(
         default=timedelta(hours=1), description="the warning goes out this long before the action"
     )
+
+
+def evaluate(view: FleetView, now: datetime, config: MaxRuntimeConfig) -> list[Finding]:
+    """One finding per instance running for longer than ``limit - warn_before``.
+
+    Running time counts from :func:`~watchdog_gpu.rules.windows.running_since` (the later of our
+    first sighting of the current run and the provider's start time: a TTL must not kill early);
+    ``due_at`` is that plus ``limit``. Nothing at all when ``limit`` is unset.
+    """
+    if config.limit is None:
+        return []
+    findings: list[Finding] = []
+    for instance in view.instances.values():
+        since = running_since(instance)
+        if since is None:
+            continue
+        due_at = since + config.limit
+        if now < due_at - config.warn_before:
+            continue
+        latest = instance.latest
+        findings.append(
+            Finding(
+                rule=NAME,
+                account=latest.account,
+                instance_id=latest.instance_id,
+                severity=Severity.WARNING,
+                action=ActionKind(config.action),
+                summary=(
+                    f"running for {format_duration(max(now - since, timedelta(0)))}; "
+                    f"the limit is {format_duration(config.limit)}, busy or not"
+                ),
+                episode_started_at=since,
+                due_at=due_at,
+                evidence={
+                    "instance_name": latest.name,
+                    **spend_evidence(instance_spend(instance.spans, since, now)),
+                    "running_since": since.isoformat(),
+                    "limit": format_duration(config.limit),
+                },
+                usd_per_hour_at_stake=billed_rate(instance),
+            )
+        )
+    return findings
+
+
+RULE = RuleSpec(NAME, MaxRuntimeConfig, evaluate)

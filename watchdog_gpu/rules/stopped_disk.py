@@ -13,12 +13,18 @@ warn_before = "1h"
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import Field
 
-from watchdog_gpu.durations import Duration
-from watchdog_gpu.rules.base import DestructiveRuleConfig
+from watchdog_gpu.durations import Duration, format_duration
+from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
+from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
+from watchdog_gpu.rules.windows import billed_rate, spend_evidence, state_since
+from watchdog_gpu.spend import instance_spend
+
+NAME = "stopped_disk"
 
 
 class StoppedDiskConfig(DestructiveRuleConfig):
@@ -29,3 +35,49 @@ class StoppedDiskConfig(DestructiveRuleConfig):
     warn_before: Duration = Field(
         default=timedelta(hours=1), description="the warning goes out this long before the action"
     )
+
+
+def evaluate(view: FleetView, now: datetime, config: StoppedDiskConfig) -> list[Finding]:
+    """One finding per stopped instance whose disk bills (or whose storage rate is unknown),
+    from the moment it is seen stopped; ``due_at`` is the stop plus ``after``.
+
+    A stopped instance whose provider reports a storage rate of exactly $0 bills nothing and is
+    left alone.
+    """
+    findings: list[Finding] = []
+    for instance in view.instances.values():
+        latest = instance.latest
+        if instance.state is not InstanceState.STOPPED or latest.storage_usd_per_hour == 0:
+            continue
+        since = state_since(instance)
+        spent = instance_spend(instance.spans, since, now)
+        rate = latest.storage_usd_per_hour
+        rate_text = f"${rate:.3f}/h" if rate is not None else "an unknown rate"
+        findings.append(
+            Finding(
+                rule=NAME,
+                account=latest.account,
+                instance_id=latest.instance_id,
+                severity=Severity.WARNING,
+                action=ActionKind(config.action),
+                summary=(
+                    f"stopped for {format_duration(max(now - since, timedelta(0)))}; "
+                    f"its disk keeps billing at {rate_text}"
+                ),
+                episode_started_at=since,
+                due_at=since + config.after,
+                evidence={
+                    "instance_name": latest.name,
+                    **spend_evidence(spent),
+                    "stopped_since": since.isoformat(),
+                    "raw_state": latest.raw_state,
+                    "disk_gb": latest.disk_gb,
+                    "storage_usd_per_hour": rate,
+                },
+                usd_per_hour_at_stake=billed_rate(instance),
+            )
+        )
+    return findings
+
+
+RULE = RuleSpec(NAME, StoppedDiskConfig, evaluate)

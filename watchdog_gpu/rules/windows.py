@@ -108,3 +108,15 @@ def spend_evidence(figure: SpendFigure) -> dict[str, float | None]:
     if not figure.complete:
         entries["usd_unknown_seconds"] = round(figure.unknown_seconds)
     return entries
+
+
+def billed_rate(instance: InstanceView) -> float | None:
+    """What the instance bills per hour in its current state (``None``: unknown)."""
+    span = instance.current_span
+    return span.billed_usd_per_hour if span is not None else None
+
+
+def state_since(instance: InstanceView) -> datetime:
+    """When the instance entered its current state; its latest observation when no span says
+    (a late date: every timer counted from it runs late, never early)."""
+    return instance.state_since() or instance.latest.observed_at

@@ -1,0 +1,87 @@
+"""max_runtime: a hard TTL, off unless configured, counted conservatively."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.unit.rules.builders import at, fleet, instance, running, span
+from watchdog_gpu.fleet import InstanceView
+from watchdog_gpu.model import InstanceState
+from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig, evaluate
+
+TTL = MaxRuntimeConfig(limit=timedelta(hours=48))  # warn_before defaults to 1 h
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    view: InstanceView
+    now: datetime
+    config: MaxRuntimeConfig
+    since: datetime | None  # None: no finding
+
+
+def long_job(started_at: datetime | None = None) -> InstanceView:
+    return running(at(0), at(0, hours=50), started_at=started_at)
+
+
+CASES = [
+    Case("off unless configured", long_job(), at(0, days=10), MaxRuntimeConfig(), None),
+    Case("nothing before the warning window", long_job(), at(-1, hours=47), TTL, None),
+    Case("found from warn_before ahead of the limit", long_job(), at(0, hours=47), TTL, at(0)),
+    Case("found past the limit", long_job(), at(0, hours=49), TTL, at(0)),
+    Case(
+        "a later provider start time counts (a restart inside our running span)",
+        long_job(started_at=at(0, hours=10)),
+        at(0, hours=49),
+        TTL,
+        None,
+    ),
+    Case(
+        "an earlier provider start time does not make the TTL kill early",
+        running(at(0, hours=40), at(0, hours=50), started_at=at(0)),
+        at(0, hours=49),
+        TTL,
+        None,
+    ),
+    Case(
+        "a stopped instance is not running",
+        instance(span(InstanceState.STOPPED, at(0), at(0, hours=50))),
+        at(0, hours=49),
+        TTL,
+        None,
+    ),
+    Case(
+        "the run starts again after a stop",
+        instance(
+            span(InstanceState.RUNNING, at(0), at(0, hours=10)),
+            span(InstanceState.STOPPED, at(1, hours=10), at(0, hours=11)),
+            span(InstanceState.RUNNING, at(1, hours=11), at(0, hours=60)),
+        ),
+        at(1, hours=58),
+        TTL,
+        at(1, hours=11),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_max_runtime_cases(case: Case) -> None:
+    findings = evaluate(fleet(case.now, case.view), case.now, case.config)
+    if case.since is None:
+        assert findings == []
+        return
+    (finding,) = findings
+    assert finding.episode_started_at == case.since
+    assert case.config.limit is not None
+    assert finding.due_at == case.since + case.config.limit
+
+
+def test_the_evidence_shows_the_limit_and_dollars() -> None:
+    (finding,) = evaluate(fleet(at(0, hours=48), long_job()), at(0, hours=48), TTL)
+    assert finding.evidence["limit"] == "2d"
+    assert finding.evidence["usd_so_far"] == pytest.approx(48 * 0.52)
+    assert finding.evidence["running_since"] == at(0).isoformat()
