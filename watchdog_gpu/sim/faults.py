@@ -22,11 +22,14 @@ from watchdog_gpu.sim.http import SimResponse
 from watchdog_gpu.sim.scenario import ApiMode
 
 
+DEFAULT_STALL_SECONDS = 30.0
+
+
 @dataclass(frozen=True, slots=True)
 class FaultSettings:
     """How faults behave. Tests shorten ``stall_seconds`` to stay fast."""
 
-    stall_seconds: float = 30.0
+    stall_seconds: float = DEFAULT_STALL_SECONDS
     retry_after_seconds: int = 1
 
 
