@@ -55,20 +55,27 @@ def record_observation(session: Session, observation: AccountObservation, now: d
     """Record one complete poll of one account (see ``Store.record_observation``)."""
     snapshot = observation.account
     account = upsert_account(session, snapshot.account, snapshot.provider, now)
-    session.add(
-        AccountSnapshotRow(
-            account=snapshot.account,
-            provider=snapshot.provider,
-            observed_at=snapshot.observed_at,
-            balance_usd=snapshot.balance_usd,
-            spend_usd_per_hour=snapshot.spend_usd_per_hour,
-            spend_limit_usd_per_hour=snapshot.spend_limit_usd_per_hour,
-            autopay_enabled=snapshot.autopay_enabled,
+    # A part listed in ``problems`` failed this poll: it is empty, not a complete listing, so
+    # it must not mark anything gone (and an all-None account snapshot would hide the last
+    # known balance).
+    problems = observation.problems
+    if "account" not in problems:
+        session.add(
+            AccountSnapshotRow(
+                account=snapshot.account,
+                provider=snapshot.provider,
+                observed_at=snapshot.observed_at,
+                balance_usd=snapshot.balance_usd,
+                spend_usd_per_hour=snapshot.spend_usd_per_hour,
+                spend_limit_usd_per_hour=snapshot.spend_limit_usd_per_hour,
+                autopay_enabled=snapshot.autopay_enabled,
+            )
         )
-    )
     _record_instances(session, snapshot.account, observation.instances, now)
-    _record_volumes(session, snapshot.account, observation.volumes, now)
-    _record_ssh_keys(session, observation, now)
+    if "volumes" not in problems:
+        _record_volumes(session, snapshot.account, observation.volumes, now)
+    if "ssh_keys" not in problems:
+        _record_ssh_keys(session, observation, now)
     account.last_poll_ok_at = now
     account.last_poll_error_kind = None
     account.last_poll_error_at = None

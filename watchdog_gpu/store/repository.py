@@ -97,8 +97,10 @@ class Store:
         ``now``. An instance recorded before, not gone, and absent from this (complete) listing
         becomes ``gone`` with a new span, and its pinned host key is forgotten. Also records the
         account snapshot, the volumes (absent ones are marked gone), the SSH keys (absent ones
-        are deleted) and a successful poll. Raises ValueError when an instance belongs to
-        another account than the observation's.
+        are deleted) and a successful poll; a part named in ``observation.problems``
+        (``account``, ``volumes``, ``ssh_keys``) failed and is skipped, keeping what was recorded
+        before. Raises ValueError when an instance belongs to another account than the
+        observation's.
         """
         with self._transaction(write=True) as session:
             observations.record_observation(session, observation, now)
