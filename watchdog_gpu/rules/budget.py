@@ -18,17 +18,59 @@ skip_grace = true
 [rules.budget.accounts.vast-main]
 daily_usd = 20.0
 ```
+
+How it decides:
+
+- **Scopes.** The top-level ceilings apply to the whole fleet (every account, every provider);
+  ``[rules.budget.accounts.NAME]`` ceilings apply to that account alone. A balance is per account
+  (providers do not pool money), so ``min_balance_usd`` is a floor for *each* account, which an
+  account's own ``min_balance_usd`` overrides.
+- **Spend** is the billed $/h integrated over recorded state spans (``watchdog_gpu.spend``) from
+  the start of the local day / month in ``timezone`` until now. Time with an unknown rate adds
+  nothing and is reported in the evidence: unknown cost is never treated as $0 — nor guessed.
+- **Rate** is, per account, the larger of the sum of the billed rates of its instances and the
+  spend rate the provider reports for the account.
+- **Findings.** When any ceiling of a scope is reached, every billing instance of the scope (any
+  state but ``gone`` whose rate is above $0 or unknown) gets one finding — one per instance,
+  whatever number of ceilings it breaks (all listed in the evidence) — severity critical, the
+  configured action. Protected instances get one too; the planner turns it into a critical
+  report instead of an action.
+- **Episode and due time.** A breach is dated when recorded data can date it: the instant the
+  day's or month's spend reached the ceiling, the instant the summed rate rose above the rate
+  ceiling. A balance floor or a provider-reported rate cannot be dated (the view holds only the
+  latest account snapshot), so those breaches are dated by the instance alone. The episode of an
+  instance starts at the later of the earliest dated breach and the moment the instance entered
+  its current state (stable across ticks, so the planner never duplicates an action).
+  ``due_at`` is the episode start when ``skip_grace`` (act at once), else the episode start plus
+  ``warn_before`` — for an undated breach that moment may already be past, and the action
+  follows at once: a budget emergency does not wait for a grace it cannot date.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator
 
 from watchdog_gpu.durations import Duration
-from watchdog_gpu.rules.base import DestructiveRuleConfig, StrictModel
+from watchdog_gpu.fleet import AccountView, FleetView, InstanceView
+from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
+from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec, StrictModel
+from watchdog_gpu.rules.windows import billed_rate, state_since
+from watchdog_gpu.spend import (
+    SpendFigure,
+    current_rate,
+    day_start,
+    instances_spend,
+    month_start,
+    rate_exceeded_since,
+    spend_crossing_time,
+)
+
+NAME = "budget"
 
 
 class BudgetLimits(StrictModel):
@@ -67,3 +109,173 @@ class BudgetConfig(DestructiveRuleConfig, BudgetLimits):
         except (ZoneInfoNotFoundError, ValueError) as error:
             raise ValueError(f"unknown time zone {value!r}") from error
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """One ceiling of one scope that is reached."""
+
+    scope: str  # "global" or "account NAME"
+    kind: str  # "daily", "monthly", "rate" or "balance"
+    description: str
+    started_at: datetime | None  # None: the recorded data cannot date it
+    spend_unknown: bool = False
+
+
+def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Finding]:
+    """One critical finding per billing instance of every scope whose ceiling is reached."""
+    zone = ZoneInfo(config.timezone)
+    everyone = tuple(view.instances.values())
+    by_instance: dict[str, list[Breach]] = {}
+
+    def charge(breaches: Iterable[Breach], instances: Iterable[InstanceView]) -> None:
+        found = list(breaches)
+        if not found:
+            return
+        for instance in instances:
+            if _bills(instance):
+                by_instance.setdefault(instance.latest.ref.key, []).extend(found)
+
+    charge(
+        _spend_breaches("global", config, everyone, view.accounts.values(), now=now, zone=zone),
+        everyone,
+    )
+    for account, limits in sorted(config.accounts.items()):
+        mine = view.instances_of(account)
+        known = [view.accounts[account]] if account in view.accounts else []
+        charge(_spend_breaches(f"account {account}", limits, mine, known, now=now, zone=zone), mine)
+    for account_view in view.accounts.values():
+        override = config.accounts.get(account_view.account)
+        floor = override.min_balance_usd if override is not None else None
+        if floor is None:
+            floor = config.min_balance_usd
+        breach = _balance_breach(account_view, floor)
+        if breach is not None:
+            charge([breach], view.instances_of(account_view.account))
+    return [
+        _finding(view.instances[key], breaches, config)
+        for key, breaches in sorted(by_instance.items())
+    ]
+
+
+def _bills(instance: InstanceView) -> bool:
+    if instance.state is InstanceState.GONE:
+        return False
+    rate = billed_rate(instance)
+    return rate is None or rate > 0
+
+
+def _spend_breaches(
+    scope: str,
+    limits: BudgetLimits,
+    instances: Sequence[InstanceView],
+    accounts: Iterable[AccountView],
+    *,
+    now: datetime,
+    zone: ZoneInfo,
+) -> list[Breach]:
+    breaches: list[Breach] = []
+    periods = (("daily", limits.daily_usd, day_start), ("monthly", limits.monthly_usd, month_start))
+    for kind, ceiling, period_start in periods:
+        if ceiling is None:
+            continue
+        start = period_start(now, zone)
+        spent = instances_spend(instances, start, now)
+        if spent.usd >= ceiling:
+            reached = spend_crossing_time(instances, start, now, ceiling) or start
+            text = (
+                f"{scope} {kind} spend ${spent.usd:.2f} reached the ${ceiling:.2f} ceiling"
+                f"{_unknown_note(spent)}"
+            )
+            breaches.append(Breach(scope, kind, text, reached, not spent.complete))
+    if limits.max_usd_per_hour is not None:
+        breach = _rate_breach(scope, limits.max_usd_per_hour, instances, accounts, now)
+        if breach is not None:
+            breaches.append(breach)
+    return breaches
+
+
+def _unknown_note(spent: SpendFigure) -> str:
+    if spent.complete:
+        return ""
+    hours = spent.unknown_seconds / 3600
+    return f" (plus {hours:.1f} instance-hours of unknown cost, not counted)"
+
+
+def _rate_breach(
+    scope: str,
+    ceiling: float,
+    instances: Sequence[InstanceView],
+    accounts: Iterable[AccountView],
+    now: datetime,
+) -> Breach | None:
+    """The scope's spend rate: per account the larger of its instances' billed rates and the
+    provider's reported account rate."""
+    by_account: dict[str, list[InstanceView]] = {}
+    for instance in instances:
+        by_account.setdefault(instance.latest.account, []).append(instance)
+    reported = {
+        view.account: view.latest.spend_usd_per_hour
+        for view in accounts
+        if view.latest is not None and view.latest.spend_usd_per_hour is not None
+    }
+    total = 0.0
+    unknown = 0
+    for account in sorted(set(by_account) | set(reported)):
+        figure = current_rate(by_account.get(account, ()))
+        unknown += figure.unknown_instances
+        total += max(figure.usd_per_hour, reported.get(account) or 0.0)
+    if total <= ceiling:
+        return None
+    lookback = min((instance.first_seen for instance in instances), default=now)
+    started = rate_exceeded_since(instances, now, ceiling, lookback)
+    note = f" ({unknown} instance(s) with an unknown rate not counted)" if unknown else ""
+    text = f"{scope} spend rate ${total:.2f}/h exceeds the ${ceiling:.2f}/h ceiling{note}"
+    return Breach(scope, "rate", text, started, unknown > 0)
+
+
+def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:
+    balance = account.latest.balance_usd if account.latest is not None else None
+    if floor is None or balance is None or balance >= floor:
+        return None
+    text = f"account {account.account} balance ${balance:.2f} is under the ${floor:.2f} floor"
+    return Breach(f"account {account.account}", "balance", text, None)
+
+
+def _finding(instance: InstanceView, breaches: Sequence[Breach], config: BudgetConfig) -> Finding:
+    since = state_since(instance)
+    dated = [breach.started_at for breach in breaches if breach.started_at is not None]
+    episode = max(since, min(dated)) if dated else since
+    due_at = episode if config.skip_grace else episode + config.warn_before
+    latest = instance.latest
+    unique = list(dict.fromkeys(breach.description for breach in breaches))
+    more = f" (and {len(unique) - 1} more)" if len(unique) > 1 else ""
+    return Finding(
+        rule=NAME,
+        account=latest.account,
+        instance_id=latest.instance_id,
+        severity=Severity.CRITICAL,
+        action=ActionKind(config.action),
+        summary=f"budget emergency: {unique[0]}{more}",
+        episode_started_at=episode,
+        due_at=due_at,
+        evidence={
+            "instance_name": latest.name,
+            "breaches": "; ".join(unique),
+            "scopes": ", ".join(dict.fromkeys(breach.scope for breach in breaches)),
+            "kinds": ", ".join(dict.fromkeys(breach.kind for breach in breaches)),
+            "breach_started_at": min(dated).isoformat() if dated else None,
+            "spend_unknown": any(breach.spend_unknown for breach in breaches),
+            "skip_grace": config.skip_grace,
+        },
+        usd_per_hour_at_stake=billed_rate(instance),
+    )
+
+
+RULE = RuleSpec(NAME, BudgetConfig, evaluate)
+
+
+def spend_since(now: datetime, config: BudgetConfig) -> datetime:
+    """How far back the fleet view's spans must reach for this rule: the start of the current
+    month in the budget's time zone (pass it as the store's ``spend_since``)."""
+    return month_start(now, config.timezone)
