@@ -29,10 +29,11 @@ _SECRET_ENV = re.compile(
 _TEXT_PATTERNS = (
     # Authorization: Bearer xyz / Basic xyz
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}"),
-    # api_key=xyz, "api_key": "xyz", token: xyz … in query strings, JSON or prose
+    # api_key=xyz, "api_key": "xyz", token: xyz … in query strings, JSON or prose (values of 8+
+    # characters: credentials are long, and "invalid-api-key: API key was…" must stay readable)
     re.compile(
         r"(?i)([\"']?\b[A-Za-z0-9_-]*(api[_-]?key|apikey|token|secret|password|passwd)"
-        r"[\"']?\s*[:=]\s*[\"']?)([^\"'&\s,;}]+)"
+        r"[\"']?\s*[:=]\s*[\"']?)([^\"'&\s,;}]{8,})"
     ),
 )
 # Pagination cursors are opaque but not secret, and paging needs them intact.
