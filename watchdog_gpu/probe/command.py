@@ -1,0 +1,207 @@
+"""The one remote command the probe runs, and how its output is cut back into sections.
+
+Sampling design
+---------------
+The daemon probes every running instance every ``probe_interval`` (default 60 s). One probe runs
+``nvidia-smi dmon -s u -d D -c N`` (default ``N = 10`` samples ``D = 1`` s apart, so a probe samples
+about 9-10 s of every minute), then the compute-apps query (the busy signal on MIG GPUs, where dmon
+prints ``-``), then a look at the pseudo-terminals (interactive logins).
+
+The idle rule treats two consecutive samples of a GPU that are less than ``max_gap`` apart as
+covering the time between them. With the defaults, samples inside a probe are 1 s apart and the
+last sample of one probe is about ``probe_interval - (N - 1) * D`` ≈ 51 s before the first sample
+of the next, so any ``max_gap`` above ``probe_interval`` plus the probe's own jitter (90-120 s is a
+comfortable choice) makes the samples of a healthy minute-by-minute probe cover *all* of the time:
+
+- **A 30-minute idle window is covered** by about 30 probes × 10 samples whose gaps are all below
+  ``max_gap``. A probe that fails (SSH down, timeout, unreadable output) produces no samples, so
+  the gap around it exceeds ``max_gap`` and that stretch is *blind time*, never idle: with
+  ``min_coverage = 0.8`` a window survives about 6 minutes of failed probes and no more.
+- **Short bursts are seen.** A job that is busy for one minute every ten has a busy period at
+  least as long as ``probe_interval``, so at least one probe starts inside every burst (probes
+  start every 60 s, each burst lasts 60 s) and records busy samples: the idle streak restarts at
+  least every ten minutes and never reaches 30. Bursts much shorter than ``probe_interval`` are
+  seen only with probability ≈ (burst + (N - 1) × D) / probe_interval per burst; if a workload
+  has such bursts, lower ``probe_interval`` or raise ``N`` (``N × D`` close to ``probe_interval``
+  samples continuously at the price of one long SSH session per instance and minute).
+
+Why the command is a fixed text
+-------------------------------
+The command is built only from validated integers (:class:`ProbeCommandSpec`); nothing a provider
+says about an instance (name, label, host, image) is ever part of it. It runs under ``sh -c`` so
+the account's login shell (bash, zsh, fish) does not change its meaning, and every part runs under
+``timeout`` so a hung ``nvidia-smi`` (a GPU fallen off the bus) ends on the remote side too; the
+SSH runner also enforces a local deadline.
+
+Output layout: a begin marker (anything a login shell prints before it is dropped), the dmon text,
+a marker carrying dmon's exit status, the compute-apps CSV with its exit status, ``nvidia-smi -L``
+(to place each process on its GPU by UUID), the remote ``date +%s`` followed by the last-input
+times (``stat -c %X``) of ``/dev/pts/N``, and an end marker. A missing end marker means the output
+was cut short.
+
+Interactive logins: ``who`` reads utmp, which the containers most rentals run in rarely maintain,
+so instead the command lists the pseudo-terminals: every SSH login with a terminal, ``docker exec
+-it``, tmux pane and Jupyter terminal holds one. A terminal that merely exists does not count (a
+detached tmux would keep a finished instance alive forever): the kernel sets a terminal's access
+time when someone's input is read from it, so a terminal counts as an interactive login only when
+its last input is recent (:func:`interactive_login`). The probe's own session has no terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS
+
+# 124 is what coreutils/busybox ``timeout`` exits with when it had to stop the command.
+REMOTE_TIMEOUT_EXIT_STATUS = 124
+
+_MARK = "===WATCHDOG-GPU:"
+BEGIN_MARKER = f"{_MARK}BEGIN==="
+END_MARKER = f"{_MARK}END==="
+_DMON_EXIT = re.compile(rf"^{_MARK}DMON-EXIT:(\d+)===$", re.MULTILINE)
+_APPS_EXIT = re.compile(rf"^{_MARK}APPS-EXIT:(\d+)===$", re.MULTILINE)
+
+
+def _check_int(name: str, value: int, low: int, high: int) -> None:
+    # bool is an int in Python; a True sample count is a bug, not a 1.
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeCommandSpec:
+    """The numbers the remote command is built from; each is checked to be a plain integer in a
+    sane range, so the command text can only ever be one of a fixed family of strings.
+
+    ``samples`` dmon samples ``interval_seconds`` apart; ``startup_allowance_seconds`` is what
+    nvidia-smi may spend initialising NVML before the first sample (seconds on a big machine);
+    ``query_timeout_seconds`` bounds each of the two short queries.
+    """
+
+    samples: int = 10
+    interval_seconds: int = 1
+    startup_allowance_seconds: int = 10
+    query_timeout_seconds: int = 10
+
+    def __post_init__(self) -> None:
+        _check_int("samples", self.samples, 1, 600)
+        # nvidia-smi rejects intervals outside "between 1 second and N seconds".
+        _check_int("interval_seconds", self.interval_seconds, 1, 60)
+        _check_int("startup_allowance_seconds", self.startup_allowance_seconds, 1, 300)
+        _check_int("query_timeout_seconds", self.query_timeout_seconds, 1, 120)
+        if self.samples * self.interval_seconds > 3600:
+            raise ValueError("samples × interval_seconds must not exceed one hour")
+
+    @property
+    def dmon_timeout_seconds(self) -> int:
+        """The remote ``timeout`` for dmon: the sampling time plus the start-up allowance."""
+        return self.samples * self.interval_seconds + self.startup_allowance_seconds
+
+    @property
+    def deadline_seconds(self) -> float:
+        """The local deadline for the whole command: every remote timeout plus a margin for the
+        shell and the network, so the remote ``timeout`` normally fires first."""
+        return float(self.dmon_timeout_seconds + 2 * self.query_timeout_seconds + 10)
+
+
+def build_probe_command(spec: ProbeCommandSpec) -> str:
+    """The exact command text for ``spec``. Given only validated integers, returns a string with
+    no single quotes inside the ``sh -c '…'`` body; nothing else can reach it."""
+    # NVSMI_SHOW_ALL_DEVICES lifts the 4-GPU default limit of drivers <= 535 (to 16); ``-o T``
+    # prints the time of each row, so a stall inside nvidia-smi shows as a gap, not coverage.
+    dmon = (
+        f"NVSMI_SHOW_ALL_DEVICES=1 timeout {spec.dmon_timeout_seconds} nvidia-smi dmon -s u -o T"
+        f" -d {spec.interval_seconds} -c {spec.samples} 2>&1"
+    )
+    apps = (
+        f"timeout {spec.query_timeout_seconds} nvidia-smi"
+        f" --query-compute-apps={','.join(COMPUTE_APPS_FIELDS)}"
+        " --format=csv,noheader,nounits 2>&1"
+    )
+    # ``-L`` maps GPU and MIG-device UUIDs to dmon's GPU index, to place each process.
+    gpus = f"timeout {spec.query_timeout_seconds} nvidia-smi -L 2>/dev/null"
+    body = "; ".join(
+        (
+            f"echo {BEGIN_MARKER}",
+            dmon,
+            f"echo {_MARK}DMON-EXIT:$?===",
+            apps,
+            f"echo {_MARK}APPS-EXIT:$?===",
+            gpus,
+            f"echo {_MARK}GPUS===",
+            "date +%s",
+            "stat -c %X /dev/pts/[0-9]* 2>/dev/null",
+            f"echo {END_MARKER}",
+        )
+    )
+    return f"sh -c '{body}'"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSections:
+    """The probe output cut at its markers.
+
+    ``dmon_exit``/``apps_exit`` are the remote exit statuses (``None``: the marker is missing).
+    ``gpus_text`` is the output of ``nvidia-smi -L`` (empty when it failed). ``remote_now`` and
+    ``tty_input_times`` are epoch seconds (``None``/empty when unreadable). ``complete`` is False
+    when the end marker never arrived.
+    """
+
+    dmon_text: str
+    dmon_exit: int | None
+    apps_text: str
+    apps_exit: int | None
+    gpus_text: str
+    remote_now: int | None
+    tty_input_times: tuple[int, ...]
+    complete: bool
+
+
+def split_probe_output(stdout: str) -> ProbeSections | None:
+    """Cut the output of :func:`build_probe_command` into its sections.
+
+    Returns ``None`` when the begin marker is absent (the command never started, e.g. no ``sh``);
+    never raises. Text printed before the begin marker (login banners, rc files) is dropped.
+    """
+    start = stdout.find(BEGIN_MARKER + "\n")
+    if start < 0:
+        return None
+    text = stdout[start + len(BEGIN_MARKER) + 1 :]
+    dmon_match = _DMON_EXIT.search(text)
+    if dmon_match is None:
+        return ProbeSections(text, None, "", None, "", None, (), complete=False)
+    dmon_text = text[: dmon_match.start()]
+    rest = text[dmon_match.end() + 1 :]
+    apps_match = _APPS_EXIT.search(rest)
+    if apps_match is None:
+        return ProbeSections(dmon_text, int(dmon_match.group(1)), rest, None, "", None, (), False)
+    apps_text = rest[: apps_match.start()]
+    tail = rest[apps_match.end() + 1 :]
+    gpus_text, _, tty_text = tail.partition(f"{_MARK}GPUS===\n")
+    complete = END_MARKER in tty_text
+    tty_lines = tty_text.split(END_MARKER)[0].split()
+    numbers = [int(token) for token in tty_lines if token.isdigit()]
+    return ProbeSections(
+        dmon_text=dmon_text,
+        dmon_exit=int(dmon_match.group(1)),
+        apps_text=apps_text,
+        apps_exit=int(apps_match.group(1)),
+        gpus_text=gpus_text,
+        remote_now=numbers[0] if numbers else None,
+        tty_input_times=tuple(numbers[1:]),
+        complete=complete,
+    )
+
+
+def interactive_login(sections: ProbeSections, recent_seconds: int) -> bool | None:
+    """Whether someone typed into a terminal on the instance within ``recent_seconds``.
+
+    ``None`` when the remote clock could not be read (not known, which is not "no"); ``False``
+    when no terminal exists or none had input recently. Ages use the remote clock on both sides,
+    so clock skew between the daemon and the instance does not matter.
+    """
+    if sections.remote_now is None or not sections.complete:
+        return None
+    return any(sections.remote_now - seen <= recent_seconds for seen in sections.tty_input_times)

@@ -1,0 +1,230 @@
+"""Probe every running instance over SSH in a bounded pool; one outcome per instance.
+
+:meth:`Prober.probe_all` runs the fixed probe command (:mod:`watchdog_gpu.probe.command`, where
+the sampling design and its coverage are explained) on every RUNNING instance with an SSH
+endpoint, at most ``workers`` at a time. Every failure, expected or not, becomes a
+:class:`~watchdog_gpu.model.ProbeOutcome` with a non-OK status and no samples; no exception from
+one instance stops the others. The runner is a seam (:class:`~watchdog_gpu.probe.runner.
+CommandRunner`): paramiko in production, a fake in the simulator and the unit tests.
+
+RunPod also reports a per-GPU utilisation in its API: :func:`provider_api_samples` turns it into
+``GpuSample(source=PROVIDER_API)`` as a second, SSH-free signal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import datetime
+
+from watchdog_gpu.clock import Clock
+from watchdog_gpu.errors import ProbeError
+from watchdog_gpu.model import (
+    GpuSample,
+    InstanceRef,
+    InstanceSnapshot,
+    InstanceState,
+    ProbeOutcome,
+    ProbeStatus,
+    SampleSource,
+)
+from watchdog_gpu.probe.command import ProbeCommandSpec, build_probe_command
+from watchdog_gpu.probe.hostkeys import HostKeyStore
+from watchdog_gpu.probe.interpret import ProbeContext, failed, interpret
+from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget
+from watchdog_gpu.probe.verdicts import check_threshold, metrics_verdict
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WORKERS = 8
+_MAX_DETAIL = 500
+
+
+def probe_targets(instances: Sequence[InstanceSnapshot]) -> list[InstanceSnapshot]:
+    """The instances a round probes: RUNNING with an SSH endpoint, one per instance id (the last
+    snapshot of an instance wins)."""
+    chosen: dict[InstanceRef, InstanceSnapshot] = {}
+    for instance in instances:
+        if instance.state is InstanceState.RUNNING and instance.has_ssh_endpoint:
+            chosen[instance.ref] = instance
+    return list(chosen.values())
+
+
+def provider_api_samples(
+    instances: Sequence[InstanceSnapshot], *, threshold_percent: float
+) -> list[GpuSample]:
+    """One ``GpuSample`` per GPU of every RUNNING instance whose provider reports utilisation
+    (RunPod), stamped at the snapshot's ``observed_at``. The value is judged like dmon's ``sm``:
+    above the threshold busy, at or below idle, missing unknown."""
+    check_threshold(threshold_percent)
+    samples: list[GpuSample] = []
+    for instance in instances:
+        if instance.state is not InstanceState.RUNNING:
+            continue
+        for index, percent in enumerate(instance.provider_gpu_util_percent or ()):
+            samples.append(
+                GpuSample(
+                    account=instance.account,
+                    instance_id=instance.instance_id,
+                    at=instance.observed_at,
+                    gpu_index=index,
+                    verdict=metrics_verdict({"sm": percent}, threshold=threshold_percent),
+                    source=SampleSource.PROVIDER_API,
+                    sm=percent,
+                )
+            )
+    return samples
+
+
+class Prober:
+    """Runs probe rounds. Given the runner, the clock, optionally the host-key store (to forget
+    the pins of gone instances), the command's numbers, the busy threshold, how recent terminal
+    input must be to count as an interactive login, the pool size, the login user for
+    instances whose provider does not name one (one for all, or per account; "root" otherwise),
+    and the local command deadline (default: the spec's, a little over the remote timeouts)."""
+
+    def __init__(
+        self,
+        runner: CommandRunner,
+        *,
+        clock: Clock,
+        host_key_store: HostKeyStore | None = None,
+        spec: ProbeCommandSpec | None = None,
+        threshold_percent: float = 5.0,
+        interactive_recent_seconds: int = 1800,
+        workers: int = DEFAULT_WORKERS,
+        default_user: str | Mapping[str, str] = "root",
+        deadline_seconds: float | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self._runner = runner
+        self._clock = clock
+        self._host_keys = host_key_store
+        self._spec = spec or ProbeCommandSpec()
+        self._command = build_probe_command(self._spec)
+        self._deadline = deadline_seconds or self._spec.deadline_seconds
+        self._threshold = check_threshold(threshold_percent)
+        self._recent = interactive_recent_seconds
+        self._workers = workers
+        self._default_user = default_user
+
+    @property
+    def command(self) -> str:
+        """The exact remote command every probe runs."""
+        return self._command
+
+    def probe_all(self, instances: Sequence[InstanceSnapshot], now: datetime) -> list[ProbeOutcome]:
+        """Probe every RUNNING instance with an SSH endpoint, ``workers`` at a time.
+
+        Returns one outcome per probed instance (in the order of :func:`probe_targets`), each
+        stamped ``now``; never raises for a single instance's failure. Afterwards closes the kept
+        connections of instances not probed this round, and forgets connection and host-key pin
+        of every instance listed as GONE.
+        """
+        targets = probe_targets(instances)
+        outcomes: list[ProbeOutcome] = []
+        if targets:
+            with ThreadPoolExecutor(
+                max_workers=min(self._workers, len(targets)), thread_name_prefix="probe"
+            ) as pool:
+                outcomes = list(pool.map(lambda item: self.probe_one(item, now), targets))
+        if isinstance(self._runner, ConnectionKeeper):
+            self._runner.close_except({target.ref for target in targets})
+        for instance in instances:
+            if instance.state is InstanceState.GONE:
+                self.forget_instance(instance.account, instance.instance_id)
+        return outcomes
+
+    def probe_one(self, instance: InstanceSnapshot, now: datetime) -> ProbeOutcome:
+        """Probe one instance; every failure becomes a non-OK outcome without samples."""
+        started_at = self._clock.now()
+        started = self._clock.monotonic()
+
+        def context() -> ProbeContext:
+            return ProbeContext(
+                account=instance.account,
+                instance_id=instance.instance_id,
+                at=now,
+                started_at=started_at,
+                read_at=self._clock.now(),
+                duration_seconds=max(0.0, self._clock.monotonic() - started),
+                spec=self._spec,
+                threshold_percent=self._threshold,
+                interactive_recent_seconds=self._recent,
+                expected_gpus=instance.gpu_count,
+                deadline_seconds=self._deadline,
+            )
+
+        try:
+            target = self._target(instance)
+            result = self._runner.run(target, self._command, self._deadline)
+            outcome = interpret(result, context())
+        except ProbeError as error:
+            outcome = failed(context(), _status(error.status), str(error))
+        except Exception as error:  # a bug must cost one outcome, not the round
+            logger.exception("probe failed unexpectedly instance=%s", instance.ref.key)
+            outcome = failed(
+                context(), ProbeStatus.UNREACHABLE, f"unexpected {type(error).__name__}: {error}"
+            )
+        self._log(outcome)
+        return _clip_detail(outcome)
+
+    def forget_instance(self, account: str, instance_id: str) -> None:
+        """The instance is gone: close its connection and drop its host-key pin (its address
+        may next belong to another machine, whose key must not look like a changed one)."""
+        if isinstance(self._runner, ConnectionKeeper):
+            self._runner.close_instance(InstanceRef(account, instance_id))
+        if self._host_keys is not None:
+            self._host_keys.forget_host_key(account, instance_id)
+
+    def provider_samples(self, instances: Sequence[InstanceSnapshot]) -> list[GpuSample]:
+        """:func:`provider_api_samples` with this prober's threshold."""
+        return provider_api_samples(instances, threshold_percent=self._threshold)
+
+    def _target(self, instance: InstanceSnapshot) -> SshTarget:
+        assert instance.ssh_host is not None
+        assert instance.ssh_port is not None
+        return SshTarget(
+            account=instance.account,
+            instance_id=instance.instance_id,
+            host=instance.ssh_host,
+            port=instance.ssh_port,
+            user=instance.ssh_user or self._user_for(instance.account),
+        )
+
+    def _user_for(self, account: str) -> str:
+        if isinstance(self._default_user, str):
+            return self._default_user
+        return self._default_user.get(account, "root")
+
+    def _log(self, outcome: ProbeOutcome) -> None:
+        level = logging.INFO if outcome.status is ProbeStatus.OK else logging.WARNING
+        logger.log(
+            level,
+            "probe instance=%s/%s status=%s duration=%.2fs samples=%d interactive=%s detail=%s",
+            outcome.account,
+            outcome.instance_id,
+            outcome.status.value,
+            outcome.duration_seconds,
+            len(outcome.samples),
+            outcome.interactive_login,
+            outcome.detail,
+        )
+
+
+def _status(value: str) -> ProbeStatus:
+    try:
+        status = ProbeStatus(value)
+    except ValueError:
+        return ProbeStatus.UNREACHABLE
+    # A runner must not claim success through an exception.
+    return ProbeStatus.UNREACHABLE if status is ProbeStatus.OK else status
+
+
+def _clip_detail(outcome: ProbeOutcome) -> ProbeOutcome:
+    if len(outcome.detail) <= _MAX_DETAIL:
+        return outcome
+    return replace(outcome, detail=outcome.detail[: _MAX_DETAIL - 1] + "…")

@@ -1,0 +1,143 @@
+"""Loading the daemon's private key(s) and small host-key helpers.
+
+The key can come from a file (e.g. ``$CREDENTIALS_DIRECTORY/ssh_private_key`` under systemd's
+``LoadCredential=``) or from a secret's text (never written to disk); an encrypted key takes its
+passphrase from a secret. Error messages name the source and the problem, never key material or
+the passphrase: paramiko's and cryptography's own messages are not passed on, because some of them
+carry the key bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from watchdog_gpu.errors import ConfigError, ConfigProblem
+
+
+@dataclass(frozen=True, slots=True)
+class SshCredentials:
+    """Which private key(s) the probe offers. At least one source must be set.
+
+    ``private_key_path``: an OpenSSH or PEM private key file. ``private_key_text``: the same
+    content from a secret. ``passphrase``: for an encrypted key (ignored for a plain one).
+    ``use_agent``: also offer the keys of the ssh-agent at ``$SSH_AUTH_SOCK``.
+    """
+
+    private_key_path: Path | None = None
+    private_key_text: str | None = field(default=None, repr=False)
+    passphrase: str | None = field(default=None, repr=False)
+    use_agent: bool = False
+
+
+def load_private_keys(credentials: SshCredentials) -> list[paramiko.PKey]:
+    """The private keys named by ``credentials``, decrypted and ready to offer.
+
+    Raises :class:`ConfigError` (path ``ssh.private_key_path`` / ``ssh.private_key_text``) when a
+    key cannot be read, is not a private key, is of an unsupported type or the passphrase is wrong,
+    and when no source is configured at all.
+    """
+    keys: list[paramiko.PKey] = []
+    problems: list[ConfigProblem] = []
+    sources: list[tuple[str, bytes | None]] = []
+    if credentials.private_key_path is not None:
+        try:
+            sources.append(("ssh.private_key_path", credentials.private_key_path.read_bytes()))
+        except OSError as exc:
+            problems.append(
+                ConfigProblem("ssh.private_key_path", f"cannot read the key file: {exc.strerror}")
+            )
+    if credentials.private_key_text is not None:
+        sources.append(("ssh.private_key_text", credentials.private_key_text.encode()))
+    for where, data in sources:
+        if data is None:
+            continue
+        try:
+            keys.append(_load_key(data, credentials.passphrase))
+        except _KeyProblem as problem:
+            problems.append(ConfigProblem(where, str(problem)))
+    if not sources and not problems and not credentials.use_agent:
+        problems.append(ConfigProblem("ssh", "no private key configured and the agent is off"))
+    if problems:
+        raise ConfigError(problems)
+    return keys
+
+
+class _KeyProblem(Exception):
+    pass
+
+
+def _load_key(data: bytes, passphrase: str | None) -> paramiko.PKey:
+    password = passphrase.encode() if passphrase else None
+    try:
+        loaded = _decode(data, password)
+    except TypeError:
+        # A passphrase was configured for a key that is not encrypted (or the other way round).
+        if password is None:
+            raise _KeyProblem("the key is encrypted and no passphrase is configured") from None
+        loaded = _decode(data, None)
+        password = None
+    key_class: type[paramiko.PKey]
+    if isinstance(loaded, ed25519.Ed25519PrivateKey):
+        key_class = paramiko.Ed25519Key
+    elif isinstance(loaded, rsa.RSAPrivateKey):
+        key_class = paramiko.RSAKey
+    elif isinstance(loaded, ec.EllipticCurvePrivateKey):
+        key_class = paramiko.ECDSAKey
+    else:
+        raise _KeyProblem("unsupported key type (use ed25519, ecdsa or rsa)")
+    try:
+        text = io.StringIO(data.decode())
+        return key_class.from_private_key(text, password=password.decode() if password else None)
+    except (paramiko.SSHException, ValueError, UnicodeDecodeError):
+        raise _KeyProblem("paramiko could not load the key") from None
+
+
+def _decode(data: bytes, password: bytes | None) -> object:
+    """The cryptography key object; raises TypeError on an encryption mismatch."""
+    try:
+        return serialization.load_ssh_private_key(data, password=password)
+    except ValueError as ssh_error:
+        if b"OPENSSH PRIVATE KEY" in data:
+            raise _KeyProblem(_explain(ssh_error, password)) from None
+    try:
+        return serialization.load_pem_private_key(data, password=password)
+    except ValueError as pem_error:
+        raise _KeyProblem(_explain(pem_error, password)) from None
+
+
+def _explain(error: ValueError, password: bytes | None) -> str:
+    # cryptography says "Incorrect password", "Corrupt data: broken checksum" (a wrong passphrase
+    # on an OpenSSH key), "Could not deserialize"…; only our own words go on, so no part of a key
+    # can reach a log.
+    text = str(error).lower()
+    if password is not None and any(word in text for word in ("password", "checksum", "decrypt")):
+        return "wrong passphrase, or the key is damaged"
+    return "not a private key in OpenSSH or PEM format"
+
+
+def fingerprint(key_base64: str) -> str:
+    """OpenSSH's ``SHA256:…`` fingerprint of a public key given as base64 (``ssh-keygen -l``)."""
+    try:
+        blob = base64.b64decode(key_base64, validate=True)
+    except ValueError:
+        return "SHA256:?"
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return f"SHA256:{digest}"
+
+
+def prefer_key_type(preferred: tuple[str, ...], key_type: str) -> tuple[str, ...]:
+    """``preferred`` host-key algorithms with those that produce ``key_type`` moved first.
+
+    An RSA key is named ``ssh-rsa`` but negotiated as ``rsa-sha2-512``/``rsa-sha2-256``.
+    """
+    wanted = ("rsa-sha2-512", "rsa-sha2-256") if key_type == "ssh-rsa" else (key_type,)
+    first = tuple(name for name in preferred if name in wanted)
+    return first + tuple(name for name in preferred if name not in wanted)
