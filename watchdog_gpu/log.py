@@ -83,6 +83,9 @@ def _redact_record(record: logging.LogRecord) -> None:
     if masked != message:
         record.msg = masked
         record.args = None
+    for key, value in _extras(record).items():
+        if isinstance(value, str) and redact(value) != value:
+            setattr(record, key, redact(value))
     if record.exc_info and not record.exc_text:
         formatted = logging.Formatter().formatException(record.exc_info)
         masked_exception = redact(formatted)

@@ -226,10 +226,12 @@ def _validate(value: object) -> SecretReference:
         return SecretReference.plain(value)
     if not isinstance(value, Mapping):
         raise _error(f"a secret is {_FORMS}")
-    keys = [str(key)[:40] for key in value]
+    keys = [str(key) for key in value]
     unknown = [key for key in keys if key not in REFERENCE_KINDS]
     if unknown or len(keys) != 1:
-        found = ", ".join(keys) if keys else "none"
+        # Only word-like keys are repeated back (a key could be a pasted secret).
+        shown = [key if re.fullmatch(r"[A-Za-z_]{1,20}", key) else "?" for key in keys]
+        found = ", ".join(shown) if keys else "none"
         raise _error(
             f"a secret reference has exactly one of env, file, credential (found: {found})"
         )
@@ -239,7 +241,8 @@ def _validate(value: object) -> SecretReference:
         raise _error(f"'{kind}' must be a non-empty string")
     if kind == "env":
         if not _ENV_NAME.fullmatch(name):
-            raise _error(f"'{name[:60]}' is not an environment variable name")
+            # The name is not repeated: a key pasted in by mistake would end up in the error.
+            raise _error("not an environment variable name (letters, digits and '_')")
         return SecretReference.env(name)
     if kind == "credential":
         if "/" in name or name in {".", ".."}:

@@ -32,7 +32,7 @@ from watchdog_gpu.rules.base import RuleConfig
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``config check`` to the command line."""
     config = subparsers.add_parser("config", help="inspect the configuration")
-    actions = config.add_subparsers(dest="config_action", metavar="ACTION", required=True)
+    actions = config.add_subparsers(dest="config_action", metavar="{check}", required=True)
     check = actions.add_parser(
         "check",
         help="validate the configuration and summarise it",

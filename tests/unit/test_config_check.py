@@ -1,0 +1,158 @@
+"""``watchdog-gpu config check``: a summary and exit 0, or every problem and exit 2."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from watchdog_gpu.cli import main
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "config"
+EXAMPLE = Path(__file__).parent.parent.parent / "config.example.toml"
+CANARY = "canary-secret-7f3a9"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No keys, no credentials, no overrides from the machine running the tests."""
+    for name in list(os.environ):
+        if name.startswith("WATCHDOG_GPU_") or name in {
+            "VAST_API_KEY",
+            "CREDENTIALS_DIRECTORY",
+            "STATE_DIRECTORY",
+            "XDG_STATE_HOME",
+            "XDG_CONFIG_HOME",
+            "WATCHDOG_NOTIFY_URL",
+        }:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def test_the_example_checks_out_without_any_api_key_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # any directory: the path given is absolute
+
+    code = main(["config", "check", "--config", str(EXAMPLE)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"config file: {EXAMPLE.absolute()} (--config)" in out
+    assert "mode: monitor" in out
+    assert "vast-main   vast    api_key: env VAST_API_KEY (missing)" in out
+    assert "runpod-lab  runpod  api_key: credential runpod_api_key (missing:" in out
+    assert "idle_gpu              destroy  monitor" in out
+    assert "low_balance           notify   monitor" in out
+    assert "notify: 1 route" in out
+    assert "refuses to start" in out
+
+
+def test_three_mistakes_give_three_dotted_paths_and_exit_2_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["config", "check", "--config", str(FIXTURES / "three_mistakes.toml")])
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert "invalid configuration (3 problems):" in captured.err
+    for path in (
+        "accounts[1].api_key:",
+        "rules.idle_gpu.idle_minuts:",
+        "rules.stopped_disk.after:",
+    ):
+        assert f"\n  {path}" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_a_missing_config_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["config", "check", "--config", str(tmp_path / "absent.toml")])
+
+    assert code == 2
+    assert "absent.toml does not exist" in capsys.readouterr().err
+
+
+def test_the_file_is_found_through_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WATCHDOG_GPU_CONFIG", str(FIXTURES / "minimal.toml"))
+    monkeypatch.setenv("VAST_API_KEY", CANARY)
+
+    code = main(["config", "check"])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "($WATCHDOG_GPU_CONFIG)" in out
+    assert "api_key: env VAST_API_KEY (set)" in out
+    assert out.rstrip().endswith("configuration is valid")
+
+
+@pytest.mark.parametrize("kind", ["env", "file", "credential"])
+def test_a_secret_value_appears_nowhere_in_the_output(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:
+    (tmp_path / "key").write_text(CANARY + "\n")
+    monkeypatch.setenv("VAST_API_KEY", CANARY)
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    monkeypatch.setenv("NTFY_URL", f"ntfys://ntfy.sh/{CANARY}")
+    reference = {
+        "env": '{ env = "VAST_API_KEY" }',
+        "file": f'{{ file = "{tmp_path / "key"}" }}',
+        "credential": '{ credential = "key" }',
+    }[kind]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        textwrap.dedent(f"""
+        [[accounts]]
+        name = "vast-main"
+        provider = "vast"
+        api_key = {reference}
+        [accounts.ssh]
+        private_key = {reference}
+        [[notify.routes]]
+        url = {{ env = "NTFY_URL" }}
+        """)
+    )
+
+    code = main(["config", "check", "--config", str(config)])
+
+    captured = capsys.readouterr()
+    assert code == 0
+    assert f"api_key: {kind} " in captured.out
+    assert "(set)" in captured.out
+    assert "notify.routes[0].url:" in captured.out
+    assert CANARY not in captured.out + captured.err
+
+
+def test_plain_text_secrets_are_accepted_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[[accounts]]\nname = "a"\nprovider = "lambda"\napi_key = "{CANARY}"\n'
+        "[accounts.ssh]\nuse_agent = true\n"
+    )
+
+    code = main(["config", "check", "--config", str(config)])
+
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "warning: accounts[0].api_key: stored in plain text" in captured.err
+    assert "api_key: plain text in the config file (set)" in captured.out
+    assert CANARY not in captured.out + captured.err
+
+
+def test_config_without_an_action_prints_usage_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["config"])
+
+    assert caught.value.code == 2
+    assert "check" in capsys.readouterr().err
