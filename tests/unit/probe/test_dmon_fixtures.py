@@ -5,6 +5,7 @@ The fixtures are in ``tests/fixtures/nvidia-smi`` (README there: where each came
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,8 +41,8 @@ class Expect:
     rows: int
     columns: tuple[str, ...]
     verdicts: dict[int, Verdict]
-    column_values: dict[str, list[object]] = field(default_factory=dict)
-    values: dict[int, dict[str, object]] = field(default_factory=dict)
+    column_values: Mapping[str, Sequence[object]] = field(default_factory=dict)
+    values: Mapping[int, Mapping[str, object]] = field(default_factory=dict)
     other_thresholds: dict[float, dict[int, Verdict]] = field(default_factory=dict)
     notes: int = 0
 
@@ -314,10 +315,10 @@ def test_a_dmon_fixture_parses_to_its_rows_values_and_nulls(name: str) -> None:
     assert len(table.rows) == expect.rows
     assert table.columns == expect.columns
     assert all(tuple(row.values) == expect.columns for row in table.rows)
-    for column, values in expect.column_values.items():
-        assert [row.values[column] for row in table.rows] == values, column
-    for index, values in expect.values.items():
-        assert {key: table.rows[index].values[key] for key in values} == values
+    for column, in_order in expect.column_values.items():
+        assert [row.values[column] for row in table.rows] == list(in_order), column
+    for index, some in expect.values.items():
+        assert {key: table.rows[index].values[key] for key in some} == some
     assert len(table.notes) == expect.notes, table.notes
 
 
