@@ -21,7 +21,6 @@ from typing import Protocol
 from watchdog_gpu.sim.http import SimResponse
 from watchdog_gpu.sim.scenario import ApiMode
 
-
 DEFAULT_STALL_SECONDS = 30.0
 
 

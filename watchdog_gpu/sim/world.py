@@ -388,8 +388,10 @@ class SimulatedWorld:
     ) -> Callable[[datetime], None]:
         def apply(_at: datetime) -> None:
             if event.balance_usd is not None:
+                # A new balance starts a new episode: at or below zero it triggers the
+                # provider's zero-balance behaviour right away (see _settle_zero_balances).
                 record.balance_usd = event.balance_usd
-                record.exhausted = event.balance_usd <= _BALANCE_EPSILON_USD
+                record.exhausted = False
             if event.api is not None:
                 record.api_mode = event.api
             if event.spend_limit_usd_per_hour is not None:
@@ -403,29 +405,50 @@ class SimulatedWorld:
 
     def _advance(self, target: datetime | None = None) -> datetime:
         """Play the world forward to ``target`` (default: the clock's now); return the instant
-        the world is at (never earlier than before)."""
+        the world is at (never earlier than before).
+
+        Time moves in segments of constant rates, each ending at the next scheduled event, the
+        next zero-balance crossing or ``target``, whichever comes first; events a segment's end
+        triggers (a destroy finishing, a zero-balance stop) apply before the next segment bills.
+        """
         target = self._clock.now() if target is None else target
-        while self._queue and self._queue[0][0] <= target:
-            moment = self._queue[0][0]
-            self._bill_until(moment)
-            while self._queue and self._queue[0][0] == moment:
+        while True:
+            next_event = self._queue[0][0] if self._queue else None
+            due = next_event is not None and next_event <= target
+            stop = next_event if due and next_event is not None else target
+            if self._bill_towards(stop) < stop:
+                continue  # a balance reached zero first; its consequences may be scheduled
+            if not due:
+                break
+            while self._queue and self._queue[0][0] == stop:
                 _, _, action = heapq.heappop(self._queue)
-                action(moment)
-        self._bill_until(target)
+                action(stop)
+            self._settle_zero_balances(stop)
         return max(target, self._billed_to)
 
-    def _bill_until(self, target: datetime) -> None:
-        while self._billed_to < target:
-            segment_end = target
-            crossing: AccountRecord | None = None
-            for record in self._accounts.values():
-                moment = self._zero_crossing(record)
-                if moment is not None and moment <= segment_end:
-                    segment_end, crossing = moment, record
-            self._integrate(self._billed_to, segment_end)
-            self._billed_to = segment_end
-            if crossing is not None:
-                self._zero_balance(crossing, segment_end)
+    def _bill_towards(self, stop: datetime) -> datetime:
+        """Bill one segment: up to ``stop`` or to the first zero-balance crossing before it
+        (whose behaviour then runs). Returns the instant billed to."""
+        if self._billed_to >= stop:
+            return self._billed_to
+        segment_end = stop
+        crossing: AccountRecord | None = None
+        for record in self._accounts.values():
+            moment = self._zero_crossing(record)
+            if moment is not None and moment < segment_end:
+                segment_end, crossing = moment, record
+        self._integrate(self._billed_to, segment_end)
+        self._billed_to = segment_end
+        if crossing is not None:
+            self._zero_balance(crossing, segment_end)
+        else:
+            self._settle_zero_balances(segment_end)
+        return self._billed_to
+
+    def _settle_zero_balances(self, at: datetime) -> None:
+        for record in self._accounts.values():
+            if self._zero_crossing(record) == at:
+                self._zero_balance(record, at)
 
     def _zero_crossing(self, record: AccountRecord) -> datetime | None:
         """When ``record``'s balance reaches zero at the current rates (None: not before the
