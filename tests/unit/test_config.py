@@ -256,14 +256,13 @@ def test_a_misspelt_environment_override_is_an_error_not_ignored(tmp_path: Path)
         load_settings(path, {"WATCHDOG_GPU_METRIC__PORT": "1"})
 
 
-def test_a_secret_variable_that_happens_to_carry_the_prefix_is_not_an_override(
-    tmp_path: Path,
-) -> None:
-    path = write(tmp_path, ACCOUNT.replace('"VAST_API_KEY"', '"WATCHDOG_GPU_VAST_KEY"'))
+def test_a_prefixed_variable_that_is_no_override_is_left_alone(tmp_path: Path) -> None:
+    path = write(tmp_path, ACCOUNT.replace('"VAST_API_KEY"', '"WATCHDOG_GPU_VAST__KEY"'))
+    environ = {"WATCHDOG_GPU_VAST__KEY": "k" * 20, "WATCHDOG_GPU_CLIENT_VENVS": "/ci/venvs"}
 
-    settings = load_settings(path, {"WATCHDOG_GPU_VAST_KEY": "k" * 20})
+    settings = load_settings(path, environ)
 
-    assert settings.accounts[0].api_key.resolve({"WATCHDOG_GPU_VAST_KEY": "abcd"}) is not None
+    assert settings.accounts[0].api_key == SecretReference.env("WATCHDOG_GPU_VAST__KEY")
 
 
 def test_settings_built_in_code_read_neither_file_nor_environment(

@@ -155,7 +155,9 @@ def _describe_toml_error(path: Path, error: tomllib.TOMLDecodeError) -> str:
 def _environment_problems(
     environ: Mapping[str, str], toml: Mapping[str, Any]
 ) -> list[ConfigProblem]:
-    # pydantic-settings silently ignores WATCHDOG_GPU_<UNKNOWN>: a misspelt override must not be.
+    # pydantic-settings silently ignores WATCHDOG_GPU_<UNKNOWN>__<OPTION>: a misspelt override
+    # must not be. A prefixed name without "__" is left alone unless it names a section: tools
+    # around the daemon use such names for their own purposes (e.g. WATCHDOG_GPU_CLIENT_VENVS).
     referenced = set(_referenced_env_names(toml))
     problems = []
     for name in sorted(environ):
@@ -163,7 +165,7 @@ def _environment_problems(
         if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV_VAR or name in referenced:
             continue
         section, nested, _ = upper[len(ENV_PREFIX) :].partition(ENV_NESTED_DELIMITER)
-        if section.lower() not in Settings.model_fields:
+        if section.lower() not in Settings.model_fields and nested:
             options = ", ".join(Settings.model_fields)
             problems.append(
                 ConfigProblem("", f"unknown environment variable {name} (sections: {options})")
