@@ -28,9 +28,12 @@ LOOKBACK = timedelta(hours=1)
 def test_samples_and_probes_cover_exactly_the_lookback_window(store: Store) -> None:
     now = T0 + timedelta(hours=3)
     store.record_observation(observation(instance("101")), now)
-    for offset in (-90, -60, -30, 0, 5):  # 5: after now, e.g. a clock step; not in the view
-        at = now + minutes(offset)
-        store.record_probe(probe("101", at, sample("101", at, 0), sample("101", at, 1, sm=40.0)))
+    store.record_probes(
+        probe("101", at, sample("101", at, 0), sample("101", at, 1, sm=40.0))
+        for at in (now + minutes(offset) for offset in (-90, -60, -30, 0))
+    )
+    # After now (e.g. a clock step): not in the view.
+    store.record_probe(probe("101", now + minutes(5), sample("101", now + minutes(5))))
 
     view = store.load_fleet_view(now, LOOKBACK, now - timedelta(hours=1)).instances[
         f"{ACCOUNT}/101"

@@ -120,6 +120,13 @@ class Store:
         with self._transaction(write=True) as session:
             observations.record_probe(session, outcome)
 
+    def record_probes(self, outcomes: Iterable[ProbeOutcome]) -> None:
+        """Record many probe outcomes (and their samples) in one transaction: a probe round
+        over a large fleet costs one commit instead of one per instance."""
+        with self._transaction(write=True) as session:
+            for outcome in outcomes:
+                observations.record_probe(session, outcome)
+
     def record_samples(self, samples: Iterable[GpuSample]) -> None:
         """Record GPU samples that came without an SSH probe (e.g. RunPod's API utilisation)."""
         with self._transaction(write=True) as session:
