@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
+from alembic.config import Config
 from sqlalchemy import Engine, inspect
 
 from watchdog_gpu.cli import main
@@ -91,6 +92,26 @@ def test_the_engine_turns_on_wal_foreign_keys_and_a_busy_timeout(store_engine: E
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000
+
+
+def test_migrations_run_with_foreign_keys_off_and_the_connection_gets_them_back(
+    empty_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batch mode recreates tables; with foreign keys on, that fails or cascades.
+    seen: list[object] = []
+    real_upgrade = command.upgrade
+
+    def spying_upgrade(config: Config, revision: str) -> None:
+        connection = config.attributes["connection"]
+        seen.append(connection.exec_driver_sql("PRAGMA foreign_keys").scalar())
+        real_upgrade(config, revision)
+
+    monkeypatch.setattr(command, "upgrade", spying_upgrade)
+    upgrade_to_head(empty_engine)
+
+    assert seen == [0]
+    with empty_engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
 
 def test_the_tables_have_named_constraints_for_batch_migrations(store_engine: Engine) -> None:
