@@ -279,12 +279,22 @@ def validate(
             validate(selection.selections, child, schema)
 
 
-def project(value: Any, selections: tuple[Selection, ...] | None, type_name: str | None) -> Any:
-    """Keep only the selected fields of a resolved value (a dict, a list of dicts, a scalar)."""
+def project(
+    value: Any,
+    selections: tuple[Selection, ...] | None,
+    type_name: str | None,
+    schema: Mapping[str, ObjectType] | None = None,
+) -> Any:
+    """Keep only the selected fields of a resolved value (a dict, a list of dicts, a scalar).
+
+    Field values that are callables are called first (lazy fields cost nothing unless asked
+    for); ``schema`` gives nested values their type name for ``__typename``.
+    """
     if value is None or selections is None:
         return value
     if isinstance(value, list):
-        return [project(item, selections, type_name) for item in value]
+        return [project(item, selections, type_name, schema) for item in value]
+    fields = schema[type_name].fields if schema is not None and type_name in schema else {}
     result = {}
     for selection in selections:
         if selection.name == "__typename":
@@ -293,7 +303,9 @@ def project(value: Any, selections: tuple[Selection, ...] | None, type_name: str
         item = value.get(selection.name)
         if callable(item):
             item = item()
-        result[selection.key] = project(item, selection.selections, None)
+        result[selection.key] = project(
+            item, selection.selections, fields.get(selection.name), schema
+        )
     return result
 
 

@@ -212,7 +212,7 @@ class RunpodDialect(Dialect):
                 arguments = graphql.resolve_arguments(selection.arguments, variables)
                 value = resolvers[selection.name](account, arguments)
                 data[selection.key] = graphql.project(
-                    value, selection.selections, SCHEMA[root].fields[selection.name]
+                    value, selection.selections, SCHEMA[root].fields[selection.name], SCHEMA
                 )
             except (SimError, GraphQLError, KeyError, TypeError) as error:
                 data[selection.key] = None
