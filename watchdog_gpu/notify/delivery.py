@@ -17,7 +17,7 @@ secret-looking parts before it leaves this module.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import apprise
 
+from watchdog_gpu.config import NotifySection
 from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.render import render_test
@@ -342,3 +343,25 @@ def _scrub(text: str, secrets: frozenset[str]) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def routes_from_config(
+    section: NotifySection, environ: Mapping[str, str] | None = None
+) -> list[Route]:
+    """The routes of a ``[notify]`` section with their URLs resolved from their secret
+    references. Raises ConfigError listing every route whose URL secret is missing."""
+    routes: list[Route] = []
+    problems: list[ConfigProblem] = []
+    for index, configured in enumerate(section.routes):
+        label = f"notify.routes[{index}]"
+        url = configured.url.resolve(environ)
+        if url is None:
+            problems.append(
+                ConfigProblem(f"{label}.url", f"{configured.url.describe(environ)}: no URL")
+            )
+            continue
+        severities = frozenset(Severity(name) for name in configured.severities)
+        routes.append(Route(url.get_secret_value(), severities, label=label))
+    if problems:
+        raise ConfigError(problems)
+    return routes
