@@ -294,7 +294,8 @@ def project(
         return value
     if isinstance(value, list):
         return [project(item, selections, type_name, schema) for item in value]
-    fields = schema[type_name].fields if schema is not None and type_name in schema else {}
+    known = schema.get(type_name) if schema is not None and type_name is not None else None
+    fields = known.fields if known is not None else {}
     result = {}
     for selection in selections:
         if selection.name == "__typename":
