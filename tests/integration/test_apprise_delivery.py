@@ -13,6 +13,7 @@ from tests.support.http_receiver import HttpReceiver, free_port
 from tests.support.memory_outbox import MemoryOutbox
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, Route, deliver_due, notify_test
+from watchdog_gpu.store import Store
 
 NOW = datetime(2026, 12, 2, 22, 20, tzinfo=UTC)
 BACKOFF = Backoff(initial=timedelta(seconds=30), maximum=timedelta(minutes=10))
@@ -175,3 +176,30 @@ def test_notify_test_reports_each_route_whatever_its_severities(receiver: HttpRe
     assert f"127.0.0.1:{receiver.port}" in results[0].url
     [request] = receiver.received("/pager")
     assert json.loads(request.body)["title"] == "watchdog-gpu test notification"
+
+
+def test_with_the_real_store_a_failed_message_waits_in_sqlite_and_is_delivered_later(
+    store: Store,
+) -> None:
+    port = free_port()
+    delivery = AppriseDelivery([route(port, "phone", Severity.CRITICAL)])
+    key = "idle_gpu:vast-main/9001:e1:action"
+    store.enqueue_notification(message(Severity.CRITICAL, key=key))
+
+    down = deliver_due(store, delivery, NOW, BACKOFF)
+    queued = store.get_notification(key)
+    with HttpReceiver(port=port) as back:
+        too_early = deliver_due(store, delivery, NOW + timedelta(seconds=29), BACKOFF)
+        later = deliver_due(store, delivery, NOW + timedelta(seconds=30), BACKOFF)
+
+    assert (down.failed, too_early.delivered, later.delivered) == (1, 0, 1)
+    assert queued is not None
+    assert queued.delivered_at is None
+    assert queued.attempts == 1
+    assert queued.next_attempt_at == NOW + timedelta(seconds=30)
+    delivered = store.get_notification(key)
+    assert delivered is not None
+    assert delivered.delivered_at == NOW + timedelta(seconds=30)
+    assert store.notification_backlog() == 0
+    [request] = back.received("/phone")
+    assert json.loads(request.body)["type"] == "failure"
