@@ -1,1 +1,108 @@
-"""The rules: one module each, registered here by name (the TOML table name under ``[rules]``)."""
+"""The rules: one module each, registered here by name (the TOML table name under ``[rules]``).
+
+Adding a rule is one module (config model with a TOML example in its docstring, a pure
+``evaluate``, ``RULE = RuleSpec(NAME, Config, evaluate)``) plus one line in ``RULES`` below.
+
+:func:`evaluate_all` runs every enabled rule over one fleet view. A rule that raises is logged
+and skipped — the others still run: one bug must not switch off the budget layer too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.model import Finding
+from watchdog_gpu.rules import (
+    budget,
+    hygiene,
+    idle_gpu,
+    low_balance,
+    max_runtime,
+    paused_interruptible,
+    stopped_disk,
+    unobserved,
+    volume_storage,
+)
+from watchdog_gpu.rules.base import Rule, RuleConfig
+
+logger = logging.getLogger(__name__)
+
+# Order matters only for readability of findings and logs: the money layers first.
+RULES: dict[str, Rule] = {
+    rule.name: rule
+    for rule in (
+        budget.RULE,
+        idle_gpu.RULE,
+        paused_interruptible.RULE,
+        stopped_disk.RULE,
+        max_runtime.RULE,
+        low_balance.RULE,
+        unobserved.RULE,
+        volume_storage.RULE,
+        hygiene.RULE,
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """What one evaluation produced: the findings, and the rules that failed (name → error
+    type and message) so the daemon can count and report them."""
+
+    findings: tuple[Finding, ...]
+    failed: Mapping[str, str]
+
+
+def default_configs() -> dict[str, RuleConfig]:
+    """Every rule's configuration with its documented defaults (what `simulate` uses without a
+    config file)."""
+    return {name: rule.config_model() for name, rule in RULES.items()}
+
+
+def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleConfig]) -> Evaluation:
+    """Run every enabled rule over ``view`` as of ``now``.
+
+    ``configs`` maps rule names to their config models; a rule missing from it runs with its
+    defaults, a rule whose ``enabled`` is false does not run, and a name that is no rule is
+    logged and ignored. A rule that raises (including being handed the wrong config type) is
+    logged with its traceback and recorded in ``failed``; the other rules still run.
+    """
+    for name in configs:
+        if name not in RULES:
+            logger.warning("unknown rule ignored rule=%s", name)
+    findings: list[Finding] = []
+    failed: dict[str, str] = {}
+    for name, rule in RULES.items():
+        config = configs.get(name) or rule.config_model()
+        if not config.enabled:
+            continue
+        try:
+            produced = list(rule.evaluate(view, now, config))
+        except Exception as error:  # a rule bug must not silence the other layers
+            logger.exception("rule failed rule=%s error=%s", name, type(error).__name__)
+            failed[name] = f"{type(error).__name__}: {error}"
+            continue
+        findings.extend(produced)
+    return Evaluation(tuple(findings), failed)
+
+
+def evaluate_all(
+    view: FleetView, now: datetime, configs: Mapping[str, RuleConfig]
+) -> list[Finding]:
+    """The findings of :func:`evaluate_rules` (failing rules logged and skipped)."""
+    return list(evaluate_rules(view, now, configs).findings)
+
+
+__all__ = [
+    "RULES",
+    "Evaluation",
+    "Rule",
+    "RuleConfig",
+    "default_configs",
+    "evaluate_all",
+    "evaluate_rules",
+]

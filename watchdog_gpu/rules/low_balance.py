@@ -12,9 +12,17 @@ min_runway_hours = 6
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import Field
 
-from watchdog_gpu.rules.base import RuleConfig
+from watchdog_gpu.fleet import AccountView, FleetView
+from watchdog_gpu.model import ActionKind, Finding, Severity
+from watchdog_gpu.rules.base import RuleConfig, RuleSpec
+from watchdog_gpu.spend import current_rate, day_start
+
+NAME = "low_balance"
+CRITICAL_RUNWAY_HOURS = 1.0
 
 
 class LowBalanceConfig(RuleConfig):
@@ -24,3 +32,71 @@ class LowBalanceConfig(RuleConfig):
     min_runway_hours: float | None = Field(
         default=6.0, gt=0, description="warn when balance ÷ spend rate is under this many hours"
     )
+
+
+def evaluate(view: FleetView, now: datetime, config: LowBalanceConfig) -> list[Finding]:
+    """One finding per account whose balance or runway is short.
+
+    The spend rate is the larger of the account's instances' billed rates and the rate the
+    provider reports. Severity is critical when the balance is $0 or less or the runway is under
+    an hour, warning otherwise.
+
+    The view holds only the latest account snapshot, so the rule cannot tell when the balance
+    fell; the episode is dated to the start of the current UTC day, and a critical finding has
+    its own topic. So the user hears at most once a day while the balance stays low, and once
+    more when it becomes critical — never once per tick.
+    """
+    findings: list[Finding] = []
+    for account in view.accounts.values():
+        finding = _account_finding(view, account, now, config)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _account_finding(
+    view: FleetView, account: AccountView, now: datetime, config: LowBalanceConfig
+) -> Finding | None:
+    latest = account.latest
+    if latest is None or latest.balance_usd is None:
+        return None
+    balance = latest.balance_usd
+    instances_rate = current_rate(view.instances_of(account.account))
+    rate = max(instances_rate.usd_per_hour, latest.spend_usd_per_hour or 0.0)
+    runway = max(balance, 0.0) / rate if rate > 0 else None
+    reasons: list[str] = []
+    if config.min_balance_usd is not None and balance < config.min_balance_usd:
+        reasons.append(f"balance ${balance:.2f} is under ${config.min_balance_usd:.2f}")
+    short = config.min_runway_hours
+    if runway is not None and short is not None and runway < short:
+        reasons.append(f"runway {runway:.1f} h at ${rate:.2f}/h is under {short:g} h")
+    if balance <= 0 and not reasons:
+        reasons.append(f"balance ${balance:.2f}")
+    if not reasons:
+        return None
+    critical = balance <= 0 or (runway is not None and runway < CRITICAL_RUNWAY_HOURS)
+    episode = day_start(now, "UTC")
+    return Finding(
+        rule=NAME,
+        account=account.account,
+        instance_id=None,
+        severity=Severity.CRITICAL if critical else Severity.WARNING,
+        action=ActionKind.NOTIFY,
+        summary="; ".join(reasons),
+        episode_started_at=episode,
+        due_at=episode,
+        evidence={
+            "balance_usd": round(balance, 2),
+            "spend_usd_per_hour": round(rate, 4),
+            "runway_hours": round(runway, 2) if runway is not None else None,
+            "reported_spend_usd_per_hour": latest.spend_usd_per_hour,
+            "instances_with_unknown_rate": instances_rate.unknown_instances,
+            "provider_spend_limit_usd_per_hour": latest.spend_limit_usd_per_hour,
+            "balance_observed_at": latest.observed_at.isoformat(),
+        },
+        usd_per_hour_at_stake=rate,
+        topic="critical" if critical else None,
+    )
+
+
+RULE = RuleSpec(NAME, LowBalanceConfig, evaluate)

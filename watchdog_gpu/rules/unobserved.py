@@ -12,15 +12,91 @@ after = "30m"
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import Field
 
-from watchdog_gpu.durations import Duration
-from watchdog_gpu.rules.base import RuleConfig
+from watchdog_gpu.durations import Duration, format_duration
+from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.model import ActionKind, Finding, ProbeStatus, Severity
+from watchdog_gpu.rules.base import RuleConfig, RuleSpec
+from watchdog_gpu.rules.windows import billed_rate, running_since, usable_sample
+
+NAME = "unobserved"
+DETAIL_LIMIT = 160
 
 
 class UnobservedConfig(RuleConfig):
     after: Duration = Field(
         default=timedelta(minutes=30), description="blind time before the alert"
     )
+
+
+def evaluate(view: FleetView, now: datetime, config: UnobservedConfig) -> list[Finding]:
+    """One finding per running instance without usable GPU data for ``after``.
+
+    Usable data is a GPU sample (dmon or provider API) that says busy, or idle with a real
+    ``sm`` value; MIG samples without processes, failed probes and missing samples are not. Blind
+    time starts at the last usable sample of the current run (or when the run started);
+    ``due_at`` is that plus ``after``.
+    """
+    findings: list[Finding] = []
+    for instance in view.instances.values():
+        finding = _instance_finding(instance, now, config)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _instance_finding(
+    instance: InstanceView, now: datetime, config: UnobservedConfig
+) -> Finding | None:
+    since = running_since(instance)
+    if since is None:
+        return None
+    usable = [s.at for s in instance.samples if s.at <= now and usable_sample(s)]
+    last_usable = max(usable, default=None)
+    blind_since = max(since, last_usable) if last_usable is not None else since
+    if now - blind_since < config.after:
+        return None
+    probes = [p for p in instance.probes if p.at <= now]
+    last_probe = probes[-1] if probes else None
+    failed = sum(1 for p in probes if p.at >= blind_since and p.status is not ProbeStatus.OK)
+    unknown = sum(
+        1 for s in instance.samples if blind_since <= s.at <= now and not usable_sample(s)
+    )
+    latest = instance.latest
+    if last_probe is None:
+        why = "no probe has run" if latest.has_ssh_endpoint else "no SSH endpoint and no API data"
+    elif last_probe.status is ProbeStatus.OK:
+        why = "probes work but every sample is unknown (MIG without processes?)"
+    else:
+        why = f"last probe: {last_probe.status.value}"
+    return Finding(
+        rule=NAME,
+        account=latest.account,
+        instance_id=latest.instance_id,
+        severity=Severity.WARNING,
+        action=ActionKind.NOTIFY,
+        summary=(
+            f"no usable GPU data for {format_duration(max(now - blind_since, timedelta(0)))} "
+            f"({why}); idle detection is blind, only time and budget limits protect it"
+        ),
+        episode_started_at=blind_since,
+        due_at=blind_since + config.after,
+        evidence={
+            "instance_name": latest.name,
+            "blind_since": blind_since.isoformat(),
+            "last_usable_sample_at": last_usable.isoformat() if last_usable else None,
+            "last_probe_status": last_probe.status.value if last_probe else None,
+            "last_probe_at": last_probe.at.isoformat() if last_probe else None,
+            "last_probe_detail": last_probe.detail[:DETAIL_LIMIT] if last_probe else None,
+            "failed_probes": failed,
+            "unknown_samples": unknown,
+            "has_ssh_endpoint": latest.has_ssh_endpoint,
+        },
+        usd_per_hour_at_stake=billed_rate(instance),
+    )
+
+
+RULE = RuleSpec(NAME, UnobservedConfig, evaluate)
