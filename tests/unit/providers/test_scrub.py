@@ -1,0 +1,101 @@
+"""Secrets never survive scrubbing; ordinary data does."""
+
+from __future__ import annotations
+
+import pytest
+
+from watchdog_gpu.providers.scrub import REDACTED, scrub_payload, scrub_text, truncate
+
+KEY = "canary-key-5c1d9e"
+
+
+def test_known_secrets_are_removed_from_any_string_anywhere_in_a_payload() -> None:
+    payload = {"a": [{"b": f"prefix {KEY} suffix"}], "n": 3, "ok": True, "none": None}
+
+    assert scrub_payload(payload, [KEY]) == {
+        "a": [{"b": f"prefix {REDACTED} suffix"}],
+        "n": 3,
+        "ok": True,
+        "none": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "api_key",
+        "apiKey",
+        "instance_api_key",
+        "jupyter_token",
+        "jupyter_url",
+        "private_key",
+        "password",
+        "client_secret",
+        "Authorization",
+        "sid",
+    ],
+)
+def test_secret_named_fields_are_redacted_whatever_they_hold(field: str) -> None:
+    assert scrub_payload({field: "s3cr3t-value"}) == {field: REDACTED}
+
+
+def test_empty_null_and_boolean_secret_fields_stay_visible() -> None:
+    payload = {"api_key": None, "jupyter_token": "", "password_resettable": True}
+
+    assert scrub_payload(payload) == payload
+
+
+def test_pagination_tokens_and_public_keys_are_not_secrets() -> None:
+    payload = {
+        "next_token": "eyJ2YWx1ZXMiOiB7fX0=",
+        "ssh_key": "ssh-ed25519 AAAA x",
+        "pubKey": "ssh-ed25519 AAAA y",
+        "public_key": "ssh-ed25519 AAAA z",
+        "key_id": 98765,
+    }
+
+    assert scrub_payload(payload) == payload
+
+
+def test_secret_environment_entries_keep_their_name_only() -> None:
+    env = ["JUPYTER_PASSWORD=hunter2", "HF_TOKEN=hf_abc", "HF_HOME=/workspace/hf"]
+
+    assert scrub_payload(env) == [
+        f"JUPYTER_PASSWORD={REDACTED}",
+        f"HF_TOKEN={REDACTED}",
+        "HF_HOME=/workspace/hf",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"GET https://x/api?api_key={KEY}",
+        f'{{"api_key": "{KEY}"}}',
+        f"Authorization: Bearer {KEY}",
+        f"failed for {KEY}",
+    ],
+)
+def test_texts_lose_known_keys_and_credential_shaped_values(text: str) -> None:
+    assert KEY not in scrub_text(text, [KEY])
+
+
+def test_credential_shaped_values_are_removed_even_when_the_key_is_not_known() -> None:
+    text = "url https://x/graphql?api_key=ABCDEFGH12345678&x=1 and token: abcdefghijk"
+
+    scrubbed = scrub_text(text)
+
+    assert "ABCDEFGH12345678" not in scrubbed
+    assert "abcdefghijk" not in scrubbed
+    assert "&x=1" in scrubbed
+
+
+def test_error_codes_that_mention_keys_stay_readable() -> None:
+    text = "global/invalid-api-key: API key was invalid"
+
+    assert scrub_text(text) == text
+
+
+def test_truncate_collapses_whitespace_and_marks_the_cut() -> None:
+    assert truncate("a  b\n c") == "a b c"
+    assert truncate("x" * 500, 10) == "x" * 9 + "…"
