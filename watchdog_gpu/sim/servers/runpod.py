@@ -241,8 +241,8 @@ class RunpodDialect(Dialect):
         return {
             "id": f"user_sim{self.world.account_names().index(account):04d}",
             "email": f"{account}@example.com",
-            "clientBalance": None if view.balance_usd is None else round(view.balance_usd, 6),
-            "currentSpendPerHr": round(view.spend_usd_per_hour, 6),
+            "clientBalance": view.balance_usd,
+            "currentSpendPerHr": view.spend_usd_per_hour,
             "spendLimit": view.spend_limit_usd_per_hour,
             "notifyLowBalance": True,
             "notifyPodsStale": True,

@@ -228,9 +228,9 @@ class VastDialect(Dialect):
                 # The real API echoes the caller's key here (providers/vast.md §2): clients must
                 # scrub it, so the simulator does the same to keep them honest.
                 "api_key": self.api_key(request),
-                "credit": _round(view.balance_usd),
+                "credit": view.balance_usd,
                 "balance": 0.0,
-                "total_spend": -round(view.total_spend_usd, 6),
+                "total_spend": -view.total_spend_usd,
                 "balance_threshold": 0.0,
                 "balance_threshold_enabled": False,
                 "autobill_threshold": 0.0,
@@ -296,7 +296,7 @@ class VastDialect(Dialect):
                     "status": "running" if volume.attached else "stopped",
                     "disk_space": volume.size_gb,
                     "storage_cost": volume.storage_usd_per_gb_month,
-                    "storage_total_cost": round(volume.usd_per_hour, 7),
+                    "storage_total_cost": volume.usd_per_hour,
                     "start_date": volume.created_at.timestamp(),
                     "public_ipaddr": "127.0.0.1",
                     "verification": "verified",
@@ -319,7 +319,7 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
     actual, intended, current, following = _STATUS[view.state]
     running = view.state == "running"
     billing_compute = view.state in ("starting", "running")
-    storage = round(view.storage_usd_per_hour, 7)
+    storage = view.storage_usd_per_hour
     sm = [reading.sm for reading in view.gpu.gpus]
     gpu_util = None
     if running and sm and not view.gpu.mig:
@@ -327,20 +327,18 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
     start = view.created_at.timestamp()
     offered = {
         "gpuCostPerHour": view.compute_usd_per_hour,
-        "diskHour": round(view.storage_usd_per_hour_running, 7),
-        "totalHour": round(view.compute_usd_per_hour + view.storage_usd_per_hour_running, 7),
+        "diskHour": view.storage_usd_per_hour_running,
+        "totalHour": view.compute_usd_per_hour + view.storage_usd_per_hour_running,
         "discountTotalHour": 0,
-        "discountedTotalPerHour": round(
-            view.compute_usd_per_hour + view.storage_usd_per_hour_running, 7
-        ),
+        "discountedTotalPerHour": view.compute_usd_per_hour + view.storage_usd_per_hour_running,
     }
     compute_now = view.compute_usd_per_hour if billing_compute else 0
     charged = {
         "gpuCostPerHour": compute_now,
         "diskHour": storage,
-        "totalHour": round(compute_now + storage, 7),
+        "totalHour": compute_now + storage,
         "discountTotalHour": 0,
-        "discountedTotalPerHour": round(compute_now + storage, 7),
+        "discountedTotalPerHour": compute_now + storage,
     }
     return {
         "id": int(view.instance_id),
@@ -408,7 +406,7 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
         "min_bid": round(view.compute_usd_per_hour * 0.7, 4),
         "is_bid": view.interruptible,
         "dph_base": view.compute_usd_per_hour,
-        "dph_total": round(view.compute_usd_per_hour + storage, 7),
+        "dph_total": view.compute_usd_per_hour + storage,
         "storage_cost": view.storage_usd_per_gb_month,
         "storage_total_cost": storage,
         "inet_up_cost": 0.0,
@@ -536,7 +534,3 @@ def _error(status: int, code: str, message: str) -> SimResponse:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
