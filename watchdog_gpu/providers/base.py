@@ -51,9 +51,17 @@ T = TypeVar("T")
 class Provider(Protocol):
     """One provider account, as the poller and the executor use it."""
 
-    name: str  # the provider's registry name: "vast", "runpod", "lambda"
     account: str  # the configured account name
-    supports_stop: bool
+
+    @property
+    def name(self) -> str:
+        """The provider's registry name: "vast", "runpod", "lambda"."""
+        ...
+
+    @property
+    def supports_stop(self) -> bool:
+        """Whether ``stop`` exists for this provider (else only ``destroy``)."""
+        ...
 
     def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
         """Every instance the account has now (all pages). Raises ``ProviderError``."""
@@ -112,6 +120,10 @@ class BaseProvider:
             retry_budget_seconds=retry_budget_seconds,
             rng=rng,
         )
+
+    def close(self) -> None:
+        """Close the account's ``httpx.Client``."""
+        self.http.client.close()
 
     def __repr__(self) -> str:  # never shows the key
         return f"{type(self).__name__}(account={self.account!r})"

@@ -93,6 +93,11 @@ class ProviderHttp:
         self._timeout = _timeout_for(client)
 
     @property
+    def client(self) -> httpx.Client:
+        """The ``httpx.Client`` this account talks through (its owner closes it)."""
+        return self._client
+
+    @property
     def secrets(self) -> tuple[str, ...]:
         return (self._api_key,)
 
