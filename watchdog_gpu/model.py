@@ -320,6 +320,7 @@ class ActionStatus(StrEnum):
     HELD = "held"
     DRY_RUN = "dry_run"
     BLOCKED = "blocked"
+    CANCELLED = "cancelled"  # a fuse-blocked action a human released with `fuse reset`
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,2 +1,238 @@
 """Composition root: the one module that builds the real HTTP clients, SSH runners, store,
-notifiers and clock."""
+notifiers and clock from the configuration, and hands them to the engine.
+
+Everything else receives its seams as parameters; tests, the simulator and the demo call the same
+builders with other transports, runners or clocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from watchdog_gpu.clock import Clock
+from watchdog_gpu.config import AccountConfig, Settings
+from watchdog_gpu.errors import ConfigError, ConfigProblem
+from watchdog_gpu.executor import Executor
+from watchdog_gpu.log import register_secret
+from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, routes_from_config
+from watchdog_gpu.plan import PlanContext
+from watchdog_gpu.probe.command import ProbeCommandSpec
+from watchdog_gpu.probe.prober import Prober
+from watchdog_gpu.probe.runner import AccountRunners, CommandRunner
+from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_http_client
+from watchdog_gpu.rules.base import DestructiveRuleConfig, SalvageConfig
+from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.tick import TickSettings, Watchdog, lookback_for
+
+log = logging.getLogger(__name__)
+
+TransportFactory = Callable[[AccountConfig], httpx.BaseTransport | None]
+
+
+def open_store(database_url: str) -> Store:
+    """The store on ``database_url``, migrated to the newest schema."""
+    engine = create_engine_for(database_url)
+    upgrade_to_head(engine)
+    return Store(engine)
+
+
+def _secret_value(settings: Settings, account: AccountConfig, environ: Mapping[str, str]) -> str:
+    secret = account.api_key.resolve(environ)
+    if secret is None:
+        index = settings.accounts.index(account)
+        raise ConfigError(
+            [ConfigProblem(f"accounts[{index}].api_key", f"{account.api_key.describe(environ)}")]
+        )
+    value = secret.get_secret_value()
+    register_secret(value)
+    return value
+
+
+def build_providers(
+    settings: Settings,
+    clock: Clock,
+    environ: Mapping[str, str],
+    transport_for: TransportFactory | None = None,
+) -> dict[str, Provider]:
+    """One provider adapter per account, each with its own ``httpx.Client``."""
+    providers: dict[str, Provider] = {}
+    for account in settings.accounts:
+        api_key = _secret_value(settings, account, environ)
+        timeout = httpx.Timeout(account.request_timeout.total_seconds())
+        client = new_http_client(
+            account.api_url or DEFAULT_API_URLS[account.provider],
+            timeout=timeout,
+            transport=transport_for(account) if transport_for is not None else None,
+        )
+        providers[account.name] = PROVIDERS[account.provider](
+            account.name,
+            client,
+            api_key,
+            sleep=clock.sleep,
+            monotonic=clock.monotonic,
+            retry_budget_seconds=account.retry_budget.total_seconds(),
+        )
+    return providers
+
+
+def probe_spec(settings: Settings) -> ProbeCommandSpec:
+    return ProbeCommandSpec(
+        samples=settings.probe.samples_per_probe,
+        interval_seconds=settings.probe.sample_interval_seconds,
+    )
+
+
+def build_ssh_runners(
+    settings: Settings, store: Store, clock: Clock, environ: Mapping[str, str]
+) -> CommandRunner | None:
+    """A paramiko runner per account that has SSH authentication configured (None if none)."""
+    from watchdog_gpu.probe.ssh import ParamikoRunner, SshTimeouts
+    from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
+
+    probe = settings.probe
+    timeouts = SshTimeouts(
+        connect_seconds=probe.connect_timeout.total_seconds(),
+        banner_seconds=probe.banner_timeout.total_seconds(),
+        auth_seconds=probe.auth_timeout.total_seconds(),
+    )
+    runners: dict[str, CommandRunner] = {}
+    for account in settings.accounts:
+        ssh = account.ssh
+        if not ssh.has_authentication:
+            log.warning(
+                "no SSH key for account=%s: its GPUs cannot be probed (blind time alerts apply)",
+                account.name,
+            )
+            continue
+        key_text = ssh.private_key.resolve(environ) if ssh.private_key else None
+        passphrase = ssh.key_passphrase.resolve(environ) if ssh.key_passphrase else None
+        if passphrase is not None:
+            register_secret(passphrase)
+        credentials = SshCredentials(
+            private_key_path=ssh.key_file,
+            private_key_text=key_text.get_secret_value() if key_text else None,
+            passphrase=passphrase.get_secret_value() if passphrase else None,
+            use_agent=ssh.use_agent,
+        )
+        keys = load_private_keys(credentials)
+        runners[account.name] = ParamikoRunner(
+            keys, store, use_agent=ssh.use_agent, timeouts=timeouts, clock=clock
+        )
+    return AccountRunners(runners) if runners else None
+
+
+def build_prober(
+    settings: Settings, runner: CommandRunner | None, store: Store, clock: Clock
+) -> Prober | None:
+    if not settings.probe.enabled or runner is None:
+        return None
+    idle = settings.rules.idle_gpu
+    return Prober(
+        runner,
+        clock=clock,
+        host_key_store=store,
+        spec=probe_spec(settings),
+        threshold_percent=idle.threshold_percent,
+        workers=settings.probe.workers,
+        default_user={account.name: account.ssh.user for account in settings.accounts},
+        deadline_seconds=settings.probe.command_deadline.total_seconds(),
+    )
+
+
+def build_delivery(settings: Settings, environ: Mapping[str, str]) -> AppriseDelivery | None:
+    """Apprise delivery for the configured routes (None when there are none)."""
+    routes = routes_from_config(settings.notify, environ)
+    for route in routes:
+        register_secret(route.url)  # URLs embed tokens: never let one reach a log line
+    if not routes:
+        return None
+    return AppriseDelivery(routes, timeout_seconds=settings.notify.timeout.total_seconds())
+
+
+def plan_context(settings: Settings) -> PlanContext:
+    return PlanContext(
+        mode=settings.watchdog.mode,
+        rules=settings.rules.by_name(),
+        safety=settings.safety,
+        protected_accounts=frozenset(a.name for a in settings.accounts if a.protect),
+    )
+
+
+def tick_settings(settings: Settings) -> TickSettings:
+    rules = settings.rules.by_name()
+    return TickSettings(
+        context=plan_context(settings),
+        lookback=lookback_for(rules),
+        sample_retention=settings.watchdog.sample_retention,
+        budget_timezone=settings.rules.budget.timezone,
+        notify_backoff=Backoff(settings.notify.retry_initial, settings.notify.retry_max),
+    )
+
+
+def salvage_configs(settings: Settings) -> dict[str, SalvageConfig]:
+    return {
+        name: config.salvage
+        for name, config in settings.rules.by_name().items()
+        if isinstance(config, DestructiveRuleConfig) and config.salvage.command
+    }
+
+
+@dataclass
+class Assembly:
+    """Everything the composition root built, so the caller can close it."""
+
+    watchdog: Watchdog
+    store: Store
+    providers: dict[str, Provider]
+    prober: Prober | None
+    runner: CommandRunner | None
+
+    def close(self) -> None:
+        close = getattr(self.runner, "close", None)
+        if callable(close):
+            close()
+        for provider in self.providers.values():
+            client = getattr(getattr(provider, "http", None), "client", None)
+            if isinstance(client, httpx.Client):
+                client.close()
+
+
+def assemble(
+    settings: Settings,
+    clock: Clock,
+    environ: Mapping[str, str],
+    *,
+    store: Store | None = None,
+    transport_for: TransportFactory | None = None,
+    runner: CommandRunner | None = None,
+    claimer: str = "executor",
+) -> Assembly:
+    """Build the engine from ``settings``. ``transport_for`` and ``runner`` replace the real
+    network (the simulator and tests); by default real HTTP and paramiko are used."""
+    if store is None:
+        store = open_store(settings.watchdog.effective_database_url(environ))
+    providers = build_providers(settings, clock, environ, transport_for)
+    if runner is None and settings.probe.enabled:
+        runner = build_ssh_runners(settings, store, clock, environ)
+    prober = build_prober(settings, runner, store, clock)
+    executor = Executor(
+        store,
+        providers,
+        settings.safety,
+        salvage_configs(settings),
+        claimer=claimer,
+        on_forget_instance=prober.forget_instance if prober is not None else None,
+    )
+    watchdog = Watchdog(
+        store,
+        providers,
+        executor,
+        tick_settings(settings),
+        prober=prober,
+        delivery=build_delivery(settings, environ),
+    )
+    return Assembly(watchdog, store, providers, prober, runner)

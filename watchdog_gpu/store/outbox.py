@@ -152,6 +152,17 @@ def transition_action(
     return changed_rows(outcome) == 1
 
 
+def cancel_blocked_actions(session: Session, now: datetime) -> int:
+    """Mark every fuse-blocked action ``cancelled``; returns how many."""
+    result = session.execute(
+        update(ActionOutboxRow)
+        .where(ActionOutboxRow.status == ActionStatus.BLOCKED.value)
+        .values(status=ActionStatus.CANCELLED.value, updated_at=now, result="fuse reset")
+        .execution_options(synchronize_session=False)
+    )
+    return changed_rows(result)
+
+
 def get_action(session: Session, key: str) -> ActionRow | None:
     row = session.scalar(select(ActionOutboxRow).where(ActionOutboxRow.idempotency_key == key))
     return convert.action_row(row) if row is not None else None

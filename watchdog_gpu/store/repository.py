@@ -26,12 +26,13 @@ from watchdog_gpu.model import (
     ActionStatus,
     Finding,
     GpuSample,
+    InstanceSnapshot,
     InstanceState,
     PlannedAction,
     PlannedNotification,
     ProbeOutcome,
 )
-from watchdog_gpu.store import convert, fleet_loader, observations, outbox
+from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.rows import (
     AccountRecord,
@@ -493,6 +494,132 @@ class Store:
             row = _find_host_key(session, account, instance_id)
             if row is not None:
                 session.delete(row)
+
+    # -- decisions and executor steps (atomic with their audit event and message) -----------
+
+    def record_decision(
+        self,
+        now: datetime,
+        *,
+        audit_kind: str,
+        message: str,
+        action: PlannedAction | None = None,
+        action_status: str = ActionStatus.PENDING,
+        notification: PlannedNotification | None = None,
+        account: str | None = None,
+        instance_id: str | None = None,
+        rule: str | None = None,
+        data: Mapping[str, JsonValue] | None = None,
+    ) -> bool:
+        """Enqueue an action and/or a notification and, if either is new, its audit event, in
+        one transaction. False (nothing written) when an earlier tick recorded it already."""
+        with self._transaction(write=True) as session:
+            return decisions.record_decision(
+                session,
+                now,
+                audit_kind=audit_kind,
+                message=message,
+                action=action,
+                action_status=ActionStatus(action_status).value,
+                notification=notification,
+                account=account,
+                instance_id=instance_id,
+                rule=rule,
+                data=data,
+            )
+
+    def record_action_step(
+        self,
+        key: str,
+        expected_status: str,
+        new_status: str,
+        now: datetime,
+        *,
+        audit_kind: str,
+        message: str,
+        data: Mapping[str, JsonValue] | None = None,
+        notification: PlannedNotification | None = None,
+        result: str | None = None,
+        last_error: str | None = None,
+        next_attempt_at: datetime | None = None,
+    ) -> bool:
+        """Compare-and-set ``key`` to ``new_status`` and, if it moved, append the audit event
+        and enqueue ``notification`` in the same transaction."""
+        with self._transaction(write=True) as session:
+            row = outbox.get_action(session, key)
+            if row is None:
+                return False
+            return decisions.record_action_step(
+                session,
+                key,
+                ActionStatus(expected_status).value,
+                ActionStatus(new_status).value,
+                now,
+                audit_kind=audit_kind,
+                message=message,
+                account=row.account,
+                instance_id=row.instance_id,
+                rule=row.rule,
+                data=data,
+                notification=notification,
+                result=result,
+                last_error=last_error,
+                next_attempt_at=next_attempt_at,
+            )
+
+    def fuse_latched(self) -> bool:
+        """True while the blast-radius fuse is tripped and no human has reset it."""
+        with self._transaction(write=False) as session:
+            return decisions.fuse_latched(session)
+
+    def record_fuse_trip(
+        self, now: datetime, reason: str, notification: PlannedNotification
+    ) -> None:
+        """Latch the fuse: audit event and critical message together."""
+        with self._transaction(write=True) as session:
+            if decisions.fuse_latched(session):
+                return
+            outbox.enqueue_notification(session, notification)
+            session.add(
+                AuditEventRow(
+                    at=now,
+                    kind=decisions.FUSE_TRIPPED,
+                    message=reason,
+                    data={},
+                    account=None,
+                    instance_id=None,
+                    rule=None,
+                )
+            )
+
+    def reset_fuse(self, now: datetime, who: str = "cli") -> int:
+        """A human resets the fuse: the latch clears and fuse-blocked actions are cancelled (the
+        planner re-plans them from fresh findings, so nothing stale is executed). Returns how
+        many actions were cancelled."""
+        with self._transaction(write=True) as session:
+            cancelled = outbox.cancel_blocked_actions(session, now)
+            session.add(
+                AuditEventRow(
+                    at=now,
+                    kind=decisions.FUSE_RESET,
+                    message=f"fuse reset by {who}; {cancelled} blocked actions cancelled",
+                    data={"cancelled": cancelled},
+                    account=None,
+                    instance_id=None,
+                    rule=None,
+                )
+            )
+            return cancelled
+
+    def instance_snapshot(self, account: str, instance_id: str) -> InstanceSnapshot | None:
+        """The latest recorded snapshot of one instance (gone ones included)."""
+        with self._transaction(write=False) as session:
+            row = session.scalar(
+                select(Instance).where(
+                    and_(Instance.account == account, Instance.instance_id == instance_id)
+                )
+            )
+            return convert.instance_snapshot(row) if row is not None else None
 
     # -- retention ------------------------------------------------------------------------
 

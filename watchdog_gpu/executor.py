@@ -1,0 +1,492 @@
+"""The executor: carries out the stop/destroy actions the planner wrote to the outbox.
+
+Each pass, in order:
+
+1. **Verify** actions whose provider call went out (``called``/``unverified``) and whose next
+   check is due: re-list the account from the provider (never a cache). Gone (or stopped, for a
+   stop) → ``verified``. Still listed → ``unverified``: re-checked with backoff, and once
+   ``escalate_unverified_after`` has passed since the action was planned, escalated by a critical
+   notification with the dollars still burning, and the provider call is retried. An action is
+   never marked done because a timer ran out.
+2. **Execute** pending actions that are due: monitor mode records ``dry_run`` and changes nothing;
+   otherwise the optional salvage command runs (its failure holds the instance or not, per the
+   rule's ``on_failure``), then the provider is called.
+
+Crash safety (record first, act second): right before the provider call the action is marked
+``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
+crashed process resumes it: without the mark it was never called and proceeds; with the mark the
+call may have gone out, so it goes straight to verification and the call is repeated only if the
+instance is still listed after the escalation delay. So a crash never produces a second destroy
+call while the first is taking effect. Every step is one store transaction that also appends the
+audit event and enqueues the notification, so a crash can neither lose nor duplicate them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
+from watchdog_gpu.model import (
+    ActionKind,
+    ActionStatus,
+    InstanceSnapshot,
+    InstanceState,
+    PlannedAction,
+    PlannedNotification,
+)
+from watchdog_gpu.notify.render import ActionOutcome, render_action_result, render_escalation
+from watchdog_gpu.providers.base import Provider
+from watchdog_gpu.rules.base import SalvageConfig
+from watchdog_gpu.safety import SafetyConfig
+from watchdog_gpu.salvage import CommandRunner, SalvageResult, run_local_command, salvage
+from watchdog_gpu.store.rows import ActionRow
+
+log = logging.getLogger(__name__)
+
+CALLING = "calling"  # the ``result`` mark written right before a provider call
+MAX_VERIFY_BACKOFF = timedelta(minutes=10)
+MAX_RETRY_BACKOFF = timedelta(minutes=15)
+RETRY_BASE = timedelta(seconds=30)
+DEFAULT_LEASE = timedelta(minutes=5)
+
+
+class ActionStore(Protocol):
+    """The part of :class:`watchdog_gpu.store.Store` the executor uses."""
+
+    def claim_actions(
+        self,
+        now: datetime,
+        claimer: str,
+        limit: int = 10,
+        statuses: Sequence[str] = ...,
+        *,
+        reclaim_stale_after: timedelta | None = None,
+    ) -> list[ActionRow]: ...
+
+    def transition_action(
+        self,
+        key: str,
+        expected_status: str,
+        new_status: str,
+        now: datetime,
+        *,
+        result: str | None = None,
+        last_error: str | None = None,
+        next_attempt_at: datetime | None = None,
+    ) -> bool: ...
+
+    def record_action_step(
+        self,
+        key: str,
+        expected_status: str,
+        new_status: str,
+        now: datetime,
+        *,
+        audit_kind: str,
+        message: str,
+        data: Mapping[str, str | int | float | bool | None] | None = None,
+        notification: PlannedNotification | None = None,
+        result: str | None = None,
+        last_error: str | None = None,
+        next_attempt_at: datetime | None = None,
+    ) -> bool: ...
+
+    def instance_snapshot(self, account: str, instance_id: str) -> InstanceSnapshot | None: ...
+
+    def forget_host_key(self, account: str, instance_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorReport:
+    """What one pass did, by final or intermediate status (for logs and metrics)."""
+
+    outcomes: tuple[tuple[str, str, str], ...] = ()  # (idempotency key, rule, new status)
+
+    def count(self, status: str) -> int:
+        return sum(1 for _, _, new in self.outcomes if new == status)
+
+
+@dataclass
+class _Pass:
+    now: datetime
+    listings: dict[str, tuple[InstanceSnapshot, ...] | ProviderError] = field(default_factory=dict)
+    outcomes: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+class Executor:
+    """Claims and carries out actions; see the module docstring for the state machine."""
+
+    def __init__(
+        self,
+        store: ActionStore,
+        providers: Mapping[str, Provider],
+        safety: SafetyConfig,
+        salvage_configs: Mapping[str, SalvageConfig] | None = None,
+        *,
+        claimer: str = "executor",
+        salvage_runner: CommandRunner = run_local_command,
+        on_forget_instance: Callable[[str, str], None] | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> None:
+        self.store = store
+        self.providers = providers
+        self.safety = safety
+        self.salvage_configs = dict(salvage_configs or {})
+        self.claimer = claimer
+        self.salvage_runner = salvage_runner
+        self.on_forget_instance = on_forget_instance
+        self.lease = lease
+        self._recovered = False
+
+    def run(self, now: datetime, limit: int = 50) -> ExecutorReport:
+        """One pass: verify due actions, then execute due pending ones."""
+        state = _Pass(now)
+        # The first pass of a process takes over every claimed action at once: the process
+        # that claimed them is gone (one executor per database; the scheduler never overlaps).
+        reclaim = timedelta(0) if not self._recovered else self.lease
+        self._recovered = True
+        rows = self.store.claim_actions(
+            now,
+            self.claimer,
+            limit,
+            (ActionStatus.CALLED, ActionStatus.UNVERIFIED, ActionStatus.PENDING),
+            reclaim_stale_after=reclaim,
+        )
+        for row in rows:
+            try:
+                self._handle(row, state)
+            except ProviderError as error:  # an unexpected provider failure: retry later
+                self._retry_later(row, state, error, back_to=_resume_status(row))
+        return ExecutorReport(tuple(state.outcomes))
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def _handle(self, row: ActionRow, state: _Pass) -> None:
+        origin = row.claimed_from or ActionStatus.PENDING
+        if origin in (ActionStatus.CALLED, ActionStatus.UNVERIFIED):
+            self._verify(row, state)
+        elif row.result == CALLING:
+            # Reclaimed from a crashed process that may have sent the call: verify, never
+            # call blindly again.
+            self._verify(row, state)
+        else:
+            self._execute(row, state)
+
+    def _step(
+        self,
+        row: ActionRow,
+        state: _Pass,
+        new_status: str,
+        *,
+        audit_kind: str,
+        message: str,
+        notification: PlannedNotification | None = None,
+        result: str | None = None,
+        last_error: str | None = None,
+        next_attempt_at: datetime | None = None,
+        data: Mapping[str, str | int | float | bool | None] | None = None,
+    ) -> None:
+        moved = self.store.record_action_step(
+            row.idempotency_key,
+            ActionStatus.CLAIMED,
+            new_status,
+            state.now,
+            audit_kind=audit_kind,
+            message=message,
+            data={"action": row.kind.value, "dry_run": row.dry_run, **(data or {})},
+            notification=notification,
+            result=result,
+            last_error=last_error,
+            next_attempt_at=next_attempt_at,
+        )
+        if moved:
+            state.outcomes.append((row.idempotency_key, row.rule, new_status))
+            log.info(
+                "action=%s account=%s instance=%s rule=%s status=%s dry_run=%s detail=%r",
+                row.kind.value,
+                row.account,
+                row.instance_id,
+                row.rule,
+                new_status,
+                str(row.dry_run).lower(),
+                message,
+            )
+
+    # -- execute ----------------------------------------------------------------------------
+
+    def _execute(self, row: ActionRow, state: _Pass) -> None:
+        if row.dry_run:
+            note = render_action_result(
+                row_subject(row),
+                outcome=ActionOutcome.DRY_RUN,
+                now=state.now,
+                episode_key=episode_key_of(row),
+            )
+            self._step(
+                row,
+                state,
+                ActionStatus.DRY_RUN,
+                audit_kind="action_dry_run",
+                message=f"monitor mode: would {row.kind.value}",
+                notification=note,
+                result="dry_run",
+            )
+            return
+        if row.kind is ActionKind.DESTROY and not self._salvage_allows(row, state):
+            return
+        provider = self.providers.get(row.account)
+        if provider is None:
+            self._fail(row, state, f"no provider configured for account {row.account}")
+            return
+        # Record the intent before acting: a crash from here on resumes by verifying.
+        self.store.transition_action(
+            row.idempotency_key,
+            ActionStatus.CLAIMED,
+            ActionStatus.CLAIMED,
+            state.now,
+            result=CALLING,
+        )
+        try:
+            if row.kind is ActionKind.STOP:
+                provider.stop(row.instance_id)
+            else:
+                provider.destroy(row.instance_id)
+        except NotFoundError:
+            pass  # already gone: verification will confirm it
+        except (AuthError, PermanentError) as error:
+            self._fail(row, state, f"{error.kind}: {error}")
+            return
+        except ProviderError as error:
+            # Transient: the call may not have reached the provider; it is repeated later
+            # (destroying something already gone is success, so a repeat is harmless).
+            self._retry_later(row, state, error, back_to=ActionStatus.PENDING, result="call_failed")
+            return
+        self._step(
+            row,
+            state,
+            ActionStatus.CALLED,
+            audit_kind="provider_called",
+            message=f"{row.kind.value} accepted by the provider; verifying",
+            result="called",
+            next_attempt_at=state.now + self.safety.verify_interval,
+        )
+
+    def _salvage_allows(self, row: ActionRow, state: _Pass) -> bool:
+        config = self.salvage_configs.get(row.rule)
+        if config is None or not config.command:
+            return True
+        snapshot = self.store.instance_snapshot(row.account, row.instance_id)
+        if snapshot is None:
+            outcome = SalvageResult(ok=False, detail="instance not recorded: nothing to salvage")
+        else:
+            outcome = salvage(config, snapshot, self.salvage_runner)
+        if outcome.ok:
+            self.store.transition_action(
+                row.idempotency_key,
+                ActionStatus.CLAIMED,
+                ActionStatus.CLAIMED,
+                state.now,
+                result="salvaged",
+            )
+            return True
+        if config.on_failure == "destroy":
+            log.warning(
+                "salvage failed account=%s instance=%s detail=%r; destroying anyway",
+                row.account,
+                row.instance_id,
+                outcome.detail,
+            )
+            return True
+        note = render_action_result(
+            row_subject(row),
+            outcome=ActionOutcome.HELD,
+            now=state.now,
+            detail=outcome.detail,
+            episode_key=episode_key_of(row),
+        )
+        self._step(
+            row,
+            state,
+            ActionStatus.HELD,
+            audit_kind="salvage_failed_hold",
+            message=f"salvage failed, instance kept: {outcome.detail}",
+            notification=note,
+            result="held",
+            last_error=outcome.detail,
+        )
+        return False
+
+    def _fail(self, row: ActionRow, state: _Pass, detail: str) -> None:
+        note = render_action_result(
+            row_subject(row),
+            outcome=ActionOutcome.FAILED,
+            now=state.now,
+            detail=detail,
+            episode_key=episode_key_of(row),
+        )
+        self._step(
+            row,
+            state,
+            ActionStatus.FAILED,
+            audit_kind="provider_call_failed",
+            message=detail,
+            notification=note,
+            result="failed",
+            last_error=detail,
+        )
+
+    def _retry_later(
+        self,
+        row: ActionRow,
+        state: _Pass,
+        error: ProviderError,
+        *,
+        back_to: str,
+        result: str | None = None,
+    ) -> None:
+        delay = min(RETRY_BASE * (2 ** max(row.attempts - 1, 0)), MAX_RETRY_BACKOFF)
+        self._step(
+            row,
+            state,
+            back_to,
+            audit_kind="provider_error",
+            message=f"{error.kind}: {error}",
+            result=result,
+            last_error=f"{error.kind}: {error}",
+            next_attempt_at=state.now + delay,
+        )
+
+    # -- verify -----------------------------------------------------------------------------
+
+    def _verify(self, row: ActionRow, state: _Pass) -> None:
+        listing = self._listing(row.account, state)
+        if isinstance(listing, ProviderError):
+            self._retry_later(row, state, listing, back_to=_resume_status(row))
+            return
+        current = next((i for i in listing if i.instance_id == row.instance_id), None)
+        if _done(row.kind, current):
+            self._verified(row, state)
+            return
+        self._unverified(row, state, current)
+
+    def _listing(self, account: str, state: _Pass) -> tuple[InstanceSnapshot, ...] | ProviderError:
+        if account not in state.listings:
+            provider = self.providers.get(account)
+            if provider is None:
+                state.listings[account] = PermanentError(f"no provider for account {account}")
+            else:
+                try:
+                    state.listings[account] = provider.list_instances(state.now)
+                except ProviderError as error:
+                    state.listings[account] = error
+        return state.listings[account]
+
+    def _verified(self, row: ActionRow, state: _Pass) -> None:
+        note = render_action_result(
+            row_subject(row),
+            outcome=ActionOutcome.VERIFIED,
+            now=state.now,
+            episode_key=episode_key_of(row),
+        )
+        self._step(
+            row,
+            state,
+            ActionStatus.VERIFIED,
+            audit_kind="action_verified",
+            message=f"provider listing confirms the {row.kind.value}",
+            notification=note,
+            result="verified",
+        )
+        if row.kind is ActionKind.DESTROY:
+            self.store.forget_host_key(row.account, row.instance_id)
+            if self.on_forget_instance is not None:
+                self.on_forget_instance(row.account, row.instance_id)
+
+    def _unverified(self, row: ActionRow, state: _Pass, current: InstanceSnapshot | None) -> None:
+        escalate_after = self.safety.escalate_unverified_after
+        elapsed = state.now - row.created_at
+        seen = current.state.value if current is not None else "absent"
+        number = int(elapsed / escalate_after) if escalate_after > timedelta(0) else 0
+        note: PlannedNotification | None = None
+        if number >= 1:
+            note = render_escalation(
+                row_subject(row),
+                number=number,
+                acted_at=row.created_at,
+                now=state.now,
+                detail=f"provider lists it as {seen}",
+                episode_key=episode_key_of(row),
+            )
+            self._recall(row)
+        checks = max(row.attempts - 1, 0)
+        delay = min(self.safety.verify_interval * (2 ** min(checks, 8)), MAX_VERIFY_BACKOFF)
+        self._step(
+            row,
+            state,
+            ActionStatus.UNVERIFIED,
+            audit_kind="action_unverified",
+            message=f"provider still lists it as {seen}",
+            notification=note,
+            result="unverified",
+            next_attempt_at=state.now + delay,
+            data={"seen_state": seen, "escalation": number},
+        )
+
+    def _recall(self, row: ActionRow) -> None:
+        """Repeat the provider call for a kill that did not take (after the escalation delay)."""
+        provider = self.providers.get(row.account)
+        if provider is None:
+            return
+        try:
+            if row.kind is ActionKind.STOP:
+                provider.stop(row.instance_id)
+            else:
+                provider.destroy(row.instance_id)
+        except ProviderError as error:
+            log.warning(
+                "retry of %s failed account=%s instance=%s error_kind=%s",
+                row.kind.value,
+                row.account,
+                row.instance_id,
+                error.kind,
+            )
+
+
+def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
+    if current is None or current.state is InstanceState.GONE:
+        return True
+    return kind is ActionKind.STOP and current.state is InstanceState.STOPPED
+
+
+def episode_key_of(row: ActionRow) -> str:
+    """The finding's episode key: the action key is ``{episode_key}:{kind}``."""
+    suffix = f":{row.kind.value}"
+    key = row.idempotency_key
+    return key[: -len(suffix)] if key.endswith(suffix) else key
+
+
+def _resume_status(row: ActionRow) -> str:
+    """Where an action goes back to when this pass could not finish it."""
+    if row.claimed_from in (ActionStatus.CALLED, ActionStatus.UNVERIFIED):
+        return row.claimed_from
+    return ActionStatus.UNVERIFIED if row.result == CALLING else ActionStatus.PENDING
+
+
+def row_subject(row: ActionRow) -> PlannedAction:
+    """The planned action an outbox row came from (the notification renderer's subject)."""
+    return PlannedAction(
+        idempotency_key=row.idempotency_key,
+        account=row.account,
+        instance_id=row.instance_id,
+        rule=row.rule,
+        kind=row.kind,
+        dry_run=row.dry_run,
+        reason=row.reason,
+        planned_at=row.created_at,
+        evidence=dict(row.evidence),
+        usd_per_hour_at_stake=row.usd_per_hour_at_stake,
+    )

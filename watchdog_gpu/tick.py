@@ -1,0 +1,406 @@
+"""One tick of the watchdog, in phases: observe → record → decide → enqueue → act → tell.
+
+:class:`Watchdog` holds the seams (store, providers, prober, executor, delivery) chosen by the
+composition root and runs each phase on its own, so the daemon can schedule them as separate jobs
+(poll per account, probe, evaluate+act, deliver) while ``once``, ``simulate`` and the tests run
+them in order with :meth:`Watchdog.tick`. ``now`` is always passed in.
+
+Fail soft: a failing account, host, rule or notifier is recorded and counted, and the other
+accounts, hosts, rules and notifiers carry on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from watchdog_gpu.errors import ProviderError, StoreError
+from watchdog_gpu.executor import Executor, ExecutorReport
+from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.model import (
+    Finding,
+    GpuSample,
+    InstanceSnapshot,
+    InstanceState,
+    PlannedAction,
+    PlannedNotification,
+    PlanStatus,
+    ProbeOutcome,
+    Severity,
+)
+from watchdog_gpu.notify.delivery import Backoff, Deliverer, DeliveryReport, deliver_due
+from watchdog_gpu.notify.render import (
+    ActionOutcome,
+    render_action_result,
+    render_alert,
+    render_resolution,
+    render_warning,
+)
+from watchdog_gpu.plan import BUDGET_RULE, Decision, Plan, PlanContext, plan
+from watchdog_gpu.providers.base import Provider
+from watchdog_gpu.rules import evaluate_rules
+from watchdog_gpu.rules.base import RuleConfig
+from watchdog_gpu.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class ProbeRunner(Protocol):
+    def probe_all(
+        self, instances: Sequence[InstanceSnapshot], now: datetime
+    ) -> list[ProbeOutcome]: ...
+
+    def provider_samples(self, instances: Sequence[InstanceSnapshot]) -> list[GpuSample]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TickSettings:
+    """What the tick needs from the configuration (built by the composition root)."""
+
+    context: PlanContext
+    lookback: timedelta = timedelta(hours=3)
+    sample_retention: timedelta = timedelta(days=7)
+    budget_timezone: str = "UTC"
+    notify_backoff: Backoff = field(default_factory=Backoff)
+
+    @property
+    def rules(self) -> Mapping[str, RuleConfig]:
+        return self.context.rules
+
+
+@dataclass
+class TickReport:
+    """What one tick did (for logs, metrics, ``once`` and the simulator)."""
+
+    now: datetime
+    polled: dict[str, str] = field(default_factory=dict)  # account → "ok" or error kind
+    probes: list[ProbeOutcome] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    plan: Plan | None = None
+    failed_rules: Mapping[str, str] = field(default_factory=dict)
+    executed: ExecutorReport | None = None
+    delivered: DeliveryReport | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """Every account polled and no rule failed (for the dead-man's switch and WATCHDOG=1)."""
+        return all(result == "ok" for result in self.polled.values()) and not self.failed_rules
+
+
+def lookback_for(rules: Mapping[str, RuleConfig]) -> timedelta:
+    """How much sample history the rules need: twice the longest sample-based window."""
+    windows = [timedelta(hours=1)]
+    idle = rules.get("idle_gpu")
+    if idle is not None:
+        windows.append(timedelta(minutes=getattr(idle, "idle_minutes", 30)))
+        windows.append(getattr(idle, "arm_after", timedelta(0)))
+    unobserved = rules.get("unobserved")
+    if unobserved is not None:
+        windows.append(getattr(unobserved, "after", timedelta(0)))
+    return 2 * max(windows)
+
+
+def month_start(now: datetime, zone: str) -> datetime:
+    """The first instant of the current month in ``zone`` (spend history starts there)."""
+    local = now.astimezone(ZoneInfo(zone))
+    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+class Watchdog:
+    """The engine: every phase of a tick over the seams it is given."""
+
+    def __init__(
+        self,
+        store: Store,
+        providers: Mapping[str, Provider],
+        executor: Executor,
+        settings: TickSettings,
+        *,
+        prober: ProbeRunner | None = None,
+        delivery: Deliverer | None = None,
+        on_tick: Callable[[TickReport], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.providers = providers
+        self.executor = executor
+        self.settings = settings
+        self.prober = prober
+        self.delivery = delivery
+        self.on_tick = on_tick
+
+    # -- the whole tick ---------------------------------------------------------------------
+
+    def tick(self, now: datetime) -> TickReport:
+        """Every phase in order, as ``once`` and the simulator run them."""
+        report = TickReport(now)
+        report.polled = self.poll_all(now)
+        report.probes = self.probe(now)
+        self.evaluate(now, report)
+        report.executed = self.act(now)
+        report.delivered = self.deliver(now)
+        if self.on_tick is not None:
+            self.on_tick(report)
+        return report
+
+    # -- observe and record -----------------------------------------------------------------
+
+    def poll_all(self, now: datetime) -> dict[str, str]:
+        return {account: self.poll_account(account, now) for account in self.providers}
+
+    def poll_account(self, account: str, now: datetime) -> str:
+        """List and record one account; returns "ok" or the error kind (recorded, logged)."""
+        provider = self.providers[account]
+        try:
+            observation = provider.observe(now)
+        except ProviderError as error:
+            log.warning(
+                "poll failed account=%s provider=%s error_kind=%s detail=%r",
+                account,
+                provider.name,
+                error.kind,
+                str(error)[:300],
+            )
+            self.store.record_poll_failure(account, provider.name, error.kind, str(error), now)
+            return error.kind
+        self.store.record_observation(observation, now)
+        log.debug("polled account=%s instances=%d", account, len(observation.instances))
+        return "ok"
+
+    def probe(self, now: datetime) -> list[ProbeOutcome]:
+        """Probe every running instance with an SSH endpoint; record outcomes and samples."""
+        if self.prober is None:
+            return []
+        running = [
+            record.snapshot
+            for record in self.store.latest_instances()
+            if record.snapshot.state is InstanceState.RUNNING
+            and record.snapshot.account in self.providers
+        ]
+        outcomes = self.prober.probe_all(running, now)
+        for outcome in outcomes:
+            self.store.record_probe(outcome)
+        api_samples = self.prober.provider_samples(running)
+        if api_samples:
+            self.store.record_samples(api_samples)
+        return outcomes
+
+    # -- decide and enqueue -----------------------------------------------------------------
+
+    def load_view(self, now: datetime) -> FleetView:
+        since = month_start(now, self.settings.budget_timezone) - timedelta(days=1)
+        return self.store.load_fleet_view(now, self.settings.lookback, since)
+
+    def evaluate(self, now: datetime, report: TickReport | None = None) -> Plan:
+        """Rules → findings → plan; write findings, actions, notifications and audit events."""
+        view = self.load_view(now)
+        evaluation = evaluate_rules(view, now, self.settings.rules)
+        findings = list(evaluation.findings)
+        self.store.record_findings(findings, now)
+        context = self.settings.context
+        latched = self.store.fuse_latched()
+        if latched != context.fuse_latched:
+            context = PlanContext(
+                context.mode,
+                context.rules,
+                context.safety,
+                context.protected_accounts,
+                fuse_latched=latched,
+            )
+        result = plan(findings, view, now, context)
+        for decision in result.decisions:
+            self._record(decision, now)
+        if result.fuse_tripped:
+            self._fuse_tripped(result, now)
+        self._resolve_cleared(findings, view, now)
+        if report is not None:
+            report.findings = findings
+            report.plan = result
+            report.failed_rules = evaluation.failed
+        return result
+
+    def _record(self, decision: Decision, now: datetime) -> None:
+        """Write what a decision calls for: the action, the message, the audit event."""
+        finding, action, status = decision.finding, decision.action, decision.status
+        if status is PlanStatus.EXECUTE and action is not None:
+            message = f"{action.kind.value} planned: {finding.summary}"
+            self._write(decision, now, "action_planned", message, action=action)
+        elif status is PlanStatus.WARN:
+            note = render_warning(
+                finding,
+                due_at=finding.due_at,
+                action=finding.action,
+                dry_run=decision.dry_run,
+                now=now,
+            )
+            self._write(decision, now, "warning", finding.summary, notification=note)
+        elif status is PlanStatus.NOTIFY:
+            note = render_alert(finding, now=now, dry_run=decision.dry_run)
+            self._write(decision, now, "alert", finding.summary, notification=note)
+        elif status is PlanStatus.PROTECTED:
+            note = render_alert(_protected_finding(finding), now=now, protected=True)
+            message = f"{finding.summary} ({decision.note})"
+            self._write(decision, now, "protected", message, notification=note)
+        elif status is PlanStatus.BLOCKED and action is not None:
+            note = render_action_result(
+                action, outcome=ActionOutcome.BLOCKED, now=now, episode_key=finding.episode_key
+            )
+            message = f"{action.kind.value} held by the fuse: {finding.summary}"
+            self._write(
+                decision,
+                now,
+                "action_blocked",
+                message,
+                action=action,
+                action_status="blocked",
+                notification=note,
+            )
+
+    def _write(
+        self,
+        decision: Decision,
+        now: datetime,
+        audit_kind: str,
+        message: str,
+        *,
+        action: PlannedAction | None = None,
+        action_status: str = "pending",
+        notification: PlannedNotification | None = None,
+    ) -> None:
+        finding = decision.finding
+        self.store.record_decision(
+            now,
+            audit_kind=audit_kind,
+            message=message,
+            action=action,
+            action_status=action_status,
+            notification=notification,
+            account=finding.account,
+            instance_id=finding.instance_id,
+            rule=finding.rule,
+            data=_audit_data(decision),
+        )
+
+    def _fuse_tripped(self, result: Plan, now: datetime) -> None:
+        note = PlannedNotification(
+            idempotency_key=f"fuse:{now.isoformat()}",
+            severity=Severity.CRITICAL,
+            title=f"Fuse tripped: {len(result.blocked)} destructive actions held",
+            body=(
+                f"{result.fuse_reason}.\nNo instance will be stopped or destroyed by ordinary "
+                "rules until a human looks: check `watchdog-gpu status`, then run "
+                "`watchdog-gpu fuse reset`. The budget emergency still acts."
+            ),
+            created_at=now,
+        )
+        self.store.record_fuse_trip(now, result.fuse_reason, note)
+
+    def _resolve_cleared(self, findings: Sequence[Finding], view: FleetView, now: datetime) -> None:
+        """One resolution per episode whose warning or alert went out and whose condition is
+        gone, unless the episode ended in an action (the action message closed it)."""
+        current = {finding.episode_key for finding in findings}
+        keys = view.notification_keys
+        for record in self.store.list_findings(seen_since=now - self.settings.lookback):
+            episode = record.episode_key
+            if episode in current:
+                continue
+            told = f"{episode}:warning" in keys or f"{episode}:alert" in keys
+            acted = f"{episode}:action" in keys or f"{episode}:blocked" in keys
+            if not told or acted or f"{episode}:resolution" in keys:
+                continue
+            finding = Finding(
+                rule=record.rule,
+                account=record.account,
+                instance_id=record.instance_id,
+                severity=record.severity,
+                action=record.action,
+                summary=record.summary,
+                episode_started_at=record.episode_started_at,
+                due_at=record.due_at,
+                evidence=record.evidence,
+            )
+            reason = _cleared_reason(finding, view)
+            note = render_resolution(
+                finding,
+                reason=reason,
+                now=now,
+                action_cancelled=f"{episode}:warning" in keys,
+                episode_key=episode,
+            )
+            self.store.record_decision(
+                now,
+                audit_kind="resolved",
+                message=reason,
+                notification=note,
+                account=finding.account,
+                instance_id=finding.instance_id,
+                rule=finding.rule,
+            )
+
+    # -- act and tell -----------------------------------------------------------------------
+
+    def act(self, now: datetime) -> ExecutorReport:
+        return self.executor.run(now)
+
+    def deliver(self, now: datetime) -> DeliveryReport | None:
+        if self.delivery is None:
+            return None
+        try:
+            return deliver_due(self.store, self.delivery, now, self.settings.notify_backoff)
+        except StoreError:
+            log.exception("notification delivery pass failed")
+            return None
+
+    def prune(self, now: datetime) -> int:
+        return self.store.prune(now, self.settings.sample_retention)
+
+
+def _audit_data(decision: Decision) -> dict[str, str | int | float | bool | None]:
+    finding = decision.finding
+    data: dict[str, str | int | float | bool | None] = {
+        "status": decision.status.value,
+        "dry_run": decision.dry_run,
+        "episode": finding.episode_key,
+        "due_at": finding.due_at.isoformat(),
+        "usd_per_hour": finding.usd_per_hour_at_stake,
+    }
+    if decision.note:
+        data["note"] = decision.note
+    for name, value in finding.evidence.items():
+        data[f"evidence.{name}"] = value
+    return data
+
+
+def _protected_finding(finding: Finding) -> Finding:
+    """A protected instance the budget rule would have destroyed is a critical report."""
+    if finding.rule != BUDGET_RULE:
+        return finding
+    return Finding(
+        rule=finding.rule,
+        account=finding.account,
+        instance_id=finding.instance_id,
+        severity=Severity.CRITICAL,
+        action=finding.action,
+        summary=finding.summary,
+        episode_started_at=finding.episode_started_at,
+        due_at=finding.due_at,
+        evidence=finding.evidence,
+        usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
+        topic=finding.topic,
+    )
+
+
+def _cleared_reason(finding: Finding, view: FleetView) -> str:
+    if finding.instance_id is None:
+        return "condition no longer holds"
+    instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
+    if instance is None or instance.state is InstanceState.GONE:
+        return "instance gone"
+    if finding.rule == "idle_gpu":
+        return "GPU busy again"
+    if finding.rule == "unobserved":
+        return "GPU data available again"
+    return f"instance is {instance.state.value} now"
