@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import Finding
@@ -63,6 +63,20 @@ def default_configs() -> dict[str, RuleConfig]:
     return {name: rule.config_model() for name, rule in RULES.items()}
 
 
+def minimum_sample_lookback(configs: Mapping[str, RuleConfig]) -> timedelta:
+    """The shortest sample/probe history (the store's ``lookback``) the rules need: idle_gpu
+    must see an episode from arming to its due time, unobserved must see ``after`` of blind
+    time. A minimum: a longer history (up to the instance's whole run) keeps episode dates exact
+    when an episode lasts longer (snoozes, monitor mode)."""
+    idle = configs.get(idle_gpu.NAME)
+    blind = configs.get(unobserved.NAME)
+    idle_config = idle if isinstance(idle, idle_gpu.IdleGpuConfig) else idle_gpu.IdleGpuConfig()
+    blind_config = (
+        blind if isinstance(blind, unobserved.UnobservedConfig) else unobserved.UnobservedConfig()
+    )
+    return max(idle_gpu.minimum_sample_lookback(idle_config), blind_config.after)
+
+
 def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleConfig]) -> Evaluation:
     """Run every enabled rule over ``view`` as of ``now``.
 
@@ -105,4 +119,5 @@ __all__ = [
     "default_configs",
     "evaluate_all",
     "evaluate_rules",
+    "minimum_sample_lookback",
 ]

@@ -37,10 +37,15 @@ How it decides, for each running instance:
   pushed to that first moment + ``warn_before``, so the user always gets the full warning.
   ``due_at`` is computed from recorded samples: stable across ticks, and it only ever moves
   later.
+- The rule sees only the samples the fleet view holds (the store's ``lookback``). Give it at
+  least :func:`minimum_sample_lookback`; better, the whole current run. When the last activity
+  has slid out of the view, the episode is dated by arming (``arm_after`` after the run
+  started): a firing still needs a covered, idle window of ``idle_minutes`` inside the view.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -108,6 +113,7 @@ class _Episode:
     last_activity: datetime | None
     idle_times: Mapping[int, Sequence[datetime]]  # per GPU, sorted
     sources: frozenset[SampleSource]
+    horizon: datetime | None  # the oldest sample the view holds for the instance
 
 
 def evaluate(view: FleetView, now: datetime, config: IdleGpuConfig) -> list[Finding]:
@@ -164,7 +170,8 @@ def _episode(
         for gpu in gpus
     }
     sources = frozenset(s.source for s, verdict in verdicts if verdict is Verdict.IDLE)
-    return _Episode(start, armed_by, last_activity, idle_times, sources)
+    horizon = min((s.at for s in instance.samples), default=None)
+    return _Episode(start, armed_by, last_activity, idle_times, sources, horizon)
 
 
 def _window_start(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> datetime:
@@ -177,10 +184,12 @@ def _window_coverage(episode: _Episode, moment: datetime, config: IdleGpuConfig)
     start = _window_start(episode, moment, config)
     worst = 1.0
     for times in episode.idle_times.values():
-        seen = [t for t in times if t <= moment]
-        if not seen or moment - seen[-1] > config.max_sample_gap:
+        end = bisect_right(times, moment)
+        if end == 0 or moment - times[end - 1] > config.max_sample_gap:
             return None  # the most recent minutes are blind: a job may have just started
-        worst = min(worst, coverage(seen, start, moment, config.max_sample_gap))
+        # From the last sample before the window: the pair straddling its start counts.
+        begin = max(bisect_left(times, start) - 1, 0)
+        worst = min(worst, coverage(times[begin:end], start, moment, config.max_sample_gap))
     if worst < config.min_coverage:
         return None
     return worst
@@ -190,7 +199,15 @@ def _first_time_held(
     episode: _Episode, warn_from: datetime, now: datetime, config: IdleGpuConfig
 ) -> datetime:
     """The first moment from ``warn_from`` on at which the condition held (checked at the
-    sample instants, as a tick then would have seen it); ``now`` if only now."""
+    sample instants, as a tick then would have seen it); ``now`` if only now.
+
+    When the view's samples do not reach back to ``warn_from`` (the store loaded a shorter
+    lookback than this episode), the rule cannot tell whether a warning was possible then and
+    returns ``warn_from``: pushing the due time from the first visible instant instead would move
+    it with every tick and never let it arrive.
+    """
+    if episode.horizon is None or warn_from < episode.horizon:
+        return warn_from
     instants = sorted(
         {t for times in episode.idle_times.values() for t in times if warn_from <= t <= now}
         | {warn_from}
@@ -250,6 +267,17 @@ def _finding(
             "sources": ",".join(sorted(source.value for source in episode.sources)),
         },
         usd_per_hour_at_stake=rate,
+    )
+
+
+def minimum_sample_lookback(config: IdleGpuConfig) -> timedelta:
+    """The shortest sample history that lets the rule see an episode from arming to its due
+    time, including the warning window."""
+    return (
+        config.arm_after
+        + timedelta(minutes=config.idle_minutes)
+        + config.warn_before
+        + config.max_sample_gap
     )
 
 

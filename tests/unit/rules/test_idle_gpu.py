@@ -31,7 +31,7 @@ from watchdog_gpu.model import (
     SampleSource,
     Verdict,
 )
-from watchdog_gpu.rules.idle_gpu import IdleGpuConfig, evaluate
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig, evaluate, minimum_sample_lookback
 
 CONFIG = IdleGpuConfig()  # 30 min, armed after 20 min, threshold 5 %, 80 %, 3 min gap, warn 10 min
 
@@ -361,3 +361,21 @@ def test_every_running_instance_is_judged_on_its_own() -> None:
     )
     findings = evaluate(fleet(at(150), idle, busy), at(150), CONFIG)
     assert [f.instance_id for f in findings] == ["9001"]
+
+
+def test_a_short_sample_lookback_still_lets_the_action_arrive() -> None:
+    # The store loaded only the last 40 minutes of samples: the activity that ended at 120 is
+    # out of view. The window is covered and idle, so the action is due — and stays due, tick
+    # after tick, instead of being pushed ahead with the sliding lookback.
+    full = forgotten(until=400)
+    dues = set()
+    for now in (300, 310, 320):
+        recent = tuple(s for s in full.samples if s.at >= at(now - 40))
+        (finding,) = findings_at(replace(full, samples=recent), at(now))
+        assert finding.due_at <= at(now)
+        dues.add((finding.episode_started_at, finding.due_at))
+    assert len(dues) == 1
+
+
+def test_the_minimum_lookback_spans_arming_idle_window_and_warning() -> None:
+    assert minimum_sample_lookback(CONFIG) == timedelta(minutes=20 + 30 + 10 + 3)

@@ -8,18 +8,25 @@ import logging
 import re
 import tomllib
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
 from tests.unit.rules.builders import at, fleet, instance, span
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import Finding, InstanceState
-from watchdog_gpu.rules import RULES, default_configs, evaluate_all, evaluate_rules
+from watchdog_gpu.rules import (
+    RULES,
+    default_configs,
+    evaluate_all,
+    evaluate_rules,
+    minimum_sample_lookback,
+)
 from watchdog_gpu.rules.base import RuleSpec
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
 from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
+from watchdog_gpu.rules.unobserved import UnobservedConfig
 
 EXPECTED = {
     "budget",
@@ -104,3 +111,9 @@ def test_an_unknown_rule_name_is_logged(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.WARNING, logger="watchdog_gpu.rules"):
         evaluate_all(paused_and_stopped(), at(60), {"idle_cpu": StoppedDiskConfig()})
     assert "unknown rule ignored rule=idle_cpu" in caplog.text
+
+
+def test_the_minimum_sample_lookback_serves_idle_gpu_and_unobserved() -> None:
+    assert minimum_sample_lookback({}) == timedelta(minutes=63)
+    long_blind = {"unobserved": UnobservedConfig(after=timedelta(hours=3))}
+    assert minimum_sample_lookback(long_blind) == timedelta(hours=3)
