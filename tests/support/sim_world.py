@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.providers import PROVIDERS, BaseProvider, new_http_client
 from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.scenario import Scenario, load_scenario
 from watchdog_gpu.sim.servers import SimServers, start_servers
@@ -41,3 +42,18 @@ def served_world(
         yield ServedWorld(scenario, clock, world, servers)
     finally:
         servers.stop()
+
+
+def adapter(served: ServedWorld, account: str) -> BaseProvider:
+    """Our own provider adapter for ``account``, pointed at the simulated server (as a user's
+    ``api_url`` would point it at ``sim serve``), retrying on the world's virtual clock."""
+    spec = served.scenario.account(account)
+    client = new_http_client(served.url(spec.provider))
+    return PROVIDERS[spec.provider](
+        account,
+        client,
+        spec.effective_api_key,
+        sleep=served.clock.sleep,
+        monotonic=served.clock.monotonic,
+        retry_budget_seconds=5,
+    )

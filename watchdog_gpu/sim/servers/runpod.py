@@ -334,7 +334,7 @@ class RunpodDialect(Dialect):
             "vcpuCount": 8 * view.gpu_count,
             "memoryInGb": 62 * view.gpu_count,
             "volumeInGb": view.disk_gb,
-            "containerDiskInGb": 20,
+            "containerDiskInGb": 0,  # the world bills only the pod volume (disk_gb)
             "volumeMountPath": "/workspace",
             "volumeEncrypted": False,
             "machineId": f"sim{view.ordinal:09d}",

@@ -1,0 +1,314 @@
+"""``watchdog-gpu simulate``: the real daemon logic against a simulated world on a virtual clock.
+
+What runs is the production path: the provider adapters (over an in-process HTTP transport to the
+dialect handlers of the built-in simulator — the same handlers ``sim serve`` puts on loopback),
+the SSH prober with a fake runner that renders real ``nvidia-smi`` text for the real parser, the
+SQLite store with the real migrations, the rules, the planner, the executor and the notification
+outbox. Only time is virtual: the clock jumps from tick to tick, so a simulated day with a dozen
+instances runs in seconds.
+
+The output (``SimulationResult.to_json()``) is the public contract of ``docs/scenario-format.md``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+
+from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.config import AccountConfig, Settings
+from watchdog_gpu.model import ActionStatus, PlannedNotification, Severity
+from watchdog_gpu.notify.delivery import DeliveryResult
+from watchdog_gpu.secrets import SecretReference
+from watchdog_gpu.sim.faults import FaultSettings
+from watchdog_gpu.sim.http import SimRequest, normalise_path
+from watchdog_gpu.sim.scenario import Scenario
+from watchdog_gpu.sim.servers import DIALECTS
+from watchdog_gpu.sim.servers.base import Dialect
+from watchdog_gpu.sim.ssh import SimulatedSshRunner
+from watchdog_gpu.sim.world import SimulatedWorld
+from watchdog_gpu.store import Store, sqlite_url
+from watchdog_gpu.wiring import Assembly, assemble, open_store
+
+SIM_BASE_URLS = {
+    "vast": "http://vast.sim.invalid",
+    "runpod": "http://runpod.sim.invalid",
+    "lambda": "http://lambda.sim.invalid/api/v1",
+}
+# An action still waiting for verification when the run ends is reported as unverified.
+_RESULTS = {
+    ActionStatus.VERIFIED: "verified",
+    ActionStatus.UNVERIFIED: "unverified",
+    ActionStatus.CALLED: "unverified",
+    ActionStatus.PENDING: "unverified",
+    ActionStatus.CLAIMED: "unverified",
+    ActionStatus.FAILED: "failed",
+    ActionStatus.DRY_RUN: "dry_run",
+    ActionStatus.HELD: "held",
+    ActionStatus.BLOCKED: "blocked",
+    ActionStatus.CANCELLED: "blocked",
+}
+
+
+class InProcessTransport(httpx.BaseTransport):
+    """An httpx transport that hands each request to a dialect handler in this process.
+
+    A stalled answer (the ``timeout`` fault) costs the client's read timeout in virtual time and
+    then raises ``httpx.ReadTimeout``, as a real stalled server would.
+    """
+
+    def __init__(self, dialect: Dialect, clock: VirtualClock, timeout_seconds: float) -> None:
+        self.dialect = dialect
+        self.clock = clock
+        self.timeout_seconds = timeout_seconds
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.read()
+        path = normalise_path(request.url.path)
+        prefix = normalise_path(httpx.URL(SIM_BASE_URLS[self.dialect.provider]).path)
+        if prefix != "/" and path.startswith(prefix):
+            path = path[len(prefix) :] or "/"
+        sim_request = SimRequest(
+            method=request.method,
+            path=path,
+            query=parse_qs(request.url.query.decode(), keep_blank_values=True),
+            headers={name.lower(): value for name, value in request.headers.items()},
+            body=body,
+        )
+        response = self.dialect.handle(sim_request)
+        if response.stall_seconds > 0:
+            self.clock.sleep(self.timeout_seconds)
+            raise httpx.ReadTimeout("simulated server stalled", request=request)
+        headers = [("content-type", response.content_type), *response.headers]
+        return httpx.Response(
+            response.status, headers=headers, content=response.body, request=request
+        )
+
+
+@dataclass
+class CapturingDelivery:
+    """Delivers every notification by recording it (the simulator's phone)."""
+
+    clock: VirtualClock
+    sent: list[tuple[datetime, PlannedNotification]] = field(default_factory=list)
+
+    def deliver(self, notification: PlannedNotification) -> DeliveryResult:
+        self.sent.append((self.clock.now(), notification))
+        return DeliveryResult(ok=True, detail="captured", routed=True)
+
+
+@dataclass
+class SimulationResult:
+    scenario: Scenario
+    mode: str
+    actions: list[dict[str, Any]]
+    notifications: list[dict[str, Any]]
+    instances: dict[str, dict[str, Any]]
+
+    def totals(self) -> dict[str, float]:
+        spend = sum(item["spend_usd"] for item in self.instances.values())
+        without = sum(item["spend_without_watchdog_usd"] for item in self.instances.values())
+        return {
+            "spend_usd": round(spend, 2),
+            "spend_without_watchdog_usd": round(without, 2),
+            "saved_usd": round(without - spend, 2),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario.name,
+            "mode": self.mode,
+            "actions": self.actions,
+            "notifications": self.notifications,
+            "instances": self.instances,
+            "totals": self.totals(),
+        }
+
+
+def simulation_settings(scenario: Scenario, base: Settings | None) -> Settings:
+    """The daemon configuration for a scenario: ``base``'s rules, safety and mode (the
+    documented defaults in enforce mode without one), the scenario's accounts, no network."""
+    accounts = [
+        AccountConfig(
+            name=account.name,
+            provider=account.provider,
+            api_key=SecretReference.plain(account.effective_api_key),
+            api_url=SIM_BASE_URLS[account.provider],
+        )
+        for account in scenario.accounts
+    ]
+    if base is None:
+        base = Settings()
+        watchdog = base.watchdog.model_copy(update={"mode": "enforce"})
+    else:
+        watchdog = base.watchdog
+    watchdog = watchdog.model_copy(
+        update={"poll_interval": scenario.tick, "probe_interval": scenario.tick}
+    )
+    metrics = base.metrics.model_copy(update={"enabled": False})
+    notify = base.notify.model_copy(update={"routes": []})
+    return base.model_copy(
+        update={"accounts": accounts, "watchdog": watchdog, "metrics": metrics, "notify": notify}
+    )
+
+
+@contextmanager
+def simulation(
+    scenario: Scenario,
+    base: Settings | None = None,
+    *,
+    database: Path | None = None,
+) -> Iterator[Simulation]:
+    """A ready simulation (world, clock, engine on a SQLite file); closed on exit."""
+    with tempfile.TemporaryDirectory(prefix="watchdog-gpu-sim-") as scratch:
+        path = database or Path(scratch) / "simulate.db"
+        sim = Simulation(scenario, simulation_settings(scenario, base), path)
+        try:
+            yield sim
+        finally:
+            sim.close()
+
+
+class Simulation:
+    """One scenario run: call :meth:`run` (or :meth:`step` tick by tick), then :meth:`result`."""
+
+    def __init__(self, scenario: Scenario, settings: Settings, database: Path) -> None:
+        self.scenario = scenario
+        self.settings = settings
+        self.database = database
+        self.clock = VirtualClock(scenario.start)
+        self.world = SimulatedWorld(scenario, self.clock)
+        faults = FaultSettings(stall_seconds=1.0)
+        self.dialects = {name: cls(self.world, faults) for name, cls in DIALECTS.items()}
+        self.delivery = CapturingDelivery(self.clock)
+        self.store: Store = open_store(sqlite_url(database))
+        self.assembly = self.build()
+        self.next_tick = scenario.start
+
+    def build(self) -> Assembly:
+        """(Re)build the engine over the same store, world and clock: a restart of the daemon."""
+        assembly = assemble(
+            self.settings,
+            self.clock,
+            {},
+            store=self.store,
+            transport_for=self._transport,
+            runner=SimulatedSshRunner(self.world),
+        )
+        assembly.watchdog.delivery = self.delivery
+        return assembly
+
+    def _transport(self, account: AccountConfig) -> httpx.BaseTransport:
+        timeout = account.request_timeout.total_seconds()
+        return InProcessTransport(self.dialects[account.provider], self.clock, timeout)
+
+    @property
+    def finished(self) -> bool:
+        return self.next_tick > self.scenario.end
+
+    def step(self) -> None:
+        """Run one tick at the next scheduled instant (later if the last tick overran)."""
+        if self.clock.now() < self.next_tick:
+            self.clock.set(self.next_tick)
+        self.assembly.watchdog.tick(self.clock.now())
+        self.next_tick += self.scenario.tick
+
+    def run(self) -> SimulationResult:
+        while not self.finished:
+            self.step()
+        if self.clock.now() < self.scenario.end:
+            self.clock.set(self.scenario.end)
+        return self.result()
+
+    def restart(self) -> None:
+        """Throw the engine away and build a new one, as a daemon restart would."""
+        self.assembly.close()
+        self.assembly = self.build()
+
+    def offset(self, instant: datetime) -> int:
+        return round((instant - self.scenario.start).total_seconds())
+
+    def result(self) -> SimulationResult:
+        return SimulationResult(
+            scenario=self.scenario,
+            mode=self.settings.watchdog.mode,
+            actions=self._actions(),
+            notifications=self._notifications(),
+            instances=self._instances(),
+        )
+
+    def _actions(self) -> list[dict[str, Any]]:
+        verified_at: dict[str, datetime] = {}
+        for event in self.store.list_audit_events():
+            if event.kind == "action_verified" and event.instance_id is not None:
+                verified_at.setdefault(f"{event.account}/{event.instance_id}/{event.rule}", event.at)
+        entries = []
+        for row in self.store.list_actions():
+            item: dict[str, Any] = {
+                "offset_s": self.offset(row.created_at),
+                "at": _iso(row.created_at),
+                "account": row.account,
+                "instance": row.instance_id,
+                "rule": row.rule,
+                "action": row.kind.value,
+                "dry_run": row.dry_run,
+                "result": _RESULTS.get(ActionStatus(row.status), row.status),
+            }
+            verified = verified_at.get(f"{row.account}/{row.instance_id}/{row.rule}")
+            if verified is not None and row.status == ActionStatus.VERIFIED:
+                item["verified_offset_s"] = self.offset(verified)
+            entries.append(item)
+        return entries
+
+    def _notifications(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "offset_s": self.offset(at),
+                "severity": note.severity.value,
+                "account": note.account,
+                "instance": note.instance_id,
+                "rule": note.rule,
+                "title": note.title,
+            }
+            for at, note in self.delivery.sent
+        ]
+
+    def _instances(self) -> dict[str, dict[str, Any]]:
+        result: dict[str, dict[str, Any]] = {}
+        for account in self.scenario.accounts:
+            for instance in account.instances:
+                state = self.world.state(account.name, instance.id)
+                result[f"{account.name}/{instance.id}"] = {
+                    "final_state": state or "not_created",
+                    "spend_usd": round(self.world.spend_usd(account.name, instance.id), 2),
+                    "spend_without_watchdog_usd": round(
+                        self.world.spend_without_watchdog_usd(account.name, instance.id), 2
+                    ),
+                }
+        return result
+
+    def close(self) -> None:
+        self.assembly.close()
+        self.store.engine.dispose()
+
+
+def _iso(instant: datetime) -> str:
+    return instant.isoformat().replace("+00:00", "Z")
+
+
+def severity_counts(result: SimulationResult) -> Mapping[str, int]:
+    counts = {severity.value: 0 for severity in Severity}
+    for note in result.notifications:
+        counts[note["severity"]] += 1
+    return counts
+
+
+ZERO = timedelta(0)
