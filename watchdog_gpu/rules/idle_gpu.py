@@ -46,6 +46,7 @@ How it decides, for each running instance:
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -149,27 +150,37 @@ def _evaluate_instance(
 def _episode(
     instance: InstanceView, since: datetime, now: datetime, config: IdleGpuConfig
 ) -> _Episode | None:
-    samples = [s for s in instance.samples if since <= s.at <= now]
-    verdicts = [(sample, sample_verdict(sample, config.threshold_percent)) for sample in samples]
-    activity = [s.at for s, verdict in verdicts if verdict is Verdict.BUSY]
-    activity += [p.at for p in instance.probes if p.interactive_login and since <= p.at <= now]
-    last_activity = max(activity, default=None)
+    # One pass over the samples: at thousands of instances with days of samples, this is the
+    # rule's whole cost.
+    last_activity: datetime | None = None
+    idle: dict[int, list[tuple[datetime, SampleSource]]] = defaultdict(list)
+    seen_gpus: set[int] = set()
+    for sample in instance.samples:
+        if not since <= sample.at <= now:
+            continue
+        seen_gpus.add(sample.gpu_index)
+        verdict = sample_verdict(sample, config.threshold_percent)
+        if verdict is Verdict.BUSY:
+            last_activity = sample.at if last_activity is None else max(last_activity, sample.at)
+        elif verdict is Verdict.IDLE:
+            idle[sample.gpu_index].append((sample.at, sample.source))
+    for probe in instance.probes:
+        if probe.interactive_login and since <= probe.at <= now:
+            last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
     if last_activity is not None:
         start, armed_by = last_activity, "activity"
     else:
         start, armed_by = since + config.arm_after, "arm_after"
         if now < start:
             return None  # not armed: start-up, data loading, a slow first epoch
-    gpus = expected_gpus(instance, samples)
+    gpus = expected_gpus(instance.latest.gpu_count, seen_gpus)
     if not gpus:
         return None
-    idle_times = {
-        gpu: sorted(
-            s.at for s, verdict in verdicts if verdict is Verdict.IDLE and s.gpu_index == gpu
-        )
-        for gpu in gpus
-    }
-    sources = frozenset(s.source for s, verdict in verdicts if verdict is Verdict.IDLE)
+    # Only samples from the episode start on: an idle sample before the last activity must not
+    # pair with one after it and paper over the busy moment in between.
+    in_episode = {gpu: sorted(item for item in idle[gpu] if item[0] >= start) for gpu in gpus}
+    idle_times = {gpu: [at for at, _source in items] for gpu, items in in_episode.items()}
+    sources = frozenset(source for items in in_episode.values() for _at, source in items)
     horizon = min((s.at for s in instance.samples), default=None)
     return _Episode(start, armed_by, last_activity, idle_times, sources, horizon)
 

@@ -23,9 +23,9 @@ def sample_verdict(sample: GpuSample, threshold_percent: float) -> Verdict:
     recorded verdict stands if it says busy (the probe saw compute processes), otherwise the
     sample is unknown.
     """
-    metrics = (sample.sm, sample.enc, sample.dec, sample.jpg, sample.ofa)
-    if any(value is not None and value > threshold_percent for value in metrics):
-        return Verdict.BUSY
+    for value in (sample.sm, sample.enc, sample.dec, sample.jpg, sample.ofa):
+        if value is not None and value > threshold_percent:
+            return Verdict.BUSY
     if sample.sm is None:
         return Verdict.BUSY if sample.verdict is Verdict.BUSY else Verdict.UNKNOWN
     return Verdict.IDLE
@@ -84,19 +84,17 @@ def coverage(
     return covered_seconds(times, start, end, max_gap) / length
 
 
-def expected_gpus(instance: InstanceView, samples: Iterable[GpuSample]) -> tuple[int, ...]:
-    """The GPU indexes an instance must have samples for.
+def expected_gpus(gpu_count: int | None, seen: Iterable[int]) -> tuple[int, ...]:
+    """The GPU indexes an instance must have samples for, given the provider's ``gpu_count``
+    and the indexes ``seen`` in samples.
 
     ``0 .. gpu_count-1`` when the provider says how many GPUs there are, extended by any higher
-    index seen in samples; just the indexes seen when the count is unknown (``nvidia-smi dmon``
-    lists every GPU of the host by default, so a GPU missing from the samples still shows up as
-    a gap in the index range when a higher one is present).
+    index seen; just ``0 .. highest seen`` when the count is unknown (``nvidia-smi dmon`` lists
+    every GPU of the host by default, so a GPU missing below a higher one still counts).
     """
-    seen = {sample.gpu_index for sample in samples}
-    count = instance.latest.gpu_count
     highest = max(seen, default=-1)
-    if count is not None and count > 0:
-        return tuple(range(max(count, highest + 1)))
+    if gpu_count is not None and gpu_count > 0:
+        return tuple(range(max(gpu_count, highest + 1)))
     return tuple(range(highest + 1))
 
 

@@ -379,3 +379,10 @@ def test_a_short_sample_lookback_still_lets_the_action_arrive() -> None:
 
 def test_the_minimum_lookback_spans_arming_idle_window_and_warning() -> None:
     assert minimum_sample_lookback(CONFIG) == timedelta(minutes=20 + 30 + 10 + 3)
+
+
+def test_an_idle_sample_before_the_activity_does_not_cover_the_busy_moment() -> None:
+    data = samples(at(0), at(200), sm=lambda m, _g: 70.0 if m == at(120) else 0.0)
+    (finding,) = findings_at(running(at(0), at(200), samples=data), at(150))
+    assert finding.episode_started_at == at(120)
+    assert finding.evidence["coverage"] == pytest.approx(29 / 30, abs=0.001)
