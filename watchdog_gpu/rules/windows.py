@@ -15,19 +15,23 @@ from watchdog_gpu.spend import SpendFigure
 
 
 def sample_verdict(sample: GpuSample, threshold_percent: float) -> Verdict:
-    """Was the GPU busy in ``sample``, judged with ``threshold_percent``?
+    """Was the GPU busy in ``sample``, judged with the rule's ``threshold_percent``?
 
     Busy when any of ``sm``, ``enc``, ``dec``, ``jpg``, ``ofa`` that is present exceeds the
-    threshold (a video job can keep ``sm`` low while the encoder works). When ``sm`` is absent
-    (``-`` in dmon: MIG, or a provider reporting nothing) the GPU is never judged idle: the
-    recorded verdict stands if it says busy (the probe saw compute processes), otherwise the
-    sample is unknown.
+    threshold (a video job can keep ``sm`` low while the encoder works). Otherwise idle — with
+    two exceptions that are never idle: a sample without ``sm`` (``-`` in dmon: MIG, or a
+    provider reporting nothing) keeps a recorded busy (the probe saw compute processes) and is
+    unknown otherwise; a sample recorded unknown stays unknown. A sample recorded busy with real
+    metrics all at or under this threshold is idle: the rule's threshold decides (the probe may
+    have recorded with a lower one).
     """
     for value in (sample.sm, sample.enc, sample.dec, sample.jpg, sample.ofa):
         if value is not None and value > threshold_percent:
             return Verdict.BUSY
     if sample.sm is None:
         return Verdict.BUSY if sample.verdict is Verdict.BUSY else Verdict.UNKNOWN
+    if sample.verdict is Verdict.UNKNOWN:
+        return Verdict.UNKNOWN
     return Verdict.IDLE
 
 
