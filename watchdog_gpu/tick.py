@@ -42,8 +42,9 @@ from watchdog_gpu.notify.render import (
 )
 from watchdog_gpu.plan import BUDGET_RULE, Decision, Plan, PlanContext, plan
 from watchdog_gpu.providers.base import Provider
-from watchdog_gpu.rules import evaluate_rules
+from watchdog_gpu.rules import evaluate_rules, minimum_sample_lookback
 from watchdog_gpu.rules.base import RuleConfig
+from watchdog_gpu.rules.unobserved import UnobservedConfig
 from watchdog_gpu.store import Store
 
 log = logging.getLogger(__name__)
@@ -92,16 +93,14 @@ class TickReport:
 
 
 def lookback_for(rules: Mapping[str, RuleConfig]) -> timedelta:
-    """How much sample history the rules need: twice the longest sample-based window."""
-    windows = [timedelta(hours=1)]
-    idle = rules.get("idle_gpu")
-    if idle is not None:
-        windows.append(timedelta(minutes=getattr(idle, "idle_minutes", 30)))
-        windows.append(getattr(idle, "arm_after", timedelta(0)))
+    """How much sample and probe history the rules need: what the idle rule asks for (its window
+    plus arming, see ``rules.minimum_sample_lookback``) or the unobserved rule's blind window,
+    with a margin for the sample gap at the window's start."""
+    needed = minimum_sample_lookback(rules)
     unobserved = rules.get("unobserved")
-    if unobserved is not None:
-        windows.append(getattr(unobserved, "after", timedelta(0)))
-    return 2 * max(windows)
+    if isinstance(unobserved, UnobservedConfig):
+        needed = max(needed, unobserved.after)
+    return needed + timedelta(minutes=10)
 
 
 def month_start(now: datetime, zone: str) -> datetime:
@@ -131,6 +130,7 @@ class Watchdog:
         self.prober = prober
         self.delivery = delivery
         self.on_tick = on_tick
+        self._planned_keys: set[str] = set()
 
     # -- the whole tick ---------------------------------------------------------------------
 
@@ -211,6 +211,9 @@ class Watchdog:
                 fuse_latched=latched,
             )
         result = plan(findings, view, now, context)
+        self._planned_keys = {
+            d.action.idempotency_key for d in result.decisions if d.action is not None
+        }
         for decision in result.decisions:
             self._record(decision, now)
         if result.fuse_tripped:
@@ -303,12 +306,17 @@ class Watchdog:
         gone, unless the episode ended in an action (the action message closed it)."""
         current = {finding.episode_key for finding in findings}
         keys = view.notification_keys
+        acted_episodes = {
+            record.idempotency_key.rsplit(":", 1)[0] for record in view.recent_actions
+        } | {decision_key.rsplit(":", 1)[0] for decision_key in self._planned_keys}
         for record in self.store.list_findings(seen_since=now - self.settings.lookback):
             episode = record.episode_key
             if episode in current:
                 continue
             told = f"{episode}:warning" in keys or f"{episode}:alert" in keys
-            acted = f"{episode}:action" in keys or f"{episode}:blocked" in keys
+            # An episode that led to an action is closed by the action's own message (which
+            # may only be written later in this tick, by the executor).
+            acted = episode in acted_episodes or f"{episode}:action" in keys
             if not told or acted or f"{episode}:resolution" in keys:
                 continue
             finding = Finding(

@@ -13,10 +13,10 @@ The output (``SimulationResult.to_json()``) is the public contract of ``docs/sce
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -25,7 +25,7 @@ import httpx
 
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import AccountConfig, Settings
-from watchdog_gpu.model import ActionStatus, PlannedNotification, Severity
+from watchdog_gpu.model import ActionStatus, PlannedNotification
 from watchdog_gpu.notify.delivery import DeliveryResult
 from watchdog_gpu.secrets import SecretReference
 from watchdog_gpu.sim.faults import FaultSettings
@@ -249,7 +249,9 @@ class Simulation:
         verified_at: dict[str, datetime] = {}
         for event in self.store.list_audit_events():
             if event.kind == "action_verified" and event.instance_id is not None:
-                verified_at.setdefault(f"{event.account}/{event.instance_id}/{event.rule}", event.at)
+                verified_at.setdefault(
+                    f"{event.account}/{event.instance_id}/{event.rule}", event.at
+                )
         entries = []
         for row in self.store.list_actions():
             item: dict[str, Any] = {
@@ -302,13 +304,3 @@ class Simulation:
 
 def _iso(instant: datetime) -> str:
     return instant.isoformat().replace("+00:00", "Z")
-
-
-def severity_counts(result: SimulationResult) -> Mapping[str, int]:
-    counts = {severity.value: 0 for severity in Severity}
-    for note in result.notifications:
-        counts[note["severity"]] += 1
-    return counts
-
-
-ZERO = timedelta(0)
