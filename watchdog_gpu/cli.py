@@ -29,7 +29,14 @@ EXIT_DMON_ERROR = 3
 EXIT_INTERRUPTED = 130
 
 # One line per command module; each module's register() adds its sub-command(s).
-COMMAND_MODULES: tuple[str, ...] = ("dmon", "db", "config_check", "sim", "notify")
+COMMAND_MODULES: tuple[str, ...] = (
+    "config_check",
+    "db",
+    "dmon",
+    "notify",
+    "sim",
+    "simulate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
