@@ -269,3 +269,17 @@ def test_dotted_paths_render_indices_in_brackets() -> None:
 @pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.toml")), ids=lambda path: path.name)
 def test_every_example_scenario_in_the_repository_is_valid(path: Path) -> None:
     assert load_scenario(path).accounts
+
+
+def test_the_example_in_the_projects_scenario_format_document_is_valid() -> None:
+    document = (Path(__file__).parents[3] / "docs" / "scenario-format.md").read_text()
+    example = document.split("```toml\n", 1)[1].split("```", 1)[0]
+    scenario = parse_scenario(example)
+    assert scenario.account("vast-main").instances[0].id == "9001"
+
+
+def test_the_built_in_world_of_sim_serve_is_valid() -> None:
+    from watchdog_gpu.commands.sim import default_scenario
+
+    scenario = default_scenario()
+    assert {account.provider for account in scenario.accounts} == {"vast", "runpod", "lambda"}
