@@ -167,3 +167,55 @@ def test_update_user_settings_replaces_every_public_key(
         "ssh-ed25519 AAAA one\nssh-ed25519 BBBB two"
     )
     assert len(sim.world.ssh_keys("runpod-a")) == 2
+
+
+def test_rest_v2_lists_pods_with_actual_status_and_zero_cost_when_exited(
+    sim: ServedWorld,
+) -> None:
+    headers = {"Authorization": "Bearer sim-runpod-a"}
+    listed = httpx.get(sim.url("runpod") + "/v2/pods", headers=headers).json()["pods"]
+    by_id = {pod["id"]: pod for pod in listed}
+
+    assert by_id["k3f9x2m7q1w8za"]["status"] == "RUNNING"
+    assert by_id["k3f9x2m7q1w8za"]["cost"] == 0.69
+    assert by_id["z1x2c3v4b5n6m7"]["status"] == "STARTING"
+    spot = by_id["w3e4r5t6y7u8io"]
+    assert (spot["status"], spot["cost"], spot["actions"]) == (
+        "EXITED",
+        0.0,
+        ["start", "terminate"],
+    )
+
+
+def test_rest_v2_actions_and_delete_change_the_world_and_errors_are_problem_json(
+    sim: ServedWorld,
+) -> None:
+    base = sim.url("runpod") + "/v2/pods/"
+    headers = {"Authorization": "Bearer sim-runpod-a"}
+    stopped = httpx.post(base + "k3f9x2m7q1w8za/action", json={"action": "stop"}, headers=headers)
+    assert stopped.json()["status"] == "EXITED"
+    assert httpx.delete(base + "q7w2e9r4t6y1ui", headers=headers).status_code == 204
+    sim.clock.advance(timedelta(minutes=1))
+
+    missing = httpx.get(base + "q7w2e9r4t6y1ui", headers=headers)
+    assert missing.status_code == 404
+    assert missing.headers["Content-Type"] == "application/problem+json"
+    assert missing.json()["title"] == "Not Found"
+    assert httpx.get(base + "x", headers={"Authorization": "Bearer bad"}).status_code == 401
+    assert sim.world.state("runpod-a", "k3f9x2m7q1w8za") == "stopped"
+
+
+def test_rest_v1_lists_a_bare_array_and_stops_and_terminates(sim: ServedWorld) -> None:
+    base = sim.url("runpod") + "/v1/pods"
+    headers = {"Authorization": "Bearer sim-runpod-a"}
+    listed = httpx.get(base, headers=headers).json()
+    assert isinstance(listed, list)
+    assert {pod["id"]: pod["interruptible"] for pod in listed}["w3e4r5t6y7u8io"] is True
+
+    assert httpx.post(base + "/k3f9x2m7q1w8za/stop", headers=headers).json()["desiredStatus"] == (
+        "EXITED"
+    )
+    assert httpx.delete(base + "/k3f9x2m7q1w8za", headers=headers).status_code == 204
+    sim.clock.advance(timedelta(minutes=1))
+    gone = httpx.get(base + "/k3f9x2m7q1w8za", headers=headers)
+    assert (gone.status_code, gone.json()) == (404, {"message": "Pod not found"})

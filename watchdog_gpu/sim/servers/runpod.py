@@ -1,6 +1,7 @@
 """The RunPod GraphQL dialect (``providers/runpod.md``) over the simulated world.
 
-Served: ``POST /graphql`` with ``{"query": …, "variables": {…}}`` (header
+Served: the REST v2 and v1 APIs (:mod:`watchdog_gpu.sim.servers.runpod_rest`) and
+``POST /graphql`` with ``{"query": …, "variables": {…}}`` (header
 ``Authorization: Bearer <key>`` or the ``?api_key=`` query parameter the GraphQL docs show).
 
 Queries: ``myself { id email clientBalance currentSpendPerHr spendLimit notify* pubKey
@@ -24,10 +25,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from watchdog_gpu.sim import graphql
+from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.graphql import GraphQLError, ObjectType, Selection
 from watchdog_gpu.sim.http import SimRequest, SimResponse, json_response
 from watchdog_gpu.sim.records import InstanceView, SimError, UnknownInstanceError
 from watchdog_gpu.sim.servers.base import Dialect
+from watchdog_gpu.sim.servers.runpod_rest import RunpodRestV1, RunpodRestV2
+from watchdog_gpu.sim.world import SimulatedWorld
 
 _SCALARS = None
 
@@ -148,10 +152,23 @@ _JS_DATE = "%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)"
 
 
 class RunpodDialect(Dialect):
+    """GraphQL at ``/graphql``; the REST v2 (``/v2/…``) and v1 (``/v1/…``) APIs beside it
+    (:mod:`watchdog_gpu.sim.servers.runpod_rest`), each with its own error shapes."""
+
     provider = "runpod"
+
+    def __init__(self, world: SimulatedWorld, faults: FaultSettings | None = None) -> None:
+        super().__init__(world, faults)
+        self._rest = {"/v2/": RunpodRestV2(world, faults), "/v1/": RunpodRestV1(world, faults)}
 
     def register_routes(self) -> None:
         self.router.add("POST", "/graphql", self.graphql)
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        for prefix, rest in self._rest.items():
+            if request.path.startswith(prefix):
+                return rest.handle(request)
+        return super().handle(request)
 
     # ------------------------------------------------------------ errors
     def unauthorized(self, *, key_given: bool) -> SimResponse:
