@@ -66,10 +66,11 @@ class FakeGpu:
         text: str | None = None,
         exit_status: int = 0,
         hang_seconds: int | None = None,
+        pace_seconds: float | None = None,
     ) -> None:
         """Make ``nvidia-smi <part>`` (``dmon``, ``apps``, ``gpus``) print a fixture file (a path
-        under ``tests/fixtures``) or ``text``, exit with ``exit_status`` and, with
-        ``hang_seconds``, sleep after printing."""
+        under ``tests/fixtures``) or ``text``, one data line every ``pace_seconds`` if given, exit
+        with ``exit_status`` and, with ``hang_seconds``, sleep after printing."""
         if fixture is not None:
             shutil.copyfile(FIXTURES / fixture, self.state_dir / f"{part}.txt")
         elif text is not None:
@@ -77,6 +78,8 @@ class FakeGpu:
         (self.state_dir / f"{part}.exit").write_text(f"{exit_status}\n")
         if hang_seconds is not None:
             (self.state_dir / f"{part}.hang").write_text(f"{hang_seconds}\n")
+        if pace_seconds is not None:
+            (self.state_dir / f"{part}.pace").write_text(f"{pace_seconds}\n")
 
     def is_hanging(self, part: str) -> bool:
         return (self.state_dir / f"{part}.hanging").exists()

@@ -33,6 +33,7 @@ import paramiko
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import InstanceRef, ProbeStatus
+from watchdog_gpu.probe.channel import read_channel
 from watchdog_gpu.probe.hostkeys import HostKeyStore
 from watchdog_gpu.probe.runner import CommandResult, SshTarget
 from watchdog_gpu.probe.sshkeys import fingerprint, prefer_key_type
@@ -43,7 +44,6 @@ logger = logging.getLogger(__name__)
 # becomes a probe outcome with its own text, so its log would be noise in the journal.
 logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
-_POLL_SECONDS = 0.05
 _CONNECTION_ERRORS = (paramiko.SSHException, EOFError, OSError)
 
 
@@ -125,7 +125,9 @@ class ParamikoRunner:
                     raise _unreachable(
                         target, f"could not start the command: {retry_exc}"
                     ) from None
-            result = self._collect(channel, deadline_seconds)
+            result = read_channel(
+                channel, deadline_seconds, self._clock, self._timeouts.max_output_bytes
+            )
             dropped = not connection.transport.is_active()
             if result.exit_status is None and not result.timed_out and dropped:
                 self._discard(target.ref)
@@ -311,38 +313,3 @@ class ParamikoRunner:
             channel.close()
             raise
         return channel
-
-    def _collect(self, channel: paramiko.Channel, deadline_seconds: float) -> CommandResult:
-        """Read the channel until the command exits, the channel closes, the deadline passes or
-        the output exceeds the size limit; always closes the channel."""
-        stdout, stderr = bytearray(), bytearray()
-        limit = self._timeouts.max_output_bytes
-        end = self._clock.monotonic() + deadline_seconds
-        timed_out = truncated = False
-        try:
-            while True:
-                finished = channel.status_event.is_set()  # exit status arrived or channel closed
-                while channel.recv_ready():
-                    stdout += channel.recv(65536)
-                while channel.recv_stderr_ready():
-                    stderr += channel.recv_stderr(65536)
-                if len(stdout) + len(stderr) > limit:
-                    truncated = True
-                    break
-                if finished:
-                    break
-                if self._clock.monotonic() >= end:
-                    timed_out = True
-                    break
-                channel.status_event.wait(_POLL_SECONDS)
-        finally:
-            channel.close()
-        # -1 is paramiko's "no exit-status message": killed session or dropped connection.
-        status = None if timed_out or truncated or channel.exit_status < 0 else channel.exit_status
-        return CommandResult(
-            stdout=bytes(stdout[:limit]).decode("utf-8", errors="replace"),
-            stderr=bytes(stderr[:limit]).decode("utf-8", errors="replace"),
-            exit_status=status,
-            timed_out=timed_out,
-            output_truncated=truncated,
-        )

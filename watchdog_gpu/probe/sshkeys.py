@@ -83,20 +83,27 @@ def _load_key(data: bytes, passphrase: str | None) -> paramiko.PKey:
         if password is None:
             raise _KeyProblem("the key is encrypted and no passphrase is configured") from None
         loaded = _decode(data, None)
-        password = None
     key_class: type[paramiko.PKey]
+    if not isinstance(
+        loaded, ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+    ):
+        raise _KeyProblem("unsupported key type (use ed25519, ecdsa or rsa)")
     if isinstance(loaded, ed25519.Ed25519PrivateKey):
         key_class = paramiko.Ed25519Key
     elif isinstance(loaded, rsa.RSAPrivateKey):
         key_class = paramiko.RSAKey
-    elif isinstance(loaded, ec.EllipticCurvePrivateKey):
-        key_class = paramiko.ECDSAKey
     else:
-        raise _KeyProblem("unsupported key type (use ed25519, ecdsa or rsa)")
+        key_class = paramiko.ECDSAKey
+    # paramiko reads only some containers (not PKCS#8): hand it the decoded key re-written as an
+    # unencrypted OpenSSH key, in memory only.
+    openssh = loaded.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
     try:
-        text = io.StringIO(data.decode())
-        return key_class.from_private_key(text, password=password.decode() if password else None)
-    except (paramiko.SSHException, ValueError, UnicodeDecodeError):
+        return key_class.from_private_key(io.StringIO(openssh.decode()))
+    except (paramiko.SSHException, ValueError):
         raise _KeyProblem("paramiko could not load the key") from None
 
 
