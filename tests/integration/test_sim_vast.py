@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -214,3 +215,16 @@ def test_the_journal_records_requests_without_secrets(
     )
     assert record.auth_scheme == "bearer"
     assert "sim-vast-a" not in repr(record)
+
+
+def test_the_key_never_reaches_the_log_even_in_a_legacy_query_parameter(
+    sim: ServedWorld, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="watchdog_gpu.sim")
+    httpx.get(sim.url("vast") + "/api/v0/instances/?api_key=second-vast-key")
+    httpx.get(sim.url("vast") + "/api/v0/users/current", headers=KEY)
+    httpx.get(sim.url("vast") + "/api/v0/users/current", headers={"Authorization": "Bearer typo"})
+
+    assert "path=/api/v0/instances" in caplog.text
+    for secret in ("second-vast-key", "sim-vast-a", "typo"):
+        assert secret not in caplog.text
