@@ -1,0 +1,236 @@
+"""What the scrape-time gauges say, computed from a :class:`~watchdog_gpu.fleet.FleetView`.
+
+Pure functions of recorded values and ``now`` (no store, no prometheus_client), so they are
+tested on views built by hand as well as on views a real store loaded. The collector turns their
+rows into metric families. Unknown stays unknown: a rate the provider does not report is counted
+apart, never added as $0, and an instance is "idle" only while its newest GPU data says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from watchdog_gpu.config import Settings
+from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.model import InstanceState, Verdict
+from watchdog_gpu.rules import unobserved
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.rules.unobserved import UnobservedConfig
+from watchdog_gpu.rules.windows import expected_gpus, running_since, sample_verdict, state_since
+from watchdog_gpu.spend import SpendFigure, day_start, instances_spend, month_start
+
+GLOBAL_SCOPE = "global"
+# Every state an instance can be counted in (gone ones are not counted).
+COUNTED_STATES = tuple(state.value for state in InstanceState if state is not InstanceState.GONE)
+COMPUTE, STORAGE = "compute", "storage"
+_COMPUTE_STATES = frozenset({InstanceState.RUNNING, InstanceState.STARTING})
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The configuration the gauges read (``from_settings`` builds it from the config file).
+
+    ``accounts`` maps each configured account to its provider (they get series even before a
+    poll worked); None means every account the store recorded.
+    """
+
+    accounts: Mapping[str, str] | None = None
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    idle: IdleGpuConfig = field(default_factory=IdleGpuConfig)
+    unobserved: UnobservedConfig = field(default_factory=UnobservedConfig)
+
+    @property
+    def lookback(self) -> timedelta:
+        """How much GPU-sample history a scrape loads: enough for the blind window and an idle
+        run of twice the idle limit (an idle time longer than that is shown as at least it)."""
+        idle = timedelta(minutes=self.idle.idle_minutes)
+        return max(self.unobserved.after, idle, timedelta(minutes=30)) * 2
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MetricsConfig:
+        """The configured accounts and the budget, idle_gpu and unobserved rules' settings."""
+        rules = settings.rules
+        return cls(
+            accounts={account.name: account.provider for account in settings.accounts},
+            budget=rules.budget,
+            idle=rules.idle_gpu,
+            unobserved=rules.unobserved,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RateRow:
+    """An account's current spend rate of one kind, and how many items bill it at a rate the
+    provider does not report (their cost is not in ``usd_per_hour``)."""
+
+    account: str
+    provider: str
+    kind: str  # compute or storage
+    usd_per_hour: float
+    unknown: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodRow:
+    """Spend of one scope in the current day or month, with its ceiling when one is set."""
+
+    scope: str  # "global" or an account name
+    period: str  # day or month
+    spent: SpendFigure
+    ceiling_usd: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StateTimeRow:
+    """How long an instance has been idle, paused or stopped."""
+
+    account: str
+    instance_id: str
+    state: str  # idle, paused or stopped
+    seconds: float
+
+
+def account_providers(view: FleetView) -> dict[str, str]:
+    """Every account of the view (configured or seen in an instance) → its provider."""
+    providers = {name: account.provider for name, account in view.accounts.items()}
+    for instance in view.instances.values():
+        providers.setdefault(instance.latest.account, instance.latest.provider)
+    return dict(sorted(providers.items()))
+
+
+def instance_counts(view: FleetView) -> dict[tuple[str, str, str], int]:
+    """(account, provider, state) → instances, with a 0 for every state of every account."""
+    counts = {
+        (account, provider, state): 0
+        for account, provider in account_providers(view).items()
+        for state in COUNTED_STATES
+    }
+    for instance in view.instances.values():
+        latest = instance.latest
+        if latest.state is not InstanceState.GONE:
+            counts[(latest.account, latest.provider, latest.state.value)] += 1
+    return counts
+
+
+def spend_rates(view: FleetView) -> list[RateRow]:
+    """Per account, what it bills now for compute (running and starting instances; an instance in
+    an unknown state may be billing compute: unknown) and storage (every instance not gone, and
+    its volumes)."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    for account in account_providers(view):
+        totals[(account, COMPUTE)] = [0.0, 0]
+        totals[(account, STORAGE)] = [0.0, 0]
+    for instance in view.instances.values():
+        latest = instance.latest
+        if latest.state is InstanceState.GONE:
+            continue
+        if latest.state in _COMPUTE_STATES or latest.state is InstanceState.UNKNOWN:
+            rate = None if latest.state is InstanceState.UNKNOWN else latest.compute_usd_per_hour
+            _add(totals[(latest.account, COMPUTE)], rate)
+        _add(totals[(latest.account, STORAGE)], latest.storage_usd_per_hour)
+    for volume in view.volumes:
+        key = (volume.latest.account, STORAGE)
+        if key in totals:
+            _add(totals[key], volume.latest.usd_per_hour)
+    providers = account_providers(view)
+    return [
+        RateRow(account, providers[account], kind, usd, int(unknown))
+        for (account, kind), (usd, unknown) in sorted(totals.items())
+    ]
+
+
+def _add(total: list[float], rate: float | None) -> None:
+    if rate is None:
+        total[1] += 1
+    else:
+        total[0] += rate
+
+
+def period_spend(view: FleetView, now: datetime, budget: BudgetConfig) -> list[PeriodRow]:
+    """Spend in the current day and month (in the budget's time zone) of the whole fleet and of
+    every account, with the budget rule's ceilings where they are configured (none while the
+    rule is disabled)."""
+    scopes: dict[str, tuple[InstanceView, ...]] = {GLOBAL_SCOPE: tuple(view.instances.values())}
+    for account in sorted(set(account_providers(view)) | set(budget.accounts)):
+        scopes[account] = view.instances_of(account)
+    starts = {"day": day_start(now, budget.timezone), "month": month_start(now, budget.timezone)}
+    rows: list[PeriodRow] = []
+    for scope, instances in scopes.items():
+        limits = budget if scope == GLOBAL_SCOPE else budget.accounts.get(scope)
+        for period, start in starts.items():
+            ceiling = None
+            if budget.enabled and limits is not None:
+                ceiling = limits.daily_usd if period == "day" else limits.monthly_usd
+            rows.append(PeriodRow(scope, period, instances_spend(instances, start, now), ceiling))
+    return rows
+
+
+def spend_since(now: datetime, budget: BudgetConfig) -> datetime:
+    """How far back a view must hold spans for :func:`period_spend`: the month's start."""
+    return month_start(now, budget.timezone)
+
+
+def state_times(view: FleetView, now: datetime, idle: IdleGpuConfig) -> list[StateTimeRow]:
+    """Idle, paused and stopped time of every instance not gone (running and busy, or running
+    without fresh GPU data, gives no row)."""
+    rows: list[StateTimeRow] = []
+    for instance in view.instances.values():
+        latest = instance.latest
+        since: datetime | None = None
+        if latest.state in (InstanceState.PAUSED, InstanceState.STOPPED):
+            since, label = state_since(instance), latest.state.value
+        elif latest.state is InstanceState.RUNNING:
+            since, label = idle_since(instance, now, idle), "idle"
+        if since is not None:
+            seconds = max(0.0, (now - since).total_seconds())
+            rows.append(StateTimeRow(latest.account, latest.instance_id, label, seconds))
+    return rows
+
+
+def idle_since(instance: InstanceView, now: datetime, config: IdleGpuConfig) -> datetime | None:
+    """Since when a running instance's GPUs have been idle, or None when they are not known to
+    be idle right now.
+
+    Idle now means: every expected GPU's newest sample with a verdict says idle (judged with
+    the idle rule's threshold), each of those samples is at most ``max_sample_gap`` old, and the
+    newest probe saw no interactive login. Idle since: the last sign of activity (a busy sample,
+    an interactive login) in the view, else the oldest sample with a verdict the view holds —
+    a lower bound, never a guess about time nobody observed.
+    """
+    started = running_since(instance)
+    if started is None:
+        return None
+    latest: dict[int, tuple[datetime, Verdict]] = {}
+    first_known: datetime | None = None
+    activity: list[datetime] = []
+    for sample in instance.samples:
+        if not started <= sample.at <= now:
+            continue
+        verdict = sample_verdict(sample, config.threshold_percent)
+        if verdict is Verdict.UNKNOWN:
+            continue
+        first_known = sample.at if first_known is None else min(first_known, sample.at)
+        if verdict is Verdict.BUSY:
+            activity.append(sample.at)
+        if sample.gpu_index not in latest or latest[sample.gpu_index][0] <= sample.at:
+            latest[sample.gpu_index] = (sample.at, verdict)
+    probes = [probe for probe in instance.probes if started <= probe.at <= now]
+    activity.extend(probe.at for probe in probes if probe.interactive_login)
+    if first_known is None or (probes and probes[-1].interactive_login):
+        return None
+    for gpu in expected_gpus(instance.latest.gpu_count, latest):
+        if gpu not in latest:
+            return None
+        at, verdict = latest[gpu]
+        if verdict is not Verdict.IDLE or now - at > config.max_sample_gap:
+            return None
+    return max(started, max(activity, default=first_known))
+
+
+def blind_instances(view: FleetView, now: datetime, config: UnobservedConfig) -> int:
+    """Running instances without usable GPU data for the unobserved rule's ``after`` (the same
+    judgement as the rule, which alerts about each of them)."""
+    return len(unobserved.evaluate(view, now, config))
