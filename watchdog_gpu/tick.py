@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -41,6 +41,7 @@ from watchdog_gpu.notify.render import (
     render_warning,
 )
 from watchdog_gpu.plan import BUDGET_RULE, Decision, Plan, PlanContext, plan
+from watchdog_gpu.probe.condense import condense_samples
 from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.rules import evaluate_rules, minimum_sample_lookback
 from watchdog_gpu.rules.base import RuleConfig
@@ -180,9 +181,11 @@ class Watchdog:
             if record.snapshot.state is InstanceState.RUNNING
             and record.snapshot.account in self.providers
         ]
-        outcomes = self.prober.probe_all(running, now)
-        for outcome in outcomes:
-            self.store.record_probe(outcome)
+        outcomes = [
+            replace(outcome, samples=condense_samples(outcome.samples))
+            for outcome in self.prober.probe_all(running, now)
+        ]
+        self.store.record_probes(outcomes)
         api_samples = self.prober.provider_samples(running)
         if api_samples:
             self.store.record_samples(api_samples)
