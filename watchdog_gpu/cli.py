@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "db",
     "dmon",
     "notify",
+    "run",
     "sim",
     "simulate",
 )

@@ -1,0 +1,381 @@
+"""The daemon (``watchdog-gpu run``): scheduled jobs, a supervising main thread, sd_notify.
+
+Start-up: the caller has validated the configuration and its secrets; here the engine is
+assembled (the database is opened and migrated), the metrics endpoint starts when enabled, the
+jobs are scheduled (:mod:`watchdog_gpu.schedule`) and systemd hears ``READY=1``. The main thread
+then supervises (:mod:`watchdog_gpu.supervisor`): ``WATCHDOG=1`` only while the jobs make
+progress, ``STATUS=`` with a one-line summary.
+
+Shutdown (SIGTERM or SIGINT): ``STOPPING=1``; runs not yet started are dropped (each job checks
+the stop event first); the scheduler is shut down with ``wait=True``, so the job in flight — an
+action's salvage, provider call or verification included — finishes; while that lasts the daemon
+asks systemd for more stop time (``EXTEND_TIMEOUT_USEC``, at most
+:data:`MAX_SHUTDOWN_EXTENSION` in all); then the SSH and HTTP clients, the metrics endpoint and
+the database are closed and the process exits 0. A second SIGTERM/SIGINT during shutdown is
+logged and otherwise ignored: nothing interrupts a provider call half-way. Only SIGKILL does
+(e.g. systemd after ``TimeoutStopSec``); an action recorded before its call then resumes at the
+next start without a second destroy (see :mod:`watchdog_gpu.executor`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+
+from watchdog_gpu import systemd_notify
+from watchdog_gpu.clock import Clock
+from watchdog_gpu.config import Settings
+from watchdog_gpu.errors import ConfigError, StoreError
+from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
+from watchdog_gpu.jobs import ACT, DaemonObserver, Jobs, Progress
+from watchdog_gpu.model import ProbeOutcome
+from watchdog_gpu.notify.delivery import DeliveryReport
+from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs
+from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
+from watchdog_gpu.tick import TickReport
+from watchdog_gpu.wiring import Assembly, assemble
+
+if TYPE_CHECKING:
+    from watchdog_gpu.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+SHUTDOWN_CHECK_SECONDS = 10.0
+MAX_SHUTDOWN_EXTENSION = timedelta(minutes=15)
+
+
+class Daemon:
+    """The scheduler, the jobs and the supervisor over one assembled engine.
+
+    ``start()`` schedules and starts the jobs, ``serve()`` supervises until :attr:`stop` is
+    set, ``shutdown()`` drains and closes. ``run_daemon`` wires it to signals and sd_notify.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        assembly: Assembly,
+        clock: Clock,
+        environ: Mapping[str, str],
+        *,
+        observer: DaemonObserver | None = None,
+        dead_mans_switch: DeadMansSwitch | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.assembly = assembly
+        self.clock = clock
+        self.environ = environ
+        self.dead_mans_switch = dead_mans_switch
+        self.on_close = on_close
+        self.stop = threading.Event()
+        self.progress = Progress(clock)
+        self.observer = observer
+        self.scheduler = build_scheduler(len(assembly.providers))
+        self.jobs = Jobs(
+            assembly.watchdog,
+            clock,
+            self.progress,
+            poll_interval=settings.watchdog.poll_interval,
+            observer=observer,
+            dead_mans_switch=dead_mans_switch,
+            stop=self.stop,
+            wake_act=self.wake_act,
+        )
+        self.supervisor = Supervisor(
+            self.progress,
+            list(assembly.providers),
+            stall_limits(settings),
+            lambda: self.jobs.summary,
+            environ,
+        )
+
+    def start(self) -> None:
+        """Schedule every job (first runs from now) and start the scheduler threads."""
+        self.scheduler.add_listener(
+            self._on_scheduler_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
+        )
+        add_jobs(self.scheduler, job_specs(self.jobs, self.settings, self.clock.now()))
+        self.scheduler.start()
+
+    def wake_act(self) -> None:
+        """Run the act job now (after an evaluation), unless it is running already."""
+        if self.progress.stats(ACT).running_since_monotonic is not None:
+            return
+        if self.scheduler.running:
+            self.scheduler.modify_job(ACT, next_run_time=self.clock.now())
+
+    def _on_scheduler_event(self, event: Any) -> None:
+        job_id = str(event.job_id)
+        if event.code == EVENT_JOB_MISSED:
+            kind = "missed"
+            self.progress.missed(job_id)
+            log.warning("job run missed (too late to run) job=%s", job_id)
+        elif event.code == EVENT_JOB_MAX_INSTANCES:
+            kind = "skipped"
+            self.progress.skipped(job_id)
+            log.warning("job run skipped: the previous run is still going job=%s", job_id)
+        else:  # the jobs catch everything: this is a bug in the boundary itself
+            kind = "error"
+            log.error("job raised job=%s error=%s", job_id, type(event.exception).__name__)
+        if self.observer is not None:
+            try:
+                self.observer.on_job_event(job_id, kind)
+            except Exception:
+                log.exception("observer failed")
+
+    def serve(self) -> None:
+        """Supervise on the calling thread until :attr:`stop` is set."""
+        interval = supervisor_interval(self.environ, self.settings.watchdog.poll_interval)
+        self.supervisor.run(self.stop, interval)
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop.is_set():
+            log.warning(
+                "already stopping; waiting for the job in flight to finish (SIGKILL aborts it) "
+                "signal=%s",
+                reason,
+            )
+            return
+        log.info("stopping reason=%s", reason)
+        self.stop.set()
+
+    def shutdown(self) -> None:
+        """Stop scheduling, let running jobs finish, close every client and the database."""
+        self.stop.set()
+        systemd_notify.stopping("stopping: waiting for running jobs", environ=self.environ)
+        if self.scheduler.running:
+            self._drain()
+        self._close()
+        log.info("stopped")
+
+    def _drain(self) -> None:
+        drain = threading.Thread(
+            target=self.scheduler.shutdown, kwargs={"wait": True}, name="scheduler-shutdown"
+        )
+        drain.start()
+        extended = timedelta(0)
+        while True:
+            drain.join(SHUTDOWN_CHECK_SECONDS)
+            if not drain.is_alive():
+                return
+            running = sorted(
+                job
+                for job, stats in self.progress.snapshot().items()
+                if stats.running_since_monotonic is not None
+            )
+            log.info("waiting for running jobs to finish jobs=%s", ",".join(running) or "-")
+            if extended < MAX_SHUTDOWN_EXTENSION:
+                step = timedelta(seconds=3 * SHUTDOWN_CHECK_SECONDS)
+                systemd_notify.extend_timeout(step.total_seconds(), environ=self.environ)
+                extended += timedelta(seconds=SHUTDOWN_CHECK_SECONDS)
+
+    def _close(self) -> None:
+        closers: list[tuple[str, Callable[[], None]]] = [("engine", self.assembly.close)]
+        if self.dead_mans_switch is not None:
+            closers.append(("dead-man's switch", self.dead_mans_switch.close))
+        if self.on_close is not None:
+            closers.append(("metrics", self.on_close))
+        closers.append(("database", self.assembly.store.engine.dispose))
+        for what, close in closers:
+            try:
+                close()
+            except Exception:
+                log.exception("closing failed what=%s", what)
+
+
+@contextmanager
+def stop_on_signals(daemon_stop: Callable[[str], None]) -> Iterator[None]:
+    """Route SIGTERM and SIGINT to ``daemon_stop(name)`` (main thread only) while inside."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        daemon_stop(signal.Signals(signum).name)
+
+    previous = {
+        number: signal.signal(number, handler) for number in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+class MetricsObserver:
+    """Feeds the per-phase ``record_*`` methods of :class:`watchdog_gpu.metrics.Metrics` from
+    the jobs (never ``record_tick``: the polls are recorded one by one as they happen)."""
+
+    def __init__(self, metrics: Metrics, providers: Mapping[str, str]) -> None:
+        self.metrics = metrics
+        self.providers = dict(providers)
+
+    def on_poll(self, account: str, result: str, now: datetime) -> None:
+        self.metrics.record_poll(account, self.providers.get(account, "other"), result)
+
+    def on_probe(self, outcomes: Sequence[ProbeOutcome], now: datetime) -> None:
+        self.metrics.record_probes(outcomes)
+
+    def on_tick(self, report: TickReport) -> None:
+        if report.plan is not None:
+            self.metrics.record_plan(report.plan)
+        self.metrics.record_rule_failures(report.failed_rules)
+
+    def on_executor(self, report: ExecutorReport, now: datetime) -> None:
+        self.metrics.record_executor(report)
+
+    def on_delivery(self, report: DeliveryReport | None, now: datetime) -> None:
+        if report is not None:
+            self.metrics.record_delivery(report)
+
+    def on_job_event(self, job_id: str, event: str) -> None:
+        pass  # no metric for job events yet: they are logged
+
+
+def start_metrics(
+    settings: Settings, assembly: Assembly, clock: Clock
+) -> tuple[MetricsObserver, Callable[[], None]]:
+    """Serve ``/metrics`` on the configured address; returns the observer for the jobs and the
+    function that stops the endpoint. Raises OSError when the address cannot be bound."""
+    from watchdog_gpu.metrics import (
+        Metrics,
+        MetricsConfig,
+        new_registry,
+        serve_metrics,
+        stop_metrics,
+    )
+
+    registry = new_registry()
+    metrics = Metrics(
+        registry, MetricsConfig.from_settings(settings), store=assembly.store, clock=clock
+    )
+    config = settings.metrics
+    server, thread = serve_metrics(config.listen_address, config.port, registry)
+    providers = {account.name: account.provider for account in settings.accounts}
+    return MetricsObserver(metrics, providers), lambda: stop_metrics(server, thread)
+
+
+def run_daemon(
+    settings: Settings,
+    clock: Clock,
+    environ: Mapping[str, str],
+    *,
+    build: Callable[[Settings, Clock, Mapping[str, str]], Assembly] = assemble,
+) -> int:
+    """Run until SIGTERM/SIGINT. Given valid settings (secrets checked), the clock and the
+    environment. Returns 0 after a clean stop; 2 for a configuration problem found while
+    building (e.g. an unusable SSH key or notification URL; listed on stderr); 1 when the
+    database cannot be opened or migrated or the metrics address cannot be bound."""
+    quiet_scheduler_logs()
+    pending_stop: list[str] = []
+    daemon: Daemon | None = None
+
+    def request_stop(reason: str) -> None:
+        if daemon is None:
+            pending_stop.append(reason)  # a signal during start-up: stop right after it
+        else:
+            daemon.request_stop(reason)
+
+    with stop_on_signals(request_stop):
+        daemon_or_code = _start(settings, clock, environ, build)
+        if isinstance(daemon_or_code, int):
+            return daemon_or_code
+        daemon = daemon_or_code
+        for reason in pending_stop:
+            daemon.request_stop(reason)
+        try:
+            daemon.start()
+            accounts = len(daemon.assembly.providers)
+            log.info(
+                "started accounts=%d mode=%s poll_interval=%ss probe=%s metrics=%s",
+                accounts,
+                settings.watchdog.mode,
+                int(settings.watchdog.poll_interval.total_seconds()),
+                "enabled" if daemon.assembly.prober is not None else "disabled",
+                "enabled" if daemon.observer is not None else "disabled",
+            )
+            systemd_notify.ready(
+                f"started: {plural(accounts, 'account')}, mode {settings.watchdog.mode}",
+                environ=environ,
+            )
+            daemon.serve()
+        finally:
+            daemon.shutdown()
+    return EXIT_OK
+
+
+def _start(
+    settings: Settings,
+    clock: Clock,
+    environ: Mapping[str, str],
+    build: Callable[[Settings, Clock, Mapping[str, str]], Assembly],
+) -> Daemon | int:
+    """Build everything the daemon needs, or the exit code when that fails (after closing what
+    was already built)."""
+    opened: list[Callable[[], None]] = []
+    try:
+        dead_mans_switch = dead_mans_switch_from_settings(settings, environ)
+        if dead_mans_switch is not None:
+            opened.append(dead_mans_switch.close)
+        assembly = build(settings, clock, environ)
+        opened.append(assembly.close)
+        opened.append(assembly.store.engine.dispose)
+        observer: MetricsObserver | None = None
+        stop_endpoint: Callable[[], None] | None = None
+        if settings.metrics.enabled:
+            observer, stop_endpoint = start_metrics(settings, assembly, clock)
+    except ConfigError as error:
+        _close_all(opened)
+        print_config_problems(error)
+        return EXIT_USAGE
+    except (StoreError, OSError) as error:
+        _close_all(opened)
+        # The reason only: a traceback adds nothing the message does not say.
+        log.error("cannot start: %s", error)
+        return EXIT_FAILURE
+    return Daemon(
+        settings,
+        assembly,
+        clock,
+        environ,
+        observer=observer,
+        dead_mans_switch=dead_mans_switch,
+        on_close=stop_endpoint,
+    )
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    for close in reversed(closers):
+        try:
+            close()
+        except Exception:
+            log.exception("closing failed during a failed start")
+
+
+def quiet_scheduler_logs() -> None:
+    """APScheduler logs every run at INFO and its misses at WARNING; the daemon's listener logs
+    what matters (missed and skipped runs) in its own words, so only its errors pass."""
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+
+
+def print_config_problems(error: ConfigError) -> None:
+    count = len(error.problems)
+    print(f"invalid configuration ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr)
+    for problem in error.problems:
+        print(f"  {problem}", file=sys.stderr)

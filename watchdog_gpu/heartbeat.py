@@ -1,0 +1,106 @@
+"""The dead-man's switch: an HTTP ping after every healthy evaluation (e.g. healthchecks.io).
+
+The watchdog can alert about everything except its own death: a laptop asleep, a crashed
+service, a VPS gone. An outside service that expects a ping every few minutes and alerts when
+the pings stop covers that. The daemon pings ``[watchdog] dead_mans_switch_url`` after each
+evaluation that was healthy (every account polled recently, no rule failed); an unhealthy
+watchdog stays silent, so the outside service raises the alarm.
+
+The URL is a secret (healthchecks.io's ping URLs are bearer tokens): it is registered for log
+redaction, and nothing here logs it or an exception text that could contain it, only the error's
+type or the HTTP status. A failed ping is logged and reported as False, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import httpx
+
+from watchdog_gpu.config import Settings
+from watchdog_gpu.errors import ConfigError, ConfigProblem
+from watchdog_gpu.log import register_secret
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 10.0
+SETTING_PATH = "watchdog.dead_mans_switch_url"
+
+
+class DeadMansSwitch:
+    """GETs one URL on :meth:`ping`. Given the URL (a secret), a timeout and optionally an
+    httpx transport (tests). Raises ConfigError when the URL is not an http(s) URL."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        register_secret(url)
+        if not _is_http_url(url):
+            # Never the value: it is a secret.
+            raise ConfigError([ConfigProblem(SETTING_PATH, "must be an http:// or https:// URL")])
+        self._url = url
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_seconds),
+            transport=transport,
+            follow_redirects=True,
+            headers={"user-agent": "watchdog-gpu dead-man's switch"},
+        )
+        self._failing = False
+
+    def ping(self) -> bool:
+        """One GET of the URL: True on a 2xx answer; False (logged, never raised) otherwise."""
+        try:
+            response = self._client.get(self._url)
+        except Exception as error:  # a ping must never take the daemon down
+            # The type only: httpx error texts may repeat the URL.
+            self._report_failure(f"error={type(error).__name__}")
+            return False
+        if not response.is_success:
+            self._report_failure(f"status={response.status_code}")
+            return False
+        if self._failing:
+            log.info("dead-man's switch ping works again")
+        self._failing = False
+        log.debug("dead-man's switch pinged status=%d", response.status_code)
+        return True
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _report_failure(self, detail: str) -> None:
+        self._failing = True
+        log.warning("dead-man's switch ping failed %s", detail)
+
+
+def dead_mans_switch_from_settings(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> DeadMansSwitch | None:
+    """The switch for ``[watchdog] dead_mans_switch_url``, or None when it is not set.
+    Raises ConfigError when the secret is unavailable or not an http(s) URL."""
+    reference = settings.watchdog.dead_mans_switch_url
+    if reference is None:
+        return None
+    status = reference.lookup(environ)
+    if status.value is None:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    SETTING_PATH, f"secret not available: {reference.source} ({status.detail})"
+                )
+            ]
+        )
+    return DeadMansSwitch(status.value.get_secret_value())
+
+
+def _is_http_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return parts.scheme in {"http", "https"} and bool(parts.hostname)

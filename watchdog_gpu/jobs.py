@@ -1,0 +1,355 @@
+"""The daemon's jobs and their bookkeeping: what each scheduled run does, and whether it worked.
+
+Each job is one phase of the engine (:class:`~watchdog_gpu.tick.Watchdog`) run at its own pace:
+a poll per account, the probe round, evaluate, act, notification delivery and retention. A job
+reads ``now`` from the clock once, runs its phase, and catches every exception at its boundary:
+one failing account, host or notifier never stops the others, and the scheduler never sees an
+exception. :class:`Progress` records per job when it last succeeded (monotonic time, so a laptop
+waking from sleep does not look like a hang) and counts errors, missed and skipped runs; the
+supervisor reads it to decide whether to keep pinging systemd's watchdog.
+
+Jobs return early without doing anything once the stop event is set: runs already queued when
+SIGTERM arrives must not start new work (an action not started now is resumed at the next start,
+because actions are recorded before they run).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
+
+from watchdog_gpu.clock import Clock
+from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.model import ActionStatus, ProbeOutcome
+from watchdog_gpu.notify.delivery import DeliveryReport
+from watchdog_gpu.tick import TickReport, Watchdog
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+POLL_PREFIX = "poll:"
+PROBE = "probe"
+EVALUATE = "evaluate"
+ACT = "act"
+DELIVER = "deliver"
+PRUNE = "prune"
+
+# Actions decided but not finished (shown as "pending actions" in the status line).
+OPEN_ACTION_STATUSES = (
+    ActionStatus.PENDING,
+    ActionStatus.CLAIMED,
+    ActionStatus.CALLED,
+    ActionStatus.UNVERIFIED,
+)
+# A poll result older than this many poll intervals no longer counts as "polled" for health.
+STALE_POLL_INTERVALS = 3
+
+
+def poll_job_id(account: str) -> str:
+    return f"{POLL_PREFIX}{account}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """One job's record. Times in ``*_monotonic`` come from ``Clock.monotonic()``."""
+
+    runs: int = 0
+    successes: int = 0
+    errors: int = 0
+    missed: int = 0  # the scheduler dropped a run (later than misfire_grace_time)
+    skipped: int = 0  # a run was due while the previous one still ran (max_instances)
+    running_since_monotonic: float | None = None
+    last_success_monotonic: float | None = None
+    last_success_at: datetime | None = None
+    last_outcome: str = ""  # "ok", a provider error kind, or the exception type
+
+
+class Progress:
+    """Thread-safe per-job records (the jobs write, the supervisor and metrics read)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._jobs: dict[str, JobStats] = {}
+        self.started_monotonic = clock.monotonic()
+
+    def _update(self, job_id: str, **changes: object) -> None:
+        with self._lock:
+            current = self._jobs.get(job_id, JobStats())
+            self._jobs[job_id] = replace(current, **changes)  # type: ignore[arg-type]
+
+    def _get(self, job_id: str) -> JobStats:
+        with self._lock:
+            return self._jobs.get(job_id, JobStats())
+
+    def started(self, job_id: str) -> None:
+        stats = self._get(job_id)
+        self._update(job_id, runs=stats.runs + 1, running_since_monotonic=self._clock.monotonic())
+
+    def succeeded(self, job_id: str, now: datetime, outcome: str = "ok") -> None:
+        stats = self._get(job_id)
+        self._update(
+            job_id,
+            successes=stats.successes + 1,
+            running_since_monotonic=None,
+            last_success_monotonic=self._clock.monotonic(),
+            last_success_at=now,
+            last_outcome=outcome,
+        )
+
+    def failed(self, job_id: str, outcome: str) -> None:
+        stats = self._get(job_id)
+        self._update(
+            job_id, errors=stats.errors + 1, running_since_monotonic=None, last_outcome=outcome
+        )
+
+    def missed(self, job_id: str) -> None:
+        self._update(job_id, missed=self._get(job_id).missed + 1)
+
+    def skipped(self, job_id: str) -> None:
+        self._update(job_id, skipped=self._get(job_id).skipped + 1)
+
+    def stats(self, job_id: str) -> JobStats:
+        return self._get(job_id)
+
+    def snapshot(self) -> dict[str, JobStats]:
+        with self._lock:
+            return dict(self._jobs)
+
+    def seconds_since_success(self, job_id: str) -> float:
+        """Seconds since ``job_id`` last succeeded, or since this record began if it never did."""
+        last = self._get(job_id).last_success_monotonic
+        reference = self.started_monotonic if last is None else last
+        return max(0.0, self._clock.monotonic() - reference)
+
+
+class DaemonObserver(Protocol):
+    """What the jobs report as they go (metrics implement it; every method must not raise)."""
+
+    def on_poll(self, account: str, result: str, now: datetime) -> None: ...
+
+    def on_probe(self, outcomes: Sequence[ProbeOutcome], now: datetime) -> None: ...
+
+    def on_tick(self, report: TickReport) -> None: ...
+
+    def on_executor(self, report: ExecutorReport, now: datetime) -> None: ...
+
+    def on_delivery(self, report: DeliveryReport | None, now: datetime) -> None: ...
+
+    def on_job_event(self, job_id: str, event: str) -> None:
+        """``event``: ``error`` (the job raised), ``missed`` or ``skipped``."""
+
+
+class NullObserver:
+    """Reports nowhere (metrics disabled)."""
+
+    def on_poll(self, account: str, result: str, now: datetime) -> None:
+        pass
+
+    def on_probe(self, outcomes: Sequence[ProbeOutcome], now: datetime) -> None:
+        pass
+
+    def on_tick(self, report: TickReport) -> None:
+        pass
+
+    def on_executor(self, report: ExecutorReport, now: datetime) -> None:
+        pass
+
+    def on_delivery(self, report: DeliveryReport | None, now: datetime) -> None:
+        pass
+
+    def on_job_event(self, job_id: str, event: str) -> None:
+        pass
+
+
+class Pinger(Protocol):
+    """The dead-man's switch (:class:`watchdog_gpu.heartbeat.DeadMansSwitch`)."""
+
+    def ping(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSummary:
+    """What the status line says, as of the last evaluation."""
+
+    accounts: int
+    instances: int
+    pending_actions: int
+    last_tick_at: datetime | None = None
+
+
+class Jobs:
+    """The job functions the scheduler calls. Given the engine, the clock, the progress record,
+    the poll interval (to judge stale polls), and optionally an observer (metrics), the
+    dead-man's switch, the stop event and ``wake_act`` (run the act job now)."""
+
+    def __init__(
+        self,
+        watchdog: Watchdog,
+        clock: Clock,
+        progress: Progress,
+        *,
+        poll_interval: timedelta,
+        observer: DaemonObserver | None = None,
+        dead_mans_switch: Pinger | None = None,
+        stop: threading.Event | None = None,
+        wake_act: Callable[[], None] | None = None,
+    ) -> None:
+        self.watchdog = watchdog
+        self.clock = clock
+        self.progress = progress
+        self.poll_interval = poll_interval
+        self.observer: DaemonObserver = observer or NullObserver()
+        self.dead_mans_switch = dead_mans_switch
+        self.stop = stop or threading.Event()
+        self.wake_act = wake_act
+        self._poll_results: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+        self.summary = FleetSummary(len(watchdog.providers), 0, 0)
+
+    # -- the boundary -----------------------------------------------------------------------
+
+    def _run(self, job_id: str, body: Callable[[datetime], T]) -> T | None:
+        """Run ``body(now)`` as job ``job_id``: skip when stopping, record the outcome, never
+        raise. Returns the body's result, or None when skipped or failed."""
+        if self.stop.is_set():
+            log.debug("job skipped, stopping job=%s", job_id)
+            return None
+        self.progress.started(job_id)
+        now = self.clock.now()
+        try:
+            result = body(now)
+        except Exception as error:  # the boundary: log, count, carry on with the other jobs
+            kind = str(getattr(error, "kind", "")) or type(error).__name__
+            log.exception("job failed job=%s error_kind=%s", job_id, kind)
+            self.progress.failed(job_id, kind)
+            self._observe(lambda: self.observer.on_job_event(job_id, "error"))
+            return None
+        self.progress.succeeded(job_id, now)
+        return result
+
+    def _observe(self, call: Callable[[], None]) -> None:
+        # Metrics must never break a job: a failing collector is logged, nothing more.
+        try:
+            call()
+        except Exception:
+            log.exception("observer failed")
+
+    # -- the jobs ---------------------------------------------------------------------------
+
+    def poll(self, account: str) -> str | None:
+        """List and record one account. Returns "ok", the provider error kind (a handled
+        outcome: the job itself succeeded), or None when the job failed or was skipped."""
+
+        def body(now: datetime) -> str:
+            try:
+                result = self.watchdog.poll_account(account, now)
+            except Exception as error:
+                self._note_poll(account, type(error).__name__)
+                raise
+            self._note_poll(account, result)
+            self._observe(lambda: self.observer.on_poll(account, result, now))
+            return result
+
+        return self._run(poll_job_id(account), body)
+
+    def _note_poll(self, account: str, result: str) -> None:
+        with self._lock:
+            self._poll_results[account] = (result, self.clock.monotonic())
+
+    def polled(self) -> dict[str, str]:
+        """Every account's latest poll result; "stale" when older than 3 poll intervals,
+        "not_polled" before the first."""
+        limit = STALE_POLL_INTERVALS * self.poll_interval.total_seconds()
+        now = self.clock.monotonic()
+        with self._lock:
+            results = dict(self._poll_results)
+        polled = {}
+        for account in self.watchdog.providers:
+            result, at = results.get(account, ("not_polled", now))
+            polled[account] = result if now - at <= limit else "stale"
+        return polled
+
+    def probe(self) -> list[ProbeOutcome] | None:
+        """Probe every running instance over SSH and record the samples."""
+
+        def body(now: datetime) -> list[ProbeOutcome]:
+            outcomes = self.watchdog.probe(now)
+            self._observe(lambda: self.observer.on_probe(outcomes, now))
+            return outcomes
+
+        return self._run(PROBE, body)
+
+    def evaluate(self) -> TickReport | None:
+        """Rules and planner over the recorded state; then wake the act job, refresh the status
+        summary and, when the tick was healthy, ping the dead-man's switch."""
+
+        def body(now: datetime) -> TickReport:
+            report = TickReport(now, polled=self.polled())
+            self.watchdog.evaluate(now, report)
+            self._observe(lambda: self.observer.on_tick(report))
+            log.debug(
+                "evaluated findings=%d healthy=%s",
+                len(report.findings),
+                str(report.healthy).lower(),
+            )
+            return report
+
+        report = self._run(EVALUATE, body)
+        if report is None:
+            return None
+        if self.wake_act is not None and not self.stop.is_set():
+            try:
+                self.wake_act()
+            except Exception:  # the act job still runs on its own interval
+                log.exception("waking the act job failed")
+        self._refresh_summary(report.now)
+        if report.healthy and self.dead_mans_switch is not None:
+            self.dead_mans_switch.ping()
+        elif not report.healthy:
+            unhealthy = {a: r for a, r in report.polled.items() if r != "ok"}
+            log.info(
+                "tick not healthy, dead-man's switch not pinged accounts=%s failed_rules=%s",
+                ",".join(f"{a}:{r}" for a, r in sorted(unhealthy.items())) or "-",
+                ",".join(sorted(report.failed_rules)) or "-",
+            )
+        return report
+
+    def _refresh_summary(self, now: datetime) -> None:
+        store = self.watchdog.store
+        try:
+            instances = len(store.latest_instances())
+            pending = len(store.list_actions(OPEN_ACTION_STATUSES))
+        except Exception:  # the status line is cosmetic: keep the previous numbers
+            log.exception("status summary failed")
+            return
+        self.summary = FleetSummary(len(self.watchdog.providers), instances, pending, now)
+
+    def act(self) -> ExecutorReport | None:
+        """Verify and execute due actions from the outbox."""
+
+        def body(now: datetime) -> ExecutorReport:
+            report = self.watchdog.act(now)
+            self._observe(lambda: self.observer.on_executor(report, now))
+            return report
+
+        return self._run(ACT, body)
+
+    def deliver(self) -> DeliveryReport | None:
+        """Deliver due notifications from the outbox."""
+
+        def body(now: datetime) -> DeliveryReport | None:
+            report = self.watchdog.deliver(now)
+            self._observe(lambda: self.observer.on_delivery(report, now))
+            return report
+
+        return self._run(DELIVER, body)
+
+    def prune(self) -> int | None:
+        """Delete samples and snapshots older than the retention."""
+        return self._run(PRUNE, self.watchdog.prune)

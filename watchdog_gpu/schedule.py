@@ -1,0 +1,117 @@
+"""The daemon's schedule: which job runs how often, in which thread pool, and first when.
+
+APScheduler 3.x ``BackgroundScheduler`` (UTC, in-memory job store rebuilt from the config at
+every start). Each job has ``max_instances=1``, ``coalesce=True`` and ``misfire_grace_time`` of
+about its interval, so a laptop waking from sleep runs each job once, late, instead of skipping
+it (APScheduler's default grace is 1 s) or running it once per missed interval.
+
+=============  ===================  ========  ==========================================
+job            every                executor  first run
+=============  ===================  ========  ==========================================
+poll:ACCOUNT   poll_interval        poll      at start
+probe          probe_interval       probe     a quarter poll interval later (at most 15 s)
+evaluate       poll_interval        default   half a poll interval later (at most 30 s)
+act            poll_interval        act       woken right after each evaluation
+deliver        15 s                 notify    at start
+prune          1 h                  default   5 min after start
+=============  ===================  ========  ==========================================
+
+Separate thread pools keep slow SSH probes, slow provider APIs, a long salvage command before a
+destroy and a slow notification service from starving each other. ``act`` is its own job, not
+the tail of ``evaluate``, so that a ten-minute salvage neither delays the rules nor makes the
+supervisor believe the daemon hangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from watchdog_gpu.config import Settings
+from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PROBE, PRUNE, Jobs, poll_job_id
+
+DELIVER_INTERVAL = timedelta(seconds=15)
+PRUNE_INTERVAL = timedelta(hours=1)
+PRUNE_FIRST_DELAY = timedelta(minutes=5)
+MAX_POLL_WORKERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One scheduled job: what runs, how often, where, and when first."""
+
+    job_id: str
+    func: Callable[..., object]
+    args: tuple[str, ...]
+    interval: timedelta
+    first_run: datetime
+    executor: str
+
+    @property
+    def misfire_grace_seconds(self) -> int:
+        # A run late by up to one interval (a suspended laptop, a stall) still happens, once.
+        return max(1, int(self.interval.total_seconds()))
+
+
+def job_specs(jobs: Jobs, settings: Settings, start: datetime) -> list[JobSpec]:
+    """Every job of the daemon for ``settings``, first runs counted from ``start``."""
+    poll = settings.watchdog.poll_interval
+    probe = settings.watchdog.probe_interval
+    evaluate_offset = min(poll / 2, timedelta(seconds=30))
+    specs = [
+        JobSpec(poll_job_id(name), jobs.poll, (name,), poll, start, "poll")
+        for name in jobs.watchdog.providers
+    ]
+    specs += [
+        JobSpec(
+            PROBE, jobs.probe, (), probe, start + min(poll / 4, timedelta(seconds=15)), "probe"
+        ),
+        JobSpec(EVALUATE, jobs.evaluate, (), poll, start + evaluate_offset, "default"),
+        # Woken by each evaluation; the interval is the fallback when evaluations fail.
+        JobSpec(ACT, jobs.act, (), poll, start + evaluate_offset + poll / 2, "act"),
+        JobSpec(DELIVER, jobs.deliver, (), DELIVER_INTERVAL, start, "notify"),
+        JobSpec(PRUNE, jobs.prune, (), PRUNE_INTERVAL, start + PRUNE_FIRST_DELAY, "default"),
+    ]
+    return specs
+
+
+def build_scheduler(poll_workers: int) -> Any:
+    """A UTC ``BackgroundScheduler`` with one thread pool per kind of work."""
+    pools = {
+        "default": 1,  # evaluate and prune: one writer of decisions at a time
+        "poll": max(1, min(poll_workers, MAX_POLL_WORKERS)),
+        "probe": 1,  # the prober runs its own bounded pool of SSH sessions
+        "act": 1,  # one executor per database (the outbox claims assume it)
+        "notify": 1,
+    }
+    executors = {
+        name: ThreadPoolExecutor(size, pool_kwargs={"thread_name_prefix": f"job-{name}"})
+        for name, size in pools.items()
+    }
+    return BackgroundScheduler(
+        timezone="UTC",
+        executors=executors,
+        job_defaults={"coalesce": True, "max_instances": 1},
+    )
+
+
+def add_jobs(scheduler: Any, specs: list[JobSpec]) -> None:
+    for spec in specs:
+        scheduler.add_job(
+            spec.func,
+            "interval",
+            seconds=spec.interval.total_seconds(),
+            args=list(spec.args),
+            id=spec.job_id,
+            name=spec.job_id,
+            executor=spec.executor,
+            next_run_time=spec.first_run,
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=spec.misfire_grace_seconds,
+        )
