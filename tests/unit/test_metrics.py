@@ -155,6 +155,7 @@ def record_fleet(store: Store) -> None:
         ]
         volumes = (volume("v1", 0.05), volume("v2", None)) if minute == 60 else ()
         poll(store, minute, RUNPOD, *runpod, volumes=volumes)
+    probed(store, "101", 5, 0.0)
     probed(store, "101", 15, 80.0)
     for minute in range(20, 61, 2):
         probed(store, "101", minute, 0.0)
