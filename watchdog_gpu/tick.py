@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.executor import Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView
@@ -67,6 +68,9 @@ class TickSettings:
     lookback: timedelta = timedelta(hours=3)
     sample_retention: timedelta = timedelta(days=7)
     budget_timezone: str = "UTC"
+    # A finding seen at the previous evaluation continues its episode (see episodes.py): a bit
+    # more than one poll interval, so one missed tick does not split an episode.
+    continuity: timedelta = timedelta(minutes=3)
     notify_backoff: Backoff = field(default_factory=Backoff)
 
     @property
@@ -201,7 +205,8 @@ class Watchdog:
         """Rules → findings → plan; write findings, actions, notifications and audit events."""
         view = self.load_view(now)
         evaluation = evaluate_rules(view, now, self.settings.rules)
-        findings = list(evaluation.findings)
+        recorded = self.store.list_findings(seen_since=now - self.settings.continuity)
+        findings = stitch_episodes(evaluation.findings, recorded, now, self.settings.continuity)
         self.store.record_findings(findings, now)
         context = self.settings.context
         latched = self.store.fuse_latched()

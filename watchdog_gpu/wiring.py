@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 import httpx
 
@@ -169,6 +170,7 @@ def tick_settings(settings: Settings) -> TickSettings:
         lookback=lookback_for(rules),
         sample_retention=settings.watchdog.sample_retention,
         budget_timezone=settings.rules.budget.timezone,
+        continuity=2 * settings.watchdog.poll_interval + timedelta(seconds=30),
         notify_backoff=Backoff(settings.notify.retry_initial, settings.notify.retry_max),
     )
 

@@ -26,7 +26,7 @@ import httpx
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import AccountConfig, Settings
 from watchdog_gpu.model import ActionStatus, PlannedNotification
-from watchdog_gpu.notify.delivery import DeliveryResult
+from watchdog_gpu.notify.delivery import Deliverer, DeliveryResult
 from watchdog_gpu.secrets import SecretReference
 from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.http import SimRequest, normalise_path
@@ -180,18 +180,31 @@ def simulation(
 class Simulation:
     """One scenario run: call :meth:`run` (or :meth:`step` tick by tick), then :meth:`result`."""
 
-    def __init__(self, scenario: Scenario, settings: Settings, database: Path) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        settings: Settings,
+        database: Path,
+        *,
+        clock: VirtualClock | None = None,
+        world: SimulatedWorld | None = None,
+        delivery: Deliverer | None = None,
+        first_tick: datetime | None = None,
+    ) -> None:
+        """``clock``, ``world``, ``delivery`` and ``first_tick`` let a harness resume a run
+        after the process was killed (a world rebuilt from a journal, a later first tick)."""
         self.scenario = scenario
         self.settings = settings
         self.database = database
-        self.clock = VirtualClock(scenario.start)
-        self.world = SimulatedWorld(scenario, self.clock)
+        self.clock = clock or VirtualClock(scenario.start)
+        self.world = world or SimulatedWorld(scenario, self.clock)
         faults = FaultSettings(stall_seconds=1.0)
         self.dialects = {name: cls(self.world, faults) for name, cls in DIALECTS.items()}
-        self.delivery = CapturingDelivery(self.clock)
+        self.capture = CapturingDelivery(self.clock)
+        self.delivery: Deliverer = delivery or self.capture
         self.store: Store = open_store(sqlite_url(database))
         self.assembly = self.build()
-        self.next_tick = scenario.start
+        self.next_tick = first_tick or scenario.start
 
     def build(self) -> Assembly:
         """(Re)build the engine over the same store, world and clock: a restart of the daemon."""
@@ -280,7 +293,7 @@ class Simulation:
                 "rule": note.rule,
                 "title": note.title,
             }
-            for at, note in self.delivery.sent
+            for at, note in self.capture.sent
         ]
 
     def _instances(self) -> dict[str, dict[str, Any]]:
