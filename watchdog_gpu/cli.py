@@ -33,10 +33,16 @@ COMMAND_MODULES: tuple[str, ...] = (
     "config_check",
     "db",
     "dmon",
+    "events",
+    "fuse",
     "notify",
+    "once",
+    "protect",
     "run",
     "sim",
     "simulate",
+    "snooze",
+    "status",
 )
 
 

@@ -1,0 +1,325 @@
+"""What the operator commands share: which database, the ID argument, tables and JSON output.
+
+The commands that read or change recorded state (``status``, ``events``, ``snooze``,
+``protect``/``unprotect``, ``fuse``) take ``--config PATH`` or ``--db PATH``:
+
+- ``--db PATH``: that SQLite file (or a SQLAlchemy URL); no configuration is read, so the
+  configured limits (``[safety] max_snooze``) and protections are the defaults / not visible;
+- ``--config PATH``: the database of that configuration, and its settings;
+- neither: the configuration found the usual way (``$WATCHDOG_GPU_CONFIG``,
+  ``./watchdog-gpu.toml``, ``~/.config/watchdog-gpu/config.toml``, ``/etc/watchdog-gpu/...``), or,
+  when there is none anywhere, ``watchdog-gpu.db`` in the state directory.
+
+The database must exist: these commands never create one (a typo in a path would otherwise
+create an empty database and report an empty fleet). An older schema is migrated first, as the
+daemon does at start-up.
+
+An instance is named ``ACCOUNT/INSTANCE_ID`` or by its bare id when that is unique among the
+recorded instances; anything else is a usage error (exit 2) listing what is known.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE
+from watchdog_gpu.clock import Clock, SystemClock
+from watchdog_gpu.config import Settings
+from watchdog_gpu.durations import parse_duration
+from watchdog_gpu.errors import ConfigError, StoreError
+from watchdog_gpu.model import InstanceState
+from watchdog_gpu.safety import SafetyConfig
+from watchdog_gpu.store import InstanceRecord, Store
+
+# The commands read "now" here once per run; tests replace it with a VirtualClock.
+clock: Clock = SystemClock()
+
+# How many known ids an "unknown instance" error lists before it says "... and N more".
+LISTED_IDS = 20
+
+
+class CommandError(Exception):
+    """A problem the command reports on stderr and turns into ``code`` (no traceback)."""
+
+    def __init__(self, message: str, *, code: int = EXIT_USAGE, details: Sequence[str] = ()):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.details = tuple(details)
+
+
+def current_time() -> datetime:
+    """``now`` for this command run (aware UTC)."""
+    return clock.now()
+
+
+def reports_errors(
+    handler: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command handler: CommandError → its message and code; StoreError → exit 1."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except CommandError as error:
+            print(error.message, file=sys.stderr)
+            for line in error.details:
+                print(f"  {line}", file=sys.stderr)
+            return error.code
+        except StoreError as error:
+            print(f"database: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+# -- which database ---------------------------------------------------------------------------
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config PATH`` | ``--db PATH`` (mutually exclusive)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--config", type=Path, metavar="PATH", help="configuration file (its database and limits)"
+    )
+    source.add_argument(
+        "--db",
+        metavar="PATH",
+        help="SQLite database file (or SQLAlchemy URL) to use without a configuration file",
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """The opened store, the settings when a configuration was read, and the database's name."""
+
+    store: Store
+    settings: Settings | None
+    database: str
+
+    @property
+    def safety(self) -> SafetyConfig:
+        """The configured ``[safety]``, or its defaults when no configuration was read."""
+        return self.settings.safety if self.settings is not None else SafetyConfig()
+
+
+@contextmanager
+def opened_source(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> Iterator[Source]:
+    """Open the database chosen by ``args.config`` / ``args.db`` (see the module docstring).
+
+    Raises CommandError (exit 2) for an invalid configuration or a database that does not
+    exist, and StoreError when it cannot be opened or migrated.
+    """
+    env = os.environ if environ is None else environ
+    settings, url = _choose_database(getattr(args, "config", None), getattr(args, "db", None), env)
+    from watchdog_gpu.store import create_engine_for, display_url, upgrade_to_head
+
+    shown = display_url(url)
+    _require_existing(url, shown)
+    engine = create_engine_for(url)
+    try:
+        upgrade_to_head(engine)
+        yield Source(Store(engine), settings, shown)
+    finally:
+        engine.dispose()
+
+
+def _choose_database(
+    config: Path | None, db: str | None, environ: Mapping[str, str]
+) -> tuple[Settings | None, str]:
+    from watchdog_gpu.config import (
+        CONFIG_ENV_VAR,
+        default_database_url,
+        find_config_file,
+        load_settings,
+    )
+    from watchdog_gpu.store import sqlite_url
+
+    if db is not None:
+        if "://" in db:
+            return None, db
+        return None, sqlite_url(Path(db).expanduser().absolute())
+    named = config is not None or bool(environ.get(CONFIG_ENV_VAR))
+    try:
+        location = find_config_file(config, environ)
+    except ConfigError as error:
+        if named:
+            raise _config_error(error) from None
+        return None, default_database_url(environ)
+    try:
+        settings = load_settings(location.path, environ)
+    except ConfigError as error:
+        raise _config_error(error) from None
+    return settings, settings.watchdog.effective_database_url(environ)
+
+
+def _config_error(error: ConfigError) -> CommandError:
+    count = len(error.problems)
+    return CommandError(
+        f"invalid configuration ({count} problem{'s' if count != 1 else ''}):",
+        details=[str(problem) for problem in error.problems],
+    )
+
+
+def _require_existing(url: str, shown: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise CommandError("--db: not a database path or URL") from None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    path = Path(parsed.database).expanduser()
+    if not path.is_file():
+        raise CommandError(
+            f"database {shown} does not exist",
+            details=[
+                "nothing has been recorded there yet: start the daemon (`watchdog-gpu run`) or "
+                "create it with `watchdog-gpu db upgrade`; check --db / --config"
+            ],
+        )
+
+
+# -- the ID argument --------------------------------------------------------------------------
+
+
+def ref(account: str, instance_id: str) -> str:
+    """``account/instance_id``."""
+    return f"{account}/{instance_id}"
+
+
+def describe(record: InstanceRecord) -> str:
+    """``vast-main/9001 (train-llama)``."""
+    snapshot = record.snapshot
+    name = f" ({snapshot.name})" if snapshot.name else ""
+    return f"{ref(snapshot.account, snapshot.instance_id)}{name}"
+
+
+def resolve_instance(records: Sequence[InstanceRecord], text: str) -> InstanceRecord:
+    """The recorded instance ``text`` names: ``ACCOUNT/INSTANCE_ID`` or a bare id unique across
+    accounts. Raises CommandError (exit 2) listing the known instances (unknown id) or the
+    matches (ambiguous bare id)."""
+    wanted = text.strip()
+    account, slash, instance_id = wanted.partition("/")
+    if slash:
+        matches = [
+            r
+            for r in records
+            if r.snapshot.account == account and r.snapshot.instance_id == instance_id
+        ]
+    else:
+        matches = [r for r in records if r.snapshot.instance_id == wanted]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise CommandError(
+            f"instance id {wanted!r} is ambiguous: it exists in {len(matches)} accounts; "
+            "write ACCOUNT/INSTANCE_ID, one of:",
+            details=[describe(record) for record in matches],
+        )
+    raise CommandError(f"unknown instance {wanted!r}", details=known_instances(records))
+
+
+def known_instances(records: Sequence[InstanceRecord]) -> list[str]:
+    """Lines naming the recorded instances (present ones first), for error messages."""
+    if not records:
+        return ["no instances are recorded in this database yet"]
+    ordered = sorted(records, key=lambda r: r.snapshot.state is InstanceState.GONE)
+    lines = ["recorded instances:"]
+    for record in ordered[:LISTED_IDS]:
+        gone = " [gone]" if record.snapshot.state is InstanceState.GONE else ""
+        lines.append(f"  {describe(record)}{gone}")
+    if len(ordered) > LISTED_IDS:
+        lines.append(f"  ... and {len(ordered) - LISTED_IDS} more (see `watchdog-gpu status`)")
+    return lines
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+def positive_duration(text: str) -> timedelta:
+    """argparse type: ``"2h"`` → 2 hours; longer than zero."""
+    try:
+        value = parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError("must be longer than 0s")
+    return value
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``2h`` (that long before ``now``) or an ISO 8601 time (UTC when it has no offset).
+    Raises CommandError (exit 2) otherwise."""
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CommandError(
+            f"--since: {text!r} is neither a duration (e.g. 2h, 30m, 7d) nor an ISO time "
+            "(e.g. 2026-03-02T20:00:00Z)"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def operator_name() -> str:
+    """Who runs the command, for the audit history ("unknown" when the OS cannot say)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no $USER/$LOGNAME (containers)
+        return "unknown"
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Fixed-width columns (two spaces apart), a header line, no trailing spaces."""
+    widths = [len(header) for header in headers]
+    for row in rows:
+        for column, cell in enumerate(row):
+            widths[column] = max(widths[column], len(cell))
+    lines = []
+    for row in (headers, *rows):
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def print_lines(lines: Sequence[str], out: TextIO | None = None) -> None:
+    print("\n".join(lines), file=out or sys.stdout)
+
+
+def json_time(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a ``Z`` (``None`` stays ``None``)."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def print_json(value: Any, out: TextIO | None = None) -> None:
+    """One JSON document on stdout (keys in the order given, non-ASCII kept)."""
+    print(json.dumps(value, ensure_ascii=False, indent=2), file=out or sys.stdout)
+
+
+def timestamp(moment: datetime) -> str:
+    """``2026-03-02 20:31:05 UTC`` (the audit history's precision)."""
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"

@@ -1,0 +1,123 @@
+"""``watchdog-gpu fuse status`` and ``watchdog-gpu fuse reset`` [``--config PATH`` | ``--db PATH``]:
+the blast-radius fuse.
+
+When a tick wants more destructive actions than ``[safety]`` allows (per tick, per hour, a
+fraction of the fleet) the planner holds them (``blocked``), alerts critically and *latches*:
+every later stop/destroy by an ordinary rule is held too until a human looks. ``status`` shows
+whether it is tripped, why, the actions it holds and the limits; ``reset`` releases the latch and
+cancels the held actions (the next tick re-plans from fresh findings, so nothing stale runs),
+with an audit event (``fuse_reset``). The budget emergency is never held by the latch.
+
+Exit codes: 0 (``status`` exits 0 whether tripped or not; ``reset`` of a fuse that is not
+tripped changes nothing); 1 database failure; 2 invalid configuration or missing database.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+from watchdog_gpu.cli import EXIT_OK
+from watchdog_gpu.commands.common import (
+    add_source_arguments,
+    current_time,
+    opened_source,
+    operator_name,
+    print_lines,
+    ref,
+    reports_errors,
+    table,
+    timestamp,
+)
+from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.store import AuditEvent, Store
+from watchdog_gpu.store.decisions import FUSE_TRIPPED
+
+# Outbox statuses that count as "acted" for the hourly limit (as the planner counts them).
+_NOT_ACTED = (ActionStatus.BLOCKED, ActionStatus.CANCELLED, ActionStatus.HELD)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``fuse status`` and ``fuse reset`` to the command line."""
+    description = __doc__.split("\n\n")[1] if __doc__ else None
+    fuse = subparsers.add_parser("fuse", help="the blast-radius fuse", description=description)
+    actions = fuse.add_subparsers(dest="fuse_action", metavar="{status,reset}", required=True)
+    status = actions.add_parser("status", help="is the fuse tripped, and what does it hold")
+    add_source_arguments(status)
+    status.set_defaults(handler=run_status)
+    reset = actions.add_parser("reset", help="release the fuse after checking the fleet")
+    add_source_arguments(reset)
+    reset.set_defaults(handler=run_reset)
+
+
+@reports_errors
+def run_status(args: argparse.Namespace) -> int:
+    """Print the latch, the last trip, the held actions and the limits."""
+    with opened_source(args) as source:
+        store = source.store
+        now = current_time()
+        latched = store.fuse_latched()
+        trip = last_trip(store) if latched else None
+        blocked = store.list_actions(statuses=[ActionStatus.BLOCKED])
+        acted = [
+            action
+            for action in store.list_actions(since=now - timedelta(hours=1))
+            if action.status not in _NOT_ACTED
+        ]
+        safety = source.safety
+    lines = []
+    if latched:
+        when = f" at {timestamp(trip.at)}" if trip is not None else ""
+        lines.append(f"fuse: TRIPPED{when}")
+        if trip is not None and trip.message:
+            lines.append(f"  why: {trip.message}")
+        lines.append(
+            "  ordinary rules stop/destroy nothing until a human runs `watchdog-gpu fuse reset`"
+        )
+    else:
+        lines.append("fuse: ok (not tripped)")
+    limits = (
+        f"limits: {safety.max_actions_per_tick} per tick, {safety.max_actions_per_hour} per "
+        f"hour, {safety.max_fleet_fraction:.0%} of the billing fleet; budget emergency "
+        f"{safety.budget_emergency_max_actions_per_tick} per tick"
+    )
+    lines.append(limits + ("" if source.settings is not None else " (defaults)"))
+    lines.append(f"destructive actions in the last hour: {len(acted)}")
+    if blocked:
+        lines.append(f"held actions ({len(blocked)}):")
+        rows = [
+            [
+                timestamp(action.created_at),
+                action.kind.value,
+                ref(action.account, action.instance_id),
+                action.rule,
+                " ".join(action.reason.split()),
+            ]
+            for action in blocked
+        ]
+        lines += table(("PLANNED", "ACTION", "INSTANCE", "RULE", "REASON"), rows, indent="  ")
+    print_lines(lines)
+    return EXIT_OK
+
+
+@reports_errors
+def run_reset(args: argparse.Namespace) -> int:
+    """Release the latch and cancel the held actions (nothing to do when not tripped)."""
+    with opened_source(args) as source:
+        store = source.store
+        if not store.fuse_latched() and not store.list_actions(statuses=[ActionStatus.BLOCKED]):
+            print("the fuse is not tripped: nothing to reset")
+            return EXIT_OK
+        cancelled = store.reset_fuse(current_time(), who=f"cli:{operator_name()}")
+    print(
+        f"fuse reset; {cancelled} held action{'s' if cancelled != 1 else ''} cancelled. "
+        "The next tick re-plans from fresh findings, within the limits."
+    )
+    return EXIT_OK
+
+
+def last_trip(store: Store) -> AuditEvent | None:
+    """The most recent ``fuse_tripped`` audit event (the history has no kind filter: the fuse
+    trips rarely, so reading the events is acceptable for a command run by hand)."""
+    trips = [event for event in store.list_audit_events() if event.kind == FUSE_TRIPPED]
+    return trips[-1] if trips else None

@@ -1,0 +1,109 @@
+"""What the recorded GPU samples say about an instance right now, for ``watchdog-gpu status``.
+
+A summary for people, not a decision: the idle rule judges windows with coverage
+(:mod:`watchdog_gpu.probe.window`); this only says what the latest samples show and since when.
+Unknown is not idle here either: a GPU whose latest sample is unknown makes the instance
+``unknown``, and an unknown sample ends an idle run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from watchdog_gpu.commands.common import json_time
+from watchdog_gpu.fleet import InstanceView
+from watchdog_gpu.model import GpuSample, InstanceState, ProbeStatus, Verdict
+from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.rules.windows import sample_verdict
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivity:
+    """``status``: busy, idle, unknown, no_samples or not_running. ``idle_since`` is the first
+    idle sample after the last non-idle one; ``idle_at_least`` is true when every sample of the
+    window is idle (the run may have started earlier)."""
+
+    status: str
+    idle_since: datetime | None = None
+    idle_at_least: bool = False
+    last_sample_at: datetime | None = None
+    last_busy_at: datetime | None = None
+    last_probe_status: str | None = None
+    last_probe_at: datetime | None = None
+
+    @property
+    def idle_for(self) -> timedelta | None:
+        if self.idle_since is None or self.last_sample_at is None:
+            return None
+        return self.last_sample_at - self.idle_since
+
+    @property
+    def text(self) -> str:
+        """``busy``, ``idle 42 min``, ``idle ≥ 2 h``, ``unknown``, ``no samples``, ``-``; plus
+        ``(probe: unreachable)`` when the latest probe failed."""
+        if self.status == "not_running":
+            return "-"
+        shown = self.status.replace("_", " ")
+        idle_for = self.idle_for
+        if self.status == "idle" and idle_for is not None:
+            shown = f"idle {'≥ ' if self.idle_at_least else ''}{format_duration(idle_for)}"
+        if self.last_probe_status not in (None, ProbeStatus.OK.value):
+            shown += f" (probe: {self.last_probe_status})"
+        return shown
+
+    def as_json(self) -> dict[str, Any]:
+        idle_for = self.idle_for
+        return {
+            "status": self.status,
+            "idle_since": json_time(self.idle_since),
+            "idle_seconds": round(idle_for.total_seconds()) if idle_for is not None else None,
+            "idle_at_least": self.idle_at_least,
+            "last_sample_at": json_time(self.last_sample_at),
+            "last_busy_at": json_time(self.last_busy_at),
+            "last_probe_status": self.last_probe_status,
+            "last_probe_at": json_time(self.last_probe_at),
+        }
+
+
+def gpu_activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
+    """Summarise ``instance.samples`` (the view's window) judged with ``threshold_percent``."""
+    probe = instance.probes[-1] if instance.probes else None
+    probe_status = probe.status.value if probe is not None else None
+    probe_at = probe.at if probe is not None else None
+    if instance.state is not InstanceState.RUNNING:
+        return GpuActivity("not_running", last_probe_status=probe_status, last_probe_at=probe_at)
+    samples = sorted(instance.samples, key=lambda sample: sample.at)
+    if not samples:
+        return GpuActivity("no_samples", last_probe_status=probe_status, last_probe_at=probe_at)
+    judged = [(sample, sample_verdict(sample, threshold_percent)) for sample in samples]
+    last_busy = max((s.at for s, v in judged if v is Verdict.BUSY), default=None)
+    status, idle_since, at_least = _current(judged)
+    return GpuActivity(
+        status,
+        idle_since=idle_since,
+        idle_at_least=at_least,
+        last_sample_at=samples[-1].at,
+        last_busy_at=last_busy,
+        last_probe_status=probe_status,
+        last_probe_at=probe_at,
+    )
+
+
+def _current(judged: list[tuple[GpuSample, Verdict]]) -> tuple[str, datetime | None, bool]:
+    latest: dict[int, Verdict] = {}
+    for sample, verdict in judged:
+        latest[sample.gpu_index] = verdict
+    verdicts = set(latest.values())
+    if Verdict.BUSY in verdicts:
+        return "busy", None, False
+    if verdicts != {Verdict.IDLE}:
+        return "unknown", None, False
+    last_active = max((s.at for s, v in judged if v is not Verdict.IDLE), default=None)
+    if last_active is None:
+        return "idle", judged[0][0].at, True
+    since = min((s.at for s, _ in judged if s.at > last_active), default=None)
+    if since is None:  # an idle and a non-idle sample of one GPU at the same instant
+        return "unknown", None, False
+    return "idle", since, False

@@ -1,0 +1,265 @@
+"""``watchdog-gpu once [--dry-run] [--config PATH]``: one full tick, then exit.
+
+Poll every configured account, probe the running GPUs, evaluate the rules, plan, carry out due
+actions and deliver notifications — the daemon's tick, once, with the configured mode — and
+print a summary: accounts polled ok/failed, probes by outcome, findings, decisions, executed
+actions and notifications.
+
+``--dry-run`` forces monitor mode for every rule for this run: nothing is stopped or destroyed.
+When the configuration itself is entirely in monitor mode this is the ordinary tick (recorded as
+the daemon would record it). Otherwise the tick runs on a temporary copy of the (SQLite)
+database and sends no notification: a dry-run decision recorded in the real database would
+count as the episode's action and keep the daemon from enforcing it later. Actions planned
+earlier for real and not finished are left alone (the executor does not run at all then).
+
+Exit codes: 0 the tick was healthy; 1 an account could not be polled or a rule failed (the
+summary says which), or the database failed; 2 invalid configuration or missing secrets (each
+listed), or ``--dry-run`` of an enforcing configuration on a database that is not SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK
+from watchdog_gpu.commands import common
+from watchdog_gpu.commands.common import CommandError, print_lines, reports_errors, timestamp
+from watchdog_gpu.config import ConfigError, Settings, load_settings, resolve_secrets
+from watchdog_gpu.errors import WatchdogError
+from watchdog_gpu.log import install_redaction
+from watchdog_gpu.model import ActionStatus, PlanStatus
+from watchdog_gpu.notify.render import format_clock
+from watchdog_gpu.tick import TickReport, Watchdog
+
+# Actions planned for real whose execution is not finished: a dry run must not touch them.
+_REAL_OPEN = (
+    ActionStatus.PENDING,
+    ActionStatus.CLAIMED,
+    ActionStatus.CALLED,
+    ActionStatus.UNVERIFIED,
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``once`` to the command line."""
+    parser = subparsers.add_parser(
+        "once",
+        help="run one full tick (poll, probe, decide, act, notify) and exit",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="monitor mode for this run: change nothing"
+    )
+    parser.add_argument("--config", type=Path, metavar="PATH", help="configuration file")
+    parser.set_defaults(handler=run_once)
+
+
+@reports_errors
+def run_once(args: argparse.Namespace) -> int:
+    """Run the tick and print its summary; 0 when healthy."""
+    environ = os.environ
+    install_redaction()
+    try:
+        settings = load_settings(args.config, environ)
+    except ConfigError as error:
+        raise _problems("invalid configuration", error) from None
+    missing = resolve_secrets(settings, environ)
+    if missing:
+        raise _problems("secrets not available", ConfigError(missing))
+    if not settings.accounts:
+        raise CommandError("no accounts configured ([[accounts]]): nothing to poll")
+    on_copy = args.dry_run and not all_monitor(settings)
+    if args.dry_run:
+        settings = monitor_only(settings)
+    with _database_for_run(settings, environ, copy=on_copy) as run_settings:
+        report, notes = _tick(run_settings, environ, dry_run=args.dry_run, on_copy=on_copy)
+    print_lines(summary_lines(report, notes))
+    return EXIT_OK if report.healthy else EXIT_FAILURE
+
+
+def _problems(title: str, error: ConfigError) -> CommandError:
+    count = len(error.problems)
+    return CommandError(
+        f"{title} ({count} problem{'s' if count != 1 else ''}):",
+        details=[str(problem) for problem in error.problems],
+    )
+
+
+def all_monitor(settings: Settings) -> bool:
+    """True when no rule would act: the global mode and every rule's effective mode are monitor."""
+    return all(settings.effective_mode(name) == "monitor" for name in settings.rules.by_name())
+
+
+def monitor_only(settings: Settings) -> Settings:
+    """``settings`` with the global mode and every rule's own mode set to monitor (a rule with
+    ``mode = "enforce"`` would otherwise act despite a global monitor)."""
+    rules = settings.rules.model_copy(
+        update={
+            name: rule.model_copy(update={"mode": "monitor"})
+            for name, rule in settings.rules.by_name().items()
+        }
+    )
+    watchdog = settings.watchdog.model_copy(update={"mode": "monitor"})
+    return settings.model_copy(update={"watchdog": watchdog, "rules": rules})
+
+
+@contextmanager
+def _database_for_run(
+    settings: Settings, environ: Mapping[str, str], *, copy: bool
+) -> Iterator[Settings]:
+    """``settings`` as they are, or pointing at a temporary copy of the SQLite database."""
+    if not copy:
+        yield settings
+        return
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.watchdog.effective_database_url(environ))
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        raise CommandError(
+            "--dry-run of a configuration that enforces runs on a copy of the database, "
+            'which needs an SQLite file; set [watchdog] mode = "monitor" and run `once`'
+        )
+    source = Path(url.database).expanduser()
+    with tempfile.TemporaryDirectory(prefix="watchdog-gpu-dry-run-") as directory:
+        target = Path(directory) / "dry-run.db"
+        if source.is_file():
+            _copy_sqlite(source, target)
+        watchdog = settings.watchdog.model_copy(update={"database_url": f"sqlite:///{target}"})
+        yield settings.model_copy(update={"watchdog": watchdog})
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy through SQLite's backup API (safe while the daemon writes)."""
+    original = duplicate = None
+    try:
+        original = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        duplicate = sqlite3.connect(target)
+        original.backup(duplicate)
+    except sqlite3.Error as error:
+        raise CommandError(
+            f"cannot copy the database {source} for the dry run: {error}", code=EXIT_FAILURE
+        ) from None
+    finally:
+        for connection in (original, duplicate):
+            if connection is not None:
+                connection.close()
+
+
+def _tick(
+    settings: Settings, environ: Mapping[str, str], *, dry_run: bool, on_copy: bool
+) -> tuple[TickReport, list[str]]:
+    from watchdog_gpu.wiring import assemble
+
+    try:
+        assembly = assemble(settings, common.clock, environ, claimer="once")
+    except ConfigError as error:
+        raise _problems("invalid configuration", error) from None
+    except WatchdogError as error:
+        raise CommandError(f"cannot start: {error}", code=EXIT_FAILURE) from None
+    notes: list[str] = []
+    try:
+        watchdog = assembly.watchdog
+        if on_copy:
+            watchdog.delivery = None
+            notes.append(
+                "dry run on a copy of the database: nothing was recorded, stopped, destroyed "
+                "or sent"
+            )
+        elif dry_run:
+            notes.append("dry run (monitor mode): nothing was stopped or destroyed")
+        now = common.current_time()
+        report = _dry_tick(watchdog, now, notes) if dry_run else watchdog.tick(now)
+    finally:
+        assembly.close()
+    return report, notes
+
+
+def _dry_tick(watchdog: Watchdog, now: datetime, notes: list[str]) -> TickReport:
+    """The tick's phases, with the executor only when no real action is open."""
+    report = TickReport(now)
+    report.polled = watchdog.poll_all(now)
+    report.probes = watchdog.probe(now)
+    watchdog.evaluate(now, report)
+    real = [a for a in watchdog.store.list_actions(statuses=_REAL_OPEN) if not a.dry_run]
+    if real:
+        notes.append(
+            f"{len(real)} action(s) planned earlier for real are not finished; the dry run "
+            "left the executor alone (the daemon or `watchdog-gpu once` carries them out)"
+        )
+    else:
+        report.executed = watchdog.act(now)
+    report.delivered = watchdog.deliver(now)
+    return report
+
+
+# -- the summary ------------------------------------------------------------------------------
+
+
+def summary_lines(report: TickReport, notes: list[str]) -> list[str]:
+    """The human summary of one tick."""
+    now = report.now
+    failed = {account: kind for account, kind in report.polled.items() if kind != "ok"}
+    lines = [f"tick at {timestamp(now)}"]
+    lines += [f"note: {note}" for note in notes]
+    lines.append(f"accounts: {len(report.polled) - len(failed)} polled ok, {len(failed)} failed")
+    lines += [f"  {account}: FAILED ({kind})" for account, kind in failed.items()]
+    lines.append(f"probes: {_counts(Counter(p.status.value for p in report.probes)) or 'none'}")
+    lines.append(f"findings: {len(report.findings)}")
+    for finding in report.findings:
+        due = (
+            f", due {format_clock(finding.due_at, now)}" if finding.action.value != "notify" else ""
+        )
+        lines.append(
+            f"  {finding.rule} {finding.subject}: {finding.action.value}{due} — {finding.summary}"
+        )
+    lines += _plan_lines(report)
+    if report.failed_rules:
+        lines.append(f"rules failed: {len(report.failed_rules)}")
+        lines += [f"  {rule}: {error}" for rule, error in report.failed_rules.items()]
+    executed = report.executed
+    if executed is None:
+        lines.append("actions: executor not run")
+    else:
+        counts = Counter(status for _, _, status in executed.outcomes)
+        lines.append(f"actions: {_counts(counts) or 'none'}")
+    delivered = report.delivered
+    if delivered is None:
+        lines.append("notifications: not delivered (no routes configured, or dry run on a copy)")
+    else:
+        lines.append(
+            f"notifications: {delivered.delivered} delivered, {delivered.failed} failed "
+            f"(kept for retry), {delivered.unrouted} without a route"
+        )
+    lines.append("result: healthy" if report.healthy else "result: UNHEALTHY")
+    return lines
+
+
+def _plan_lines(report: TickReport) -> list[str]:
+    plan = report.plan
+    if plan is None:
+        return ["decisions: none"]
+    counts = Counter(decision.status.value for decision in plan.decisions)
+    lines = [f"decisions: {_counts(counts) or 'none'}"]
+    shown = (PlanStatus.EXECUTE, PlanStatus.WARN, PlanStatus.BLOCKED, PlanStatus.PROTECTED)
+    for decision in plan.decisions:
+        if decision.status not in shown:
+            continue
+        finding = decision.finding
+        what = finding.action.value + (" (dry run)" if decision.dry_run else "")
+        note = f" — {decision.note}" if decision.note else ""
+        lines.append(f"  {decision.status.value}: {what} {finding.subject} ({finding.rule}){note}")
+    if plan.fuse_tripped:
+        lines.append(f"  FUSE TRIPPED: {plan.fuse_reason} (`watchdog-gpu fuse reset` to release)")
+    return lines
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{count} {name}" for name, count in sorted(counter.items()))

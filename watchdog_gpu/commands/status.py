@@ -1,0 +1,475 @@
+"""``watchdog-gpu status [--config PATH | --db PATH] [--json]``: the fleet as recorded.
+
+Two tables. Accounts: provider, balance, spend rate in $/h (the provider's figure, else the sum
+of what its instances bill), runway (balance ÷ spend rate) and the last poll (ok or the error
+kind, and how long ago). Instances: ``account/id``, name, state and since when, what it bills per
+hour now, GPU activity from the recorded samples (``busy``, ``idle 42 min`` — measured from the
+first idle sample after the last non-idle one to the latest sample; ``idle ≥ 2 h`` when every
+sample in the window is idle —, ``unknown``, ``no samples``, plus a failing probe's status),
+actions pending in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``),
+snoozes and protections (the planner's own check, configuration included when one was read).
+Then the fuse, and the protections kept in the database.
+
+It reads only the database: with ``--db PATH`` no configuration file is needed (the rules'
+defaults then decide the sample window and the idle threshold). A database that holds records
+newer than this machine's clock (an accelerated demo or a simulation wrote it) is shown as of
+its latest record, and says so. A new database prints ``no accounts recorded yet``; a missing
+one is an error (exit 2), never created.
+
+``--json`` prints one object with stable keys::
+
+    {"as_of": ISO, "clock_note": str|null, "database": str,
+     "fuse": {"latched": bool, "held_actions": int},
+     "accounts": [{"name", "provider", "balance_usd", "spend_usd_per_hour",
+                   "spend_rate_source": "provider"|"instances"|null, "runway_hours",
+                   "last_poll": "ok"|"error"|"never", "last_poll_ok_at", "last_poll_error_kind",
+                   "last_poll_error_at", "last_poll_error_message"}],
+     "instances": [{"account", "instance_id", "name", "provider", "state", "raw_state",
+                    "state_since", "usd_per_hour",
+                    "gpu": {"status": "busy"|"idle"|"unknown"|"no_samples"|"not_running",
+                            "idle_since", "idle_seconds", "idle_at_least", "last_sample_at",
+                            "last_busy_at", "last_probe_status", "last_probe_at"},
+                    "pending_actions": [{"kind", "rule", "status", "dry_run", "created_at"}],
+                    "due": [{"rule", "action", "due_at", "summary"}],
+                    "snoozed_until", "protected": reason|null}],
+     "protections": [{"kind": "id"|"name"|"account", "value", "account", "reason",
+                      "created_at"}]}
+
+Times are ISO 8601 UTC strings (``...Z``) or null; money in US dollars (null = unknown, never
+0). Exit codes: 0; 1 database failure; 2 invalid configuration or missing database.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from watchdog_gpu.cli import EXIT_OK
+from watchdog_gpu.commands.common import (
+    Source,
+    add_source_arguments,
+    current_time,
+    json_time,
+    opened_source,
+    print_json,
+    print_lines,
+    ref,
+    reports_errors,
+    table,
+    timestamp,
+)
+from watchdog_gpu.commands.gpu_activity import GpuActivity, gpu_activity
+from watchdog_gpu.config import WatchdogSection
+from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
+from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
+from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
+from watchdog_gpu.plan import PlanContext, protection_for
+from watchdog_gpu.rules import default_configs
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.rules.windows import billed_rate, state_since
+from watchdog_gpu.store import AccountRecord, FindingRecord
+from watchdog_gpu.tick import lookback_for
+
+# Outbox statuses of an action that is not finished (shown as "pending").
+OPEN_STATUSES = frozenset(
+    {
+        ActionStatus.PENDING,
+        ActionStatus.CLAIMED,
+        ActionStatus.CALLED,
+        ActionStatus.UNVERIFIED,
+        ActionStatus.HELD,
+        ActionStatus.BLOCKED,
+    }
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``status`` to the command line."""
+    parser = subparsers.add_parser(
+        "status",
+        help="accounts and instances with state, $/h, idle time, pending actions",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object (stable keys)")
+    add_source_arguments(parser)
+    parser.set_defaults(handler=run_status)
+
+
+@dataclass(frozen=True)
+class AccountStatus:
+    view: AccountView
+    error_message: str | None
+    spend_usd_per_hour: float | None
+    spend_source: str | None
+    runway_hours: float | None
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    view: InstanceView
+    since: datetime
+    usd_per_hour: float | None
+    gpu: GpuActivity
+    pending: tuple[ActionRecord, ...]
+    due: tuple[FindingRecord, ...]
+    snoozed_until: datetime | None
+    protected: str | None
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    as_of: datetime
+    clock_note: str | None
+    database: str
+    latched: bool
+    held_actions: int
+    accounts: tuple[AccountStatus, ...] = ()
+    instances: tuple[InstanceStatus, ...] = ()
+    protections: tuple[Protection, ...] = field(default=())
+
+
+@reports_errors
+def run_status(args: argparse.Namespace) -> int:
+    """Print the tables (or the JSON object)."""
+    with opened_source(args) as source:
+        status = collect(source, current_time())
+    if args.json:
+        print_json(status_json(status))
+    else:
+        print_lines(status_lines(status))
+    return EXIT_OK
+
+
+# -- collecting -------------------------------------------------------------------------------
+
+
+def collect(source: Source, now: datetime) -> FleetStatus:
+    """Everything the tables show, read from the store as of ``now`` (or of the latest record
+    when the database is ahead of ``now``)."""
+    store = source.store
+    records = store.latest_accounts()
+    latched = store.fuse_latched()
+    held = len(store.list_actions(statuses=[ActionStatus.BLOCKED]))
+    if not records:
+        return FleetStatus(now, None, source.database, latched, held)
+    latest = _latest_record(records, store.latest_instances())
+    as_of, note = now, None
+    if latest is not None and latest > now:
+        as_of = latest
+        note = (
+            f"the database holds records up to {timestamp(latest)}, after this machine's clock "
+            f"({timestamp(now)}): shown as of its latest record (a demo or simulation wrote it)"
+        )
+    settings = source.settings
+    rules = dict(settings.rules.by_name()) if settings is not None else default_configs()
+    lookback = lookback_for(rules)
+    view = store.load_fleet_view(as_of, lookback, as_of - lookback)
+    context = PlanContext(
+        mode=settings.watchdog.mode if settings is not None else "monitor",
+        rules=rules,
+        safety=source.safety,
+        protected_accounts=frozenset(
+            account.name for account in (settings.accounts if settings else []) if account.protect
+        ),
+    )
+    idle = rules.get("idle_gpu")
+    threshold = (idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()).threshold_percent
+    poll_interval = (settings.watchdog if settings else WatchdogSection()).poll_interval
+    findings = store.list_findings(seen_since=as_of - lookback)
+    instances = [
+        _instance_status(
+            instance,
+            view,
+            context=context,
+            findings=findings,
+            threshold=threshold,
+            poll_interval=poll_interval,
+        )
+        for instance in _ordered(view.instances.values())
+    ]
+    accounts = [_account_status(record, view) for record in records]
+    return FleetStatus(
+        as_of,
+        note,
+        source.database,
+        latched,
+        held,
+        tuple(accounts),
+        tuple(instances),
+        tuple(view.protections),
+    )
+
+
+def _latest_record(accounts: Sequence[AccountRecord], instances: Sequence[Any]) -> datetime | None:
+    moments = [record.last_seen for record in instances]
+    for record in accounts:
+        moments += [t for t in (record.view.last_poll_ok_at, record.view.last_poll_error_at) if t]
+    return max(moments, default=None)
+
+
+def _ordered(instances: Any) -> list[InstanceView]:
+    """Present instances first, then gone ones; each by account and id."""
+    return sorted(
+        instances,
+        key=lambda v: (v.state is InstanceState.GONE, v.latest.account, v.latest.instance_id),
+    )
+
+
+def _account_status(record: AccountRecord, view: FleetView) -> AccountStatus:
+    account = record.view
+    snapshot = account.latest
+    rate, source = (None, None)
+    if snapshot is not None and snapshot.spend_usd_per_hour is not None:
+        rate, source = snapshot.spend_usd_per_hour, "provider"
+    else:
+        rates = [billed_rate(instance) for instance in view.instances_of(account.account)]
+        if all(value is not None for value in rates):
+            rate, source = sum(value for value in rates if value is not None), "instances"
+    balance = snapshot.balance_usd if snapshot is not None else None
+    runway = balance / rate if balance is not None and rate else None
+    return AccountStatus(account, record.last_poll_error_message, rate, source, runway)
+
+
+def _instance_status(
+    instance: InstanceView,
+    view: FleetView,
+    *,
+    context: PlanContext,
+    findings: Sequence[FindingRecord],
+    threshold: float,
+    poll_interval: timedelta,
+) -> InstanceStatus:
+    latest = instance.latest
+    mine = (latest.account, latest.instance_id)
+    pending = tuple(
+        action
+        for action in view.recent_actions
+        if (action.account, action.instance_id) == mine and action.status in OPEN_STATUSES
+    )
+    snoozes = [s.until for s in view.snoozes if (s.account, s.instance_id) == mine]
+    gone = instance.state is InstanceState.GONE
+    return InstanceStatus(
+        view=instance,
+        since=state_since(instance),
+        usd_per_hour=0.0 if gone else billed_rate(instance),
+        gpu=gpu_activity(instance, threshold),
+        pending=pending,
+        due=() if gone else _due(instance, view, findings, poll_interval),
+        snoozed_until=max(snoozes, default=None),
+        protected=None if gone else protection_for(latest, view.protections, context),
+    )
+
+
+def _due(
+    instance: InstanceView,
+    view: FleetView,
+    findings: Sequence[FindingRecord],
+    poll_interval: timedelta,
+) -> tuple[FindingRecord, ...]:
+    """Destructive findings the latest evaluation still had for the instance and that have no
+    action in the outbox yet. "Latest": seen less than a poll interval before the account's last
+    poll (evaluation follows polling; a cleared finding is not seen again)."""
+    latest = instance.latest
+    account = view.accounts.get(latest.account)
+    polled = (
+        [t for t in (account.last_poll_ok_at, account.last_poll_error_at) if t] if account else []
+    )
+    last_poll = max(polled, default=None)
+    in_outbox = {action.idempotency_key for action in view.recent_actions}
+    return tuple(
+        finding
+        for finding in findings
+        if (finding.account, finding.instance_id) == (latest.account, latest.instance_id)
+        and finding.action is not ActionKind.NOTIFY
+        and (last_poll is None or finding.last_seen + poll_interval > last_poll)
+        and f"{finding.episode_key}:{finding.action.value}" not in in_outbox
+    )
+
+
+# -- text -------------------------------------------------------------------------------------
+
+
+def status_lines(status: FleetStatus) -> list[str]:
+    """The human tables."""
+    if not status.accounts:
+        return [f"no accounts recorded yet (database {status.database})"]
+    now = status.as_of
+    lines = [f"as of {timestamp(now)}; database {status.database}"]
+    if status.clock_note:
+        lines.append(f"note: {status.clock_note}")
+    lines.append(_fuse_line(status))
+    lines.append("")
+    lines += table(
+        ("ACCOUNT", "PROVIDER", "BALANCE", "SPEND", "RUNWAY", "LAST POLL"),
+        [_account_row(account, now) for account in status.accounts],
+    )
+    lines.append("")
+    if status.instances:
+        lines += table(
+            ("INSTANCE", "NAME", "STATE", "$/H", "GPU", "PENDING", "SNOOZED", "PROTECTED"),
+            [_instance_row(instance, now) for instance in status.instances],
+        )
+    else:
+        lines.append("no instances")
+    if status.protections:
+        lines.append("")
+        lines.append("protections (database; `watchdog-gpu unprotect` removes them):")
+        lines += [f"  {_protection_text(p)}" for p in status.protections]
+    return lines
+
+
+def _fuse_line(status: FleetStatus) -> str:
+    if not status.latched:
+        return "fuse: ok"
+    return (
+        f"fuse: TRIPPED, {status.held_actions} action(s) held; ordinary rules act on nothing "
+        "until `watchdog-gpu fuse reset` (see `watchdog-gpu fuse status`)"
+    )
+
+
+def _ago(moment: datetime, now: datetime) -> str:
+    elapsed = now - moment
+    return "just now" if elapsed < timedelta(minutes=1) else f"{format_duration(elapsed)} ago"
+
+
+def _account_row(account: AccountStatus, now: datetime) -> list[str]:
+    snapshot = account.view.latest
+    balance = snapshot.balance_usd if snapshot is not None else None
+    rate = account.spend_usd_per_hour
+    if account.runway_hours is not None:
+        runway = format_duration(timedelta(hours=account.runway_hours))
+    else:
+        runway = "-" if rate == 0 else "unknown"
+    return [
+        account.view.account,
+        account.view.provider,
+        format_usd(balance) if balance is not None else "unknown",
+        format_rate(rate),
+        runway,
+        _poll_text(account.view, now),
+    ]
+
+
+def _poll_text(view: AccountView, now: datetime) -> str:
+    if view.last_poll_error_kind is not None and view.last_poll_error_at is not None:
+        return f"ERROR {view.last_poll_error_kind} {_ago(view.last_poll_error_at, now)}"
+    if view.last_poll_ok_at is not None:
+        return f"ok {_ago(view.last_poll_ok_at, now)}"
+    return "never"
+
+
+def _instance_row(instance: InstanceStatus, now: datetime) -> list[str]:
+    latest = instance.view.latest
+    state = latest.state.value
+    if latest.state is InstanceState.UNKNOWN:
+        state += f" ({latest.raw_state})"
+    pending = [
+        f"{a.kind.value} {a.status}" + (" (dry run)" if a.dry_run else "") for a in instance.pending
+    ]
+    pending += [
+        f"{f.action.value} due {format_clock(f.due_at, now)} ({f.rule})" for f in instance.due
+    ]
+    snoozed = instance.snoozed_until
+    return [
+        ref(latest.account, latest.instance_id),
+        latest.name,
+        f"{state} since {format_clock(instance.since, now)}",
+        format_rate(instance.usd_per_hour),
+        instance.gpu.text,
+        "; ".join(pending) or "-",
+        f"until {format_clock(snoozed, now)}" if snoozed else "-",
+        instance.protected or "-",
+    ]
+
+
+def _protection_text(protection: Protection) -> str:
+    scope = f" in account {protection.account}" if protection.account else ""
+    reason = f" ({protection.reason})" if protection.reason else ""
+    return f"{protection.kind.value} {protection.value}{scope}{reason}"
+
+
+# -- JSON -------------------------------------------------------------------------------------
+
+
+def status_json(status: FleetStatus) -> dict[str, Any]:
+    """The stable JSON object (see the module docstring)."""
+    return {
+        "as_of": json_time(status.as_of),
+        "clock_note": status.clock_note,
+        "database": status.database,
+        "fuse": {"latched": status.latched, "held_actions": status.held_actions},
+        "accounts": [_account_json(account) for account in status.accounts],
+        "instances": [_instance_json(instance) for instance in status.instances],
+        "protections": [
+            {
+                "kind": p.kind.value,
+                "value": p.value,
+                "account": p.account,
+                "reason": p.reason,
+                "created_at": json_time(p.created_at),
+            }
+            for p in status.protections
+        ],
+    }
+
+
+def _account_json(account: AccountStatus) -> dict[str, Any]:
+    view = account.view
+    snapshot = view.latest
+    if view.last_poll_error_kind is not None:
+        last_poll = "error"
+    else:
+        last_poll = "ok" if view.last_poll_ok_at is not None else "never"
+    return {
+        "name": view.account,
+        "provider": view.provider,
+        "balance_usd": snapshot.balance_usd if snapshot is not None else None,
+        "spend_usd_per_hour": account.spend_usd_per_hour,
+        "spend_rate_source": account.spend_source,
+        "runway_hours": account.runway_hours,
+        "last_poll": last_poll,
+        "last_poll_ok_at": json_time(view.last_poll_ok_at),
+        "last_poll_error_kind": view.last_poll_error_kind,
+        "last_poll_error_at": json_time(view.last_poll_error_at),
+        "last_poll_error_message": account.error_message if last_poll == "error" else None,
+    }
+
+
+def _instance_json(instance: InstanceStatus) -> dict[str, Any]:
+    latest = instance.view.latest
+    return {
+        "account": latest.account,
+        "instance_id": latest.instance_id,
+        "name": latest.name,
+        "provider": latest.provider,
+        "state": latest.state.value,
+        "raw_state": latest.raw_state,
+        "state_since": json_time(instance.since),
+        "usd_per_hour": instance.usd_per_hour,
+        "gpu": instance.gpu.as_json(),
+        "pending_actions": [_action_json(action) for action in instance.pending],
+        "due": [
+            {
+                "rule": f.rule,
+                "action": f.action.value,
+                "due_at": json_time(f.due_at),
+                "summary": f.summary,
+            }
+            for f in instance.due
+        ],
+        "snoozed_until": json_time(instance.snoozed_until),
+        "protected": instance.protected,
+    }
+
+
+def _action_json(action: ActionRecord) -> Mapping[str, Any]:
+    return {
+        "kind": action.kind.value,
+        "rule": action.rule,
+        "status": action.status,
+        "dry_run": action.dry_run,
+        "created_at": json_time(action.created_at),
+    }
