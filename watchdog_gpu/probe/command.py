@@ -24,6 +24,11 @@ comfortable choice) makes the samples of a healthy minute-by-minute probe cover 
   seen only with probability ≈ (burst + (N - 1) × D) / probe_interval per burst; if a workload
   has such bursts, lower ``probe_interval`` or raise ``N`` (``N × D`` close to ``probe_interval``
   samples continuously at the price of one long SSH session per instance and minute).
+- **The round must fit the interval.** One probe takes ``N × D`` plus about half a second of SSH
+  and shell; a round over P instances with W workers takes about ``ceil(P / W)`` probes' time
+  (50 instances, 8 workers, defaults: about 70 s, see ``bench/README.md``). A round longer than
+  ``probe_interval`` stretches the gap between an instance's probes by as much; ``max_gap`` must
+  cover it, or ``workers`` must grow with the fleet.
 
 Why the command is a fixed text
 -------------------------------

@@ -142,13 +142,20 @@ class ParamikoRunner:
     def close_except(self, keep: Collection[InstanceRef]) -> None:
         """Close every kept connection whose instance is not in ``keep``."""
         with self._lock:
-            stale = [ref for ref in self._connections if ref not in keep]
+            known = set(self._connections) | set(self._instance_locks)
+            stale = [ref for ref in known if ref not in keep]
         for ref in stale:
             self.close_instance(ref)
 
     def close_instance(self, ref: InstanceRef) -> None:
         """Close the kept connection of one instance, if any."""
         self._discard(ref)
+        with self._lock:
+            lock = self._instance_locks.get(ref)
+            # Drop the per-instance lock too (the daemon runs for months), unless a probe holds it.
+            if lock is not None and lock.acquire(blocking=False):
+                del self._instance_locks[ref]
+                lock.release()
 
     def close(self) -> None:
         """Close every kept connection."""
