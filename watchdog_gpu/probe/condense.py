@@ -43,5 +43,10 @@ def _condense(group: list[GpuSample]) -> GpuSample:
     return replace(
         last,
         verdict=combine_verdicts(sample.verdict for sample in group),
-        **values,
+        sm=values["sm"],
+        mem=values["mem"],
+        enc=values["enc"],
+        dec=values["dec"],
+        jpg=values["jpg"],
+        ofa=values["ofa"],
     )
