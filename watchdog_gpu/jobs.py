@@ -78,44 +78,46 @@ class Progress:
         self._jobs: dict[str, JobStats] = {}
         self.started_monotonic = clock.monotonic()
 
-    def _update(self, job_id: str, **changes: object) -> None:
+    def _update(self, job_id: str, change: Callable[[JobStats], JobStats]) -> None:
+        # Read, change and write under one lock: jobs of different threads update counters.
         with self._lock:
-            current = self._jobs.get(job_id, JobStats())
-            self._jobs[job_id] = replace(current, **changes)  # type: ignore[arg-type]
-
-    def _get(self, job_id: str) -> JobStats:
-        with self._lock:
-            return self._jobs.get(job_id, JobStats())
+            self._jobs[job_id] = change(self._jobs.get(job_id, JobStats()))
 
     def started(self, job_id: str) -> None:
-        stats = self._get(job_id)
-        self._update(job_id, runs=stats.runs + 1, running_since_monotonic=self._clock.monotonic())
+        at = self._clock.monotonic()
+        self._update(job_id, lambda s: replace(s, runs=s.runs + 1, running_since_monotonic=at))
 
     def succeeded(self, job_id: str, now: datetime, outcome: str = "ok") -> None:
-        stats = self._get(job_id)
+        at = self._clock.monotonic()
         self._update(
             job_id,
-            successes=stats.successes + 1,
-            running_since_monotonic=None,
-            last_success_monotonic=self._clock.monotonic(),
-            last_success_at=now,
-            last_outcome=outcome,
+            lambda s: replace(
+                s,
+                successes=s.successes + 1,
+                running_since_monotonic=None,
+                last_success_monotonic=at,
+                last_success_at=now,
+                last_outcome=outcome,
+            ),
         )
 
     def failed(self, job_id: str, outcome: str) -> None:
-        stats = self._get(job_id)
         self._update(
-            job_id, errors=stats.errors + 1, running_since_monotonic=None, last_outcome=outcome
+            job_id,
+            lambda s: replace(
+                s, errors=s.errors + 1, running_since_monotonic=None, last_outcome=outcome
+            ),
         )
 
     def missed(self, job_id: str) -> None:
-        self._update(job_id, missed=self._get(job_id).missed + 1)
+        self._update(job_id, lambda s: replace(s, missed=s.missed + 1))
 
     def skipped(self, job_id: str) -> None:
-        self._update(job_id, skipped=self._get(job_id).skipped + 1)
+        self._update(job_id, lambda s: replace(s, skipped=s.skipped + 1))
 
     def stats(self, job_id: str) -> JobStats:
-        return self._get(job_id)
+        with self._lock:
+            return self._jobs.get(job_id, JobStats())
 
     def snapshot(self) -> dict[str, JobStats]:
         with self._lock:
@@ -123,7 +125,7 @@ class Progress:
 
     def seconds_since_success(self, job_id: str) -> float:
         """Seconds since ``job_id`` last succeeded, or since this record began if it never did."""
-        last = self._get(job_id).last_success_monotonic
+        last = self.stats(job_id).last_success_monotonic
         reference = self.started_monotonic if last is None else last
         return max(0.0, self._clock.monotonic() - reference)
 

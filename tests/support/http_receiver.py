@@ -1,5 +1,6 @@
 """A tiny real HTTP receiver on 127.0.0.1 that records every request (for Apprise json:// and
-webhook tests). Standard library only; one thread; answers every POST with ``status``."""
+webhook tests, dead-man's switch pings). Standard library only; one thread; answers every POST
+and GET with ``status``."""
 
 from __future__ import annotations
 
@@ -53,6 +54,15 @@ class HttpReceiver:
                         ReceivedRequest(
                             "POST", self.path, self.headers.get("Content-Type", ""), body
                         )
+                    )
+                self.send_response(receiver.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:  # e.g. a dead-man's switch ping
+                with receiver._lock:
+                    receiver.requests.append(
+                        ReceivedRequest("GET", self.path, self.headers.get("Content-Type", ""), b"")
                     )
                 self.send_response(receiver.status)
                 self.send_header("Content-Length", "0")

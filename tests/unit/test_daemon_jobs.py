@@ -1,0 +1,366 @@
+"""The daemon's job functions, called directly on a virtual clock over the real engine (the
+simulator's in-process provider dialects, the real SQLite store and migrations)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+
+from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.errors import StoreError
+from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PRUNE, Jobs, Progress, poll_job_id
+from watchdog_gpu.model import (
+    AccountObservation,
+    ActionStatus,
+    PlannedNotification,
+    ProbeOutcome,
+    Severity,
+)
+from watchdog_gpu.notify.delivery import DeliveryReport
+from watchdog_gpu.sim.scenario import parse_scenario
+from watchdog_gpu.sim.simulate import Simulation, simulation
+from watchdog_gpu.tick import TickReport
+
+POLL = timedelta(seconds=60)
+
+TWO_ACCOUNTS = """
+name = "two-accounts"
+start = "2026-03-02T20:00:00Z"
+duration = "6h"
+
+[[accounts]]
+name = "vast-ok"
+provider = "vast"
+balance_usd = 50.0
+
+[[accounts.instances]]
+id = "101"
+name = "sweep"
+interruptible = true
+compute_usd_per_hour = 0.30
+disk_gb = 20
+storage_usd_per_gb_month = 0.10
+events = [{ at = "0s", state = "running", gpu_util = 90 }, { at = "5m", state = "paused" }]
+
+[[accounts]]
+name = "vast-down"
+provider = "vast"
+balance_usd = 50.0
+events = [{ at = "0s", api = "error500" }]
+
+[[accounts.instances]]
+id = "201"
+name = "other"
+compute_usd_per_hour = 0.40
+events = [{ at = "0s", state = "running", gpu_util = 80 }]
+"""
+
+
+@dataclass
+class RecordingObserver:
+    """Collects what the jobs report (a stand-in for the metrics)."""
+
+    polls: list[tuple[str, str]] = field(default_factory=list)
+    probes: list[int] = field(default_factory=list)
+    ticks: list[TickReport] = field(default_factory=list)
+    executor: list[ExecutorReport] = field(default_factory=list)
+    deliveries: list[DeliveryReport | None] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
+
+    def on_poll(self, account: str, result: str, now: datetime) -> None:
+        self.polls.append((account, result))
+
+    def on_probe(self, outcomes: Sequence[ProbeOutcome], now: datetime) -> None:
+        self.probes.append(len(outcomes))
+
+    def on_tick(self, report: TickReport) -> None:
+        self.ticks.append(report)
+
+    def on_executor(self, report: ExecutorReport, now: datetime) -> None:
+        self.executor.append(report)
+
+    def on_delivery(self, report: DeliveryReport | None, now: datetime) -> None:
+        self.deliveries.append(report)
+
+    def on_job_event(self, job_id: str, event: str) -> None:
+        self.events.append((job_id, event))
+
+
+@dataclass
+class CountingPinger:
+    pings: int = 0
+
+    def ping(self) -> bool:
+        self.pings += 1
+        return True
+
+
+@dataclass
+class Harness:
+    sim: Simulation
+    jobs: Jobs
+    observer: RecordingObserver
+    pinger: CountingPinger
+    woken: list[datetime]
+
+    @property
+    def clock(self) -> VirtualClock:
+        return self.sim.clock
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    with simulation(parse_scenario(TWO_ACCOUNTS)) as sim:
+        observer = RecordingObserver()
+        pinger = CountingPinger()
+        woken: list[datetime] = []
+        jobs = Jobs(
+            sim.assembly.watchdog,
+            sim.clock,
+            Progress(sim.clock),
+            poll_interval=POLL,
+            observer=observer,
+            dead_mans_switch=pinger,
+            wake_act=lambda: woken.append(sim.clock.now()),
+        )
+        yield Harness(sim, jobs, observer, pinger, woken)
+
+
+def test_a_poll_job_records_the_account_and_its_success(harness: Harness) -> None:
+    assert harness.jobs.poll("vast-ok") == "ok"
+
+    instances = harness.sim.store.latest_instances()
+    assert [(r.snapshot.account, r.snapshot.instance_id) for r in instances] == [("vast-ok", "101")]
+    stats = harness.jobs.progress.stats(poll_job_id("vast-ok"))
+    assert (stats.runs, stats.successes, stats.errors) == (1, 1, 0)
+    assert stats.last_success_at == harness.clock.now()
+    assert harness.observer.polls == [("vast-ok", "ok")]
+
+
+def test_a_provider_failure_is_a_handled_poll_outcome_that_does_not_stop_other_accounts(
+    harness: Harness,
+) -> None:
+    assert harness.jobs.poll("vast-down") == "transient"
+    assert harness.jobs.poll("vast-ok") == "ok"
+
+    assert harness.jobs.polled() == {"vast-ok": "ok", "vast-down": "transient"}
+    down = harness.jobs.progress.stats(poll_job_id("vast-down"))
+    assert (down.successes, down.errors, down.last_outcome) == (1, 0, "ok")
+    assert ("vast-down", "transient") in harness.observer.polls
+
+
+class ExplodingProvider:
+    """A provider adapter with a bug: observe raises something that is no ProviderError."""
+
+    name = "vast"
+
+    def observe(self, now: datetime) -> AccountObservation:
+        raise RuntimeError("adapter bug")
+
+
+def test_an_unexpected_exception_in_one_poll_is_caught_logged_and_counted(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    providers = harness.sim.assembly.watchdog.providers
+    assert isinstance(providers, dict)
+    providers["vast-down"] = ExplodingProvider()
+
+    assert harness.jobs.poll("vast-down") is None
+    assert harness.jobs.poll("vast-ok") == "ok"
+
+    stats = harness.jobs.progress.stats(poll_job_id("vast-down"))
+    assert (stats.runs, stats.successes, stats.errors) == (1, 0, 1)
+    assert stats.last_outcome == "RuntimeError"
+    assert harness.jobs.polled()["vast-down"] == "RuntimeError"
+    assert harness.observer.events == [(poll_job_id("vast-down"), "error")]
+    assert "job failed job=poll:vast-down error_kind=RuntimeError" in caplog.text
+
+
+def test_each_job_reads_the_clock_once_and_works_at_that_instant(harness: Harness) -> None:
+    reads: list[datetime] = []
+
+    class CountingClock:
+        def now(self) -> datetime:
+            reads.append(harness.clock.now())
+            return reads[-1]
+
+        def monotonic(self) -> float:
+            return harness.clock.monotonic()
+
+        def sleep(self, seconds: float) -> None:
+            harness.clock.sleep(seconds)
+
+    harness.jobs.clock = CountingClock()
+    harness.jobs.poll("vast-ok")
+    assert len(reads) == 1
+    report = harness.jobs.evaluate()
+
+    assert len(reads) == 2
+    assert report is not None
+    assert report.now == reads[1]
+
+
+def test_polls_older_than_three_intervals_are_stale_and_accounts_never_polled_say_so(
+    harness: Harness,
+) -> None:
+    harness.jobs.poll("vast-ok")
+    harness.clock.advance(3 * POLL)
+    assert harness.jobs.polled() == {"vast-ok": "ok", "vast-down": "not_polled"}
+
+    harness.clock.advance(timedelta(seconds=1))
+
+    assert harness.jobs.polled() == {"vast-ok": "stale", "vast-down": "not_polled"}
+
+
+def test_a_healthy_evaluation_pings_the_dead_mans_switch_and_wakes_the_act_job(
+    harness: Harness,
+) -> None:
+    providers = harness.sim.assembly.watchdog.providers
+    assert isinstance(providers, dict)
+    del providers["vast-down"]  # only the account that works
+    harness.jobs.poll("vast-ok")
+
+    report = harness.jobs.evaluate()
+
+    assert report is not None
+    assert report.healthy
+    assert harness.pinger.pings == 1
+    assert harness.woken == [harness.clock.now()]
+    assert harness.observer.ticks == [report]
+    summary = harness.jobs.summary
+    assert (summary.accounts, summary.instances, summary.last_tick_at) == (
+        1,
+        1,
+        harness.clock.now(),
+    )
+
+
+def test_an_evaluation_with_a_failing_account_does_not_ping_the_dead_mans_switch(
+    harness: Harness,
+) -> None:
+    harness.jobs.poll("vast-ok")
+    harness.jobs.poll("vast-down")
+
+    report = harness.jobs.evaluate()
+
+    assert report is not None
+    assert report.polled == {"vast-ok": "ok", "vast-down": "transient"}
+    assert not report.healthy
+    assert harness.pinger.pings == 0
+    assert harness.jobs.progress.stats(EVALUATE).successes == 1  # the job itself worked
+
+
+def test_a_failing_evaluation_is_counted_and_neither_pings_nor_wakes_the_act_job(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(now: datetime, report: TickReport | None = None) -> None:
+        raise StoreError("database error: disk I/O error")
+
+    monkeypatch.setattr(harness.sim.assembly.watchdog, "evaluate", broken)
+
+    assert harness.jobs.evaluate() is None
+
+    stats = harness.jobs.progress.stats(EVALUATE)
+    assert (stats.successes, stats.errors, stats.last_outcome) == (0, 1, "StoreError")
+    assert harness.pinger.pings == 0
+    assert harness.woken == []
+
+
+def test_a_failing_observer_never_fails_the_job(harness: Harness) -> None:
+    class BrokenObserver(RecordingObserver):
+        def on_poll(self, account: str, result: str, now: datetime) -> None:
+            raise ValueError("collector bug")
+
+    harness.jobs.observer = BrokenObserver()
+
+    assert harness.jobs.poll("vast-ok") == "ok"
+    assert harness.jobs.progress.stats(poll_job_id("vast-ok")).successes == 1
+
+
+def test_once_stopping_the_jobs_do_nothing(harness: Harness) -> None:
+    harness.jobs.stop.set()
+
+    assert harness.jobs.poll("vast-ok") is None
+    assert harness.jobs.evaluate() is None
+    assert harness.jobs.act() is None
+
+    assert harness.sim.store.latest_instances() == []
+    assert harness.jobs.progress.snapshot() == {}
+    assert harness.pinger.pings == 0
+
+
+def test_the_deliver_job_sends_due_notifications_from_the_outbox(harness: Harness) -> None:
+    note = PlannedNotification(
+        idempotency_key="test:hello",
+        severity=Severity.INFO,
+        title="hello",
+        body="a test message",
+        created_at=harness.clock.now(),
+    )
+    harness.sim.store.enqueue_notification(note)
+
+    report = harness.jobs.deliver()
+
+    assert report is not None
+    assert report.delivered == 1
+    assert [sent.idempotency_key for _, sent in harness.sim.capture.sent] == ["test:hello"]
+    assert harness.sim.store.notification_backlog() == 0
+    assert harness.observer.deliveries == [report]
+    assert harness.jobs.progress.stats(DELIVER).successes == 1
+
+
+def test_the_prune_job_runs_the_retention(harness: Harness) -> None:
+    harness.jobs.poll("vast-ok")
+
+    assert harness.jobs.prune() == 0
+    assert harness.jobs.progress.stats(PRUNE).successes == 1
+
+
+def test_the_jobs_run_one_after_another_destroy_a_paused_interruptible_and_verify_it(
+    harness: Harness,
+) -> None:
+    # The daemon's schedule in miniature: every minute poll, probe, evaluate, act, deliver.
+    providers = harness.sim.assembly.watchdog.providers
+    assert isinstance(providers, dict)
+    del providers["vast-down"]
+    end = harness.clock.now() + timedelta(hours=1)
+    while harness.clock.now() < end:
+        harness.jobs.poll("vast-ok")
+        harness.jobs.probe()
+        harness.jobs.evaluate()
+        harness.jobs.act()
+        harness.jobs.deliver()
+        harness.clock.advance(POLL)
+
+    actions = harness.sim.store.list_actions()
+    assert [(a.instance_id, a.rule, a.kind.value, a.status) for a in actions] == [
+        ("101", "paused_interruptible", "destroy", ActionStatus.VERIFIED)
+    ]
+    assert harness.sim.world.state("vast-ok", "101") == "gone"
+    verified = [r for r in harness.observer.executor if r.count(ActionStatus.VERIFIED)]
+    assert len(verified) == 1
+    assert harness.jobs.progress.stats(ACT).errors == 0
+
+
+def test_progress_is_safe_to_update_from_several_threads(harness: Harness) -> None:
+    progress = Progress(harness.clock)
+    now = harness.clock.now()
+
+    def work() -> None:
+        for _ in range(500):
+            progress.started("job")
+            progress.succeeded("job", now)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    stats = progress.stats("job")
+    assert (stats.runs, stats.successes) == (2000, 2000)
