@@ -81,7 +81,7 @@ def run_once(args: argparse.Namespace) -> int:
         settings = monitor_only(settings)
     with _database_for_run(settings, environ, copy=on_copy) as run_settings:
         report, notes = _tick(run_settings, environ, dry_run=args.dry_run, on_copy=on_copy)
-    print_lines(summary_lines(report, notes))
+    print_lines(summary_lines(report, notes, sent=not on_copy))
     return EXIT_OK if report.healthy else EXIT_FAILURE
 
 
@@ -203,8 +203,8 @@ def _dry_tick(watchdog: Watchdog, now: datetime, notes: list[str]) -> TickReport
 # -- the summary ------------------------------------------------------------------------------
 
 
-def summary_lines(report: TickReport, notes: list[str]) -> list[str]:
-    """The human summary of one tick."""
+def summary_lines(report: TickReport, notes: list[str], *, sent: bool = True) -> list[str]:
+    """The human summary of one tick (``sent``: False when notifications were held back)."""
     now = report.now
     failed = {account: kind for account, kind in report.polled.items() if kind != "ok"}
     lines = [f"tick at {timestamp(now)}"]
@@ -232,7 +232,8 @@ def summary_lines(report: TickReport, notes: list[str]) -> list[str]:
         lines.append(f"actions: {_counts(counts) or 'none'}")
     delivered = report.delivered
     if delivered is None:
-        lines.append("notifications: not delivered (no routes configured, or dry run on a copy)")
+        why = "no routes configured" if sent else "dry run on a copy"
+        lines.append(f"notifications: none sent ({why})")
     else:
         lines.append(
             f"notifications: {delivered.delivered} delivered, {delivered.failed} failed "

@@ -1,0 +1,335 @@
+"""``watchdog-gpu status``: accounts and instances from a real SQLite file, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli_support import NOW, freeze_clock, isolate, run, write_config
+from tests.integration.store_builders import (
+    ACCOUNT,
+    T0,
+    instance,
+    minutes,
+    observation,
+    planned_action,
+    probe,
+    sample,
+)
+from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
+from watchdog_gpu.store import Store
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolate(monkeypatch, tmp_path)
+    freeze_clock(monkeypatch)
+
+
+@pytest.fixture
+def db(store: Store, tmp_path: Path) -> Path:
+    """The path of the ``store`` fixture's migrated SQLite file."""
+    return tmp_path / "watchdog-gpu.db"
+
+
+def record_two_hours(store: Store) -> None:
+    """101 busy for an hour, then idle; 102 stopped, named keep-me; 103 running, GPU unknown.
+    Polled and probed every 10 minutes from T0 to NOW."""
+    for minute in range(0, 121, 10):
+        at = T0 + minutes(minute)
+        instances = (
+            instance("101", at=at),
+            instance("102", InstanceState.STOPPED, at=at, name="keep-me"),
+            instance("103", at=at),
+        )
+        store.record_observation(observation(*instances, at=at), at)
+        busy = 50.0 if minute < 60 else 0.0
+        store.record_probes(
+            [
+                probe("101", at, sample("101", at, 0, busy)),
+                probe("103", at, sample("103", at, 0, None)),
+            ]
+        )
+
+
+def line_of(output: str, start: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith(start)]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_a_new_database_prints_no_accounts_recorded_yet_and_exits_0(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(capsys, "status", "--db", str(db))
+
+    assert result.code == 0
+    assert result.out.startswith("no accounts recorded yet")
+    as_json = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
+    assert as_json["accounts"] == []
+    assert as_json["instances"] == []
+
+
+def test_a_missing_database_file_is_exit_2_and_is_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "typo" / "watchdog.db"
+
+    result = run(capsys, "status", "--db", str(missing))
+
+    assert result.code == 2
+    assert f"{missing} does not exist" in result.err
+    assert not missing.exists()
+    assert not missing.parent.exists()
+
+
+def test_the_accounts_table_shows_balance_spend_runway_and_the_last_poll(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+
+    result = run(capsys, "status", "--db", str(db))
+
+    assert result.code == 0
+    assert line_of(result.out, "ACCOUNT").split() == [
+        "ACCOUNT",
+        "PROVIDER",
+        "BALANCE",
+        "SPEND",
+        "RUNWAY",
+        "LAST",
+        "POLL",
+    ]
+    # $25 at the provider's $1.04/h lasts 24 h 2 min.
+    assert line_of(result.out, "vast-main ").split() == [
+        "vast-main",
+        "vast",
+        "$25.00",
+        "$1.04/h",
+        "1",
+        "d",
+        "ok",
+        "just",
+        "now",
+    ]
+    assert "fuse: ok" in result.out
+
+
+def test_gpu_activity_reads_idle_since_the_last_busy_sample_busy_and_unknown_never_idle(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+
+    result = run(capsys, "status", "--db", str(db))
+
+    idle = line_of(result.out, "vast-main/101")
+    assert "running since 12:00 UTC" in idle
+    assert "$0.52/h" in idle
+    assert "idle 1 h" in idle  # last busy sample at 12:50, idle from 13:00 to 14:00
+    assert "unknown" in line_of(result.out, "vast-main/103")
+    assert "idle" not in line_of(result.out, "vast-main/103")
+    stopped = line_of(result.out, "vast-main/102")
+    assert "stopped since 12:00 UTC" in stopped
+    assert "$0.020/h" in stopped  # a stopped instance bills its disk
+
+
+def test_a_busy_gpu_reads_busy(store: Store, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store.record_observation(observation(instance("101", at=NOW), at=NOW), NOW)
+    store.record_probe(probe("101", NOW, sample("101", NOW, 0, 0.0), sample("101", NOW, 1, 80.0)))
+
+    result = run(capsys, "status", "--db", str(db))
+
+    assert line_of(result.out, "vast-main/101").split()[7] == "busy"
+
+
+def test_pending_actions_snoozes_and_due_actions_appear_on_the_instance_row(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    store.enqueue_action(planned_action("idle:101:destroy", at=NOW, instance_id="101"))
+    store.add_snooze(ACCOUNT, "102", NOW + timedelta(hours=1), NOW, "checkpointing")
+    stopped_finding = Finding(
+        rule="stopped_disk",
+        account=ACCOUNT,
+        instance_id="102",
+        severity=Severity.WARNING,
+        action=ActionKind.DESTROY,
+        summary="stopped for 2 h",
+        episode_started_at=T0,
+        due_at=NOW + minutes(30),
+    )
+    store.record_findings([stopped_finding], NOW)
+
+    result = run(capsys, "status", "--db", str(db))
+
+    assert "destroy pending" in line_of(result.out, "vast-main/101")
+    stopped = line_of(result.out, "vast-main/102")
+    assert "destroy due 14:30 UTC (stopped_disk)" in stopped
+    assert "until 15:00 UTC" in stopped
+
+
+def test_a_finding_not_seen_since_the_last_poll_is_no_longer_shown_as_due(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    cleared = Finding(
+        rule="stopped_disk",
+        account=ACCOUNT,
+        instance_id="102",
+        severity=Severity.WARNING,
+        action=ActionKind.DESTROY,
+        summary="stopped",
+        episode_started_at=T0,
+        due_at=NOW + minutes(30),
+    )
+    store.record_findings([cleared], T0 + minutes(30))  # evaluations since did not see it
+
+    result = run(capsys, "status", "--db", str(db))
+
+    assert "due" not in line_of(result.out, "vast-main/102")
+
+
+def test_protections_from_the_database_and_from_the_configuration_are_shown(
+    store: Store, db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    config = write_config(tmp_path, db, '[safety]\nprotect_names = ["*keep*"]\n')
+    assert run(capsys, "protect", "vast-main/101", "--db", str(db)).code == 0
+
+    with_config = run(capsys, "status", "--config", str(config))
+    db_only = run(capsys, "status", "--db", str(db))
+
+    assert "name matches protected pattern '*keep*'" in line_of(with_config.out, "vast-main/102")
+    assert line_of(db_only.out, "vast-main/102").endswith("-")
+    for output in (with_config.out, db_only.out):
+        assert "instance vast-main/101 is protected" in line_of(output, "vast-main/101")
+        assert "  id 101 in account vast-main" in output
+
+
+def test_a_failed_poll_shows_the_error_kind(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    store.record_poll_failure(ACCOUNT, "vast", "auth", "401 Unauthorized", NOW)
+
+    table = run(capsys, "status", "--db", str(db)).out
+    account = json.loads(run(capsys, "status", "--db", str(db), "--json").out)["accounts"][0]
+
+    assert line_of(table, "vast-main ").endswith("ERROR auth just now")
+    assert account["last_poll"] == "error"
+    assert account["last_poll_error_kind"] == "auth"
+    assert account["last_poll_error_message"] == "401 Unauthorized"
+
+
+def test_the_json_object_has_the_documented_keys_and_values(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    store.enqueue_action(planned_action("idle:101:destroy", at=NOW, instance_id="101"))
+
+    result = run(capsys, "status", "--db", str(db), "--json")
+
+    status = json.loads(result.out)
+    assert set(status) == {
+        "as_of",
+        "clock_note",
+        "database",
+        "fuse",
+        "accounts",
+        "instances",
+        "protections",
+    }
+    assert status["as_of"] == "2026-03-01T14:00:00Z"
+    assert status["fuse"] == {"latched": False, "held_actions": 0}
+    [account] = status["accounts"]
+    assert account["name"] == "vast-main"
+    assert account["balance_usd"] == 25.0
+    assert account["spend_usd_per_hour"] == 1.04
+    assert account["spend_rate_source"] == "provider"
+    assert account["runway_hours"] == pytest.approx(25 / 1.04)
+    assert account["last_poll_ok_at"] == "2026-03-01T14:00:00Z"
+    instances = {item["instance_id"]: item for item in status["instances"]}
+    idle = instances["101"]
+    assert set(idle) == {
+        "account",
+        "instance_id",
+        "name",
+        "provider",
+        "state",
+        "raw_state",
+        "state_since",
+        "usd_per_hour",
+        "gpu",
+        "pending_actions",
+        "due",
+        "snoozed_until",
+        "protected",
+    }
+    assert idle["state"] == "running"
+    assert idle["usd_per_hour"] == pytest.approx(0.52)
+    assert idle["gpu"]["status"] == "idle"
+    assert idle["gpu"]["idle_since"] == "2026-03-01T13:00:00Z"
+    assert idle["gpu"]["idle_seconds"] == 3600
+    assert idle["gpu"]["last_busy_at"] == "2026-03-01T12:50:00Z"
+    assert idle["pending_actions"] == [
+        {
+            "kind": "destroy",
+            "rule": "idle_gpu",
+            "status": "pending",
+            "dry_run": False,
+            "created_at": "2026-03-01T14:00:00Z",
+        }
+    ]
+    assert instances["103"]["gpu"]["status"] == "unknown"
+    assert instances["102"]["gpu"]["status"] == "not_running"
+
+
+def test_a_database_ahead_of_this_clock_is_shown_as_of_its_latest_record(
+    store: Store, db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    freeze_clock(monkeypatch, T0 + minutes(30))  # an accelerated demo ran ahead of real time
+
+    result = run(capsys, "status", "--db", str(db))
+
+    assert "as of 2026-03-01 14:00:00 UTC" in result.out
+    assert "note: the database holds records up to 2026-03-01 14:00:00 UTC" in result.out
+    assert line_of(result.out, "vast-main ").endswith("ok just now")
+
+
+def test_without_flags_the_configuration_in_the_current_directory_names_the_database(
+    store: Store, db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    write_config(tmp_path, db)  # ./watchdog-gpu.toml (the test runs in tmp_path)
+
+    result = run(capsys, "status")
+
+    assert result.code == 0
+    assert f"database sqlite:///{db}" in result.out
+
+
+def test_without_any_configuration_the_default_database_must_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run(capsys, "status")
+
+    assert result.code == 2
+    default = tmp_path / "home" / ".local" / "state" / "watchdog-gpu" / "watchdog-gpu.db"
+    assert f"{default} does not exist" in result.err
+    assert not default.parent.exists()
+
+
+def test_an_invalid_configuration_is_exit_2_with_its_problems(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, db, "[safety]\nmax_snooze = 5\n")
+
+    result = run(capsys, "status", "--config", str(config))
+
+    assert result.code == 2
+    assert "invalid configuration (1 problem):" in result.err
+    assert "safety.max_snooze" in result.err
