@@ -65,6 +65,7 @@ REMOTE_TIMEOUT_EXIT_STATUS = 124
 _MARK = "===WATCHDOG-GPU:"
 BEGIN_MARKER = f"{_MARK}BEGIN==="
 END_MARKER = f"{_MARK}END==="
+GPUS_MARKER = f"{_MARK}GPUS==="
 _DMON_EXIT = re.compile(rf"^{_MARK}DMON-EXIT:(\d+)===$", re.MULTILINE)
 _APPS_EXIT = re.compile(rf"^{_MARK}APPS-EXIT:(\d+)===$", re.MULTILINE)
 
@@ -135,7 +136,7 @@ def build_probe_command(spec: ProbeCommandSpec) -> str:
             apps,
             f"echo {_MARK}APPS-EXIT:$?===",
             gpus,
-            f"echo {_MARK}GPUS===",
+            f"echo {GPUS_MARKER}",
             "date +%s",
             "stat -c %X /dev/pts/[0-9]* 2>/dev/null",
             f"echo {END_MARKER}",
@@ -164,6 +165,12 @@ class ProbeSections:
     complete: bool
 
 
+def exit_marker(part: str, status: int) -> str:
+    """The line the command prints after ``part`` ("DMON" or "APPS") exits with ``status``
+    (what a fake host must print too)."""
+    return f"{_MARK}{part}-EXIT:{status}==="
+
+
 def split_probe_output(stdout: str) -> ProbeSections | None:
     """Cut the output of :func:`build_probe_command` into its sections.
 
@@ -184,7 +191,7 @@ def split_probe_output(stdout: str) -> ProbeSections | None:
         return ProbeSections(dmon_text, int(dmon_match.group(1)), rest, None, "", None, (), False)
     apps_text = rest[: apps_match.start()]
     tail = rest[apps_match.end() + 1 :]
-    gpus_text, _, tty_text = tail.partition(f"{_MARK}GPUS===\n")
+    gpus_text, _, tty_text = tail.partition(f"{GPUS_MARKER}\n")
     complete = END_MARKER in tty_text
     tty_lines = tty_text.split(END_MARKER)[0].split()
     numbers = [int(token) for token in tty_lines if token.isdigit()]

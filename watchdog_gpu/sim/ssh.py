@@ -18,13 +18,12 @@ from datetime import timedelta
 
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import ProbeStatus
-from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER
+from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, GPUS_MARKER, exit_marker
 from watchdog_gpu.probe.runner import CommandResult, SshTarget
 from watchdog_gpu.sim.dmon_render import render_compute_apps, render_dmon, render_gpu_list
 from watchdog_gpu.sim.records import UnknownInstanceError
 from watchdog_gpu.sim.world import SimulatedWorld
 
-_MARK = "===WATCHDOG-GPU:"
 _SAMPLES = re.compile(r"-d (\d+) -c (\d+)")
 _COMPUTE_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 _GARBAGE = "Segmentation fault (core dumped)\n\x1b[31m*** stack smashing detected ***\n"
@@ -76,11 +75,11 @@ class SimulatedSshRunner:
             (
                 f"{BEGIN_MARKER}\n",
                 dmon,
-                f"{_MARK}DMON-EXIT:0===\n",
+                exit_marker("DMON", 0) + "\n",
                 apps,
-                f"{_MARK}APPS-EXIT:0===\n",
+                exit_marker("APPS", 0) + "\n",
                 render_gpu_list(current),
-                f"{_MARK}GPUS===\n",
+                f"{GPUS_MARKER}\n",
                 f"{epoch}\n",
                 "".join(f"{tty}\n" for tty in ttys),
                 f"{END_MARKER}\n",
