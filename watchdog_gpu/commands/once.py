@@ -12,6 +12,9 @@ database and sends no notification: a dry-run decision recorded in the real data
 count as the episode's action and keep the daemon from enforcing it later. Actions planned
 earlier for real and not finished are left alone (the executor does not run at all then).
 
+Run it while the daemon is stopped: its executor, like the daemon's at start-up, takes over
+actions another process left ``claimed``, assuming that process is gone.
+
 Exit codes: 0 the tick was healthy; 1 an account could not be polled or a rule failed (the
 summary says which), or the database failed; 2 invalid configuration or missing secrets (each
 listed), or ``--dry-run`` of an enforcing configuration on a database that is not SQLite.

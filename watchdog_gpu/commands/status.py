@@ -339,7 +339,9 @@ def _account_row(account: AccountStatus, now: datetime) -> list[str]:
     snapshot = account.view.latest
     balance = snapshot.balance_usd if snapshot is not None else None
     rate = account.spend_usd_per_hour
-    if account.runway_hours is not None:
+    if account.runway_hours is not None and account.runway_hours <= 0:
+        runway = "none left"
+    elif account.runway_hours is not None:
         runway = format_duration(timedelta(hours=account.runway_hours))
     else:
         runway = "-" if rate == 0 else "unknown"
