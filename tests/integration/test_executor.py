@@ -1,0 +1,247 @@
+"""The executor against a real SQLite store and a scripted provider: every path of an action."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from watchdog_gpu.errors import PermanentError, ProviderError, TransientError
+from watchdog_gpu.executor import CALLING, Executor
+from watchdog_gpu.model import (
+    AccountObservation,
+    AccountSnapshot,
+    ActionKind,
+    ActionStatus,
+    InstanceSnapshot,
+    InstanceState,
+    PlannedAction,
+)
+from watchdog_gpu.rules.base import SalvageConfig
+from watchdog_gpu.safety import SafetyConfig
+from watchdog_gpu.store import Store
+
+NOW = datetime(2026, 3, 2, 22, 30, tzinfo=UTC)
+KEY = "idle_gpu:vast-main/9001:2026-03-02T22:00:00+00:00:destroy"
+
+
+def snapshot(state: InstanceState = InstanceState.RUNNING) -> InstanceSnapshot:
+    return InstanceSnapshot(
+        provider="vast",
+        account="vast-main",
+        instance_id="9001",
+        name="train",
+        state=state,
+        raw_state=state.value,
+        observed_at=NOW,
+        compute_usd_per_hour=0.37,
+        storage_usd_per_hour=0.01,
+        ssh_host="127.0.0.1",
+        ssh_port=22001,
+        ssh_user="root",
+    )
+
+
+@dataclass
+class ScriptedProvider:
+    """A provider whose listing and call results the test scripts; it records every call."""
+
+    name: str = "vast"
+    account: str = "vast-main"
+    supports_stop: bool = True
+    listing: list[InstanceSnapshot] = field(default_factory=lambda: [snapshot()])
+    call_errors: list[ProviderError] = field(default_factory=list)
+    gone_after_call: bool = True
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
+        return tuple(self.listing)
+
+    def destroy(self, instance_id: str) -> None:
+        self._call("destroy", instance_id)
+
+    def stop(self, instance_id: str) -> None:
+        self._call("stop", instance_id)
+
+    def _call(self, kind: str, instance_id: str) -> None:
+        self.calls.append((kind, instance_id))
+        if self.call_errors:
+            raise self.call_errors.pop(0)
+        if self.gone_after_call:
+            self.listing = []
+
+
+def enqueue(store: Store, *, dry_run: bool = False, kind: ActionKind = ActionKind.DESTROY) -> None:
+    store.record_observation(
+        AccountObservation(AccountSnapshot("vast", "vast-main", NOW), (snapshot(),)), NOW
+    )
+    action = PlannedAction(
+        idempotency_key=KEY,
+        account="vast-main",
+        instance_id="9001",
+        rule="idle_gpu",
+        kind=kind,
+        dry_run=dry_run,
+        reason="idle for 30 min",
+        planned_at=NOW,
+        usd_per_hour_at_stake=0.38,
+    )
+    assert store.enqueue_action(action)
+
+
+def executor(store: Store, provider: ScriptedProvider, **kwargs: object) -> Executor:
+    return Executor(store, {"vast-main": provider}, SafetyConfig(), **kwargs)  # type: ignore[arg-type,dict-item]
+
+
+def audit_kinds(store: Store) -> list[str]:
+    return [event.kind for event in store.list_audit_events()]
+
+
+def test_a_destroy_is_called_then_verified_by_re_listing(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider()
+    runner = executor(store, provider)
+    runner.run(NOW)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.CALLED
+    assert provider.calls == [("destroy", "9001")]
+    runner.run(NOW + timedelta(seconds=30))
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.VERIFIED
+    assert audit_kinds(store) == ["provider_called", "action_verified"]
+    message = store.get_notification(KEY.removesuffix(":destroy") + ":action")
+    assert message is not None
+    assert "Destroyed" in message.notification.title
+    assert provider.calls == [("destroy", "9001")]
+
+
+def test_monitor_mode_records_dry_run_and_never_calls_the_provider(store: Store) -> None:
+    enqueue(store, dry_run=True)
+    provider = ScriptedProvider()
+    executor(store, provider).run(NOW)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.DRY_RUN
+    assert provider.calls == []
+    assert audit_kinds(store) == ["action_dry_run"]
+
+
+def test_a_failed_salvage_holds_the_instance_when_the_policy_says_hold(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider()
+    failing = SalvageConfig(
+        command=[sys.executable, "-c", "raise SystemExit(4)"], on_failure="hold"
+    )
+    executor(store, provider, salvage_configs={"idle_gpu": failing}).run(NOW)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.HELD
+    assert provider.calls == []
+    message = store.get_notification(KEY.removesuffix(":destroy") + ":action")
+    assert message is not None
+    assert message.notification.severity.value == "critical"
+
+
+def test_a_failed_salvage_still_destroys_when_the_policy_says_destroy(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider()
+    failing = SalvageConfig(
+        command=[sys.executable, "-c", "raise SystemExit(4)"], on_failure="destroy"
+    )
+    executor(store, provider, salvage_configs={"idle_gpu": failing}).run(NOW)
+    assert provider.calls == [("destroy", "9001")]
+
+
+def test_a_permanent_provider_error_fails_loudly(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider(call_errors=[PermanentError("vast: 400 bad request")])
+    executor(store, provider).run(NOW)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.FAILED
+    message = store.get_notification(KEY.removesuffix(":destroy") + ":action")
+    assert message is not None
+    assert message.notification.severity.value == "critical"
+
+
+def test_a_transient_error_is_retried_later_not_immediately(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider(call_errors=[TransientError("vast: 503")])
+    runner = executor(store, provider)
+    runner.run(NOW)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING
+    assert action.next_attempt_at is not None
+    assert action.next_attempt_at > NOW
+    runner.run(NOW + timedelta(seconds=1))
+    assert provider.calls == [("destroy", "9001")]  # not yet due
+    runner.run(action.next_attempt_at)
+    assert provider.calls == [("destroy", "9001"), ("destroy", "9001")]
+
+
+def test_a_kill_that_does_not_take_is_escalated_and_never_marked_gone_by_a_timer(
+    store: Store,
+) -> None:
+    enqueue(store)
+    provider = ScriptedProvider(gone_after_call=False)
+    runner = executor(store, provider)
+    instant = NOW
+    for _ in range(40):
+        runner.run(instant)
+        instant += timedelta(minutes=1)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.UNVERIFIED
+    escalations = [
+        key
+        for key in ("escalation:1", "escalation:2", "escalation:3")
+        if store.get_notification(KEY.removesuffix(":destroy") + ":" + key) is not None
+    ]
+    assert escalations[:1] == ["escalation:1"]
+    assert len(provider.calls) >= 2  # the call is repeated after the escalation delay
+    provider.listing = []
+    runner.run(instant + timedelta(minutes=30))
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.VERIFIED
+
+
+def test_a_stop_is_verified_when_the_instance_is_listed_as_stopped(store: Store) -> None:
+    enqueue(store, kind=ActionKind.STOP)
+    provider = ScriptedProvider(gone_after_call=False)
+    runner = executor(store, provider)
+    runner.run(NOW)
+    provider.listing = [snapshot(InstanceState.STOPPED)]
+    runner.run(NOW + timedelta(minutes=1))
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.VERIFIED
+    assert provider.calls == [("stop", "9001")]
+
+
+@pytest.mark.parametrize("call_went_out", [True, False])
+def test_after_a_crash_mid_call_the_next_process_verifies_instead_of_calling_again(
+    store: Store, call_went_out: bool
+) -> None:
+    enqueue(store)
+    # The crashed process claimed the action and marked the call; it may or may not have sent it.
+    (_claimed,) = store.claim_actions(NOW, "crashed-process", 1)
+    assert store.transition_action(
+        KEY, ActionStatus.CLAIMED, ActionStatus.CLAIMED, NOW, result=CALLING
+    )
+    provider = ScriptedProvider(listing=[] if call_went_out else [snapshot()], gone_after_call=True)
+    fresh = executor(store, provider, claimer="new-process")
+    fresh.run(NOW + timedelta(minutes=1))
+    assert provider.calls == []  # never a blind second call
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == (ActionStatus.VERIFIED if call_went_out else ActionStatus.UNVERIFIED)
+    if not call_went_out:
+        # Only after the escalation delay is the call repeated — the first one never happened.
+        fresh.run(NOW + timedelta(minutes=12))
+        assert provider.calls == [("destroy", "9001")]
