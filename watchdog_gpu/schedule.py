@@ -2,8 +2,8 @@
 
 APScheduler 3.x ``BackgroundScheduler`` (UTC, in-memory job store rebuilt from the config at
 every start). Each job has ``max_instances=1``, ``coalesce=True`` and ``misfire_grace_time`` of
-about its interval, so a laptop waking from sleep runs each job once, late, instead of skipping
-it (APScheduler's default grace is 1 s) or running it once per missed interval.
+two intervals, so a laptop waking from sleep runs each job once, late, instead of skipping it
+(APScheduler's default grace is 1 s) or running it once per missed interval.
 
 =============  ===================  ========  ==========================================
 job            every                executor  first run
@@ -24,6 +24,7 @@ supervisor believe the daemon hangs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -54,8 +55,11 @@ class JobSpec:
 
     @property
     def misfire_grace_seconds(self) -> int:
-        # A run late by up to one interval (a suspended laptop, a stall) still happens, once.
-        return max(1, int(self.interval.total_seconds()))
+        # With coalesce, only the newest due run is considered, and it is at most one interval
+        # old when the scheduler looks. But the scheduler's own wait is on the monotonic clock,
+        # which stands still during suspend: after a wake-up it may sleep up to one more
+        # interval before it looks. Two intervals of grace make that late run happen, once.
+        return max(1, math.ceil(2 * self.interval.total_seconds()))
 
 
 def job_specs(jobs: Jobs, settings: Settings, start: datetime) -> list[JobSpec]:
