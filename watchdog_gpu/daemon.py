@@ -63,6 +63,9 @@ class Daemon:
 
     ``start()`` schedules and starts the jobs, ``serve()`` supervises until :attr:`stop` is
     set, ``shutdown()`` drains and closes. ``run_daemon`` wires it to signals and sd_notify.
+    ``clock`` must follow real time (a :class:`~watchdog_gpu.clock.SystemClock`): APScheduler
+    runs on the wall clock, and first runs and wake-ups are given as instants from ``clock``.
+    Runs on a virtual clock call the :class:`~watchdog_gpu.jobs.Jobs` functions directly.
     """
 
     def __init__(
