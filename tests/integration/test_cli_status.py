@@ -19,8 +19,18 @@ from tests.integration.store_builders import (
     probe,
     sample,
 )
-from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
+from watchdog_gpu.model import (
+    ActionKind,
+    Finding,
+    InstanceState,
+    ProbeOutcome,
+    ProbeStatus,
+    Severity,
+)
+from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.rules import default_configs
 from watchdog_gpu.store import Store
+from watchdog_gpu.tick import lookback_for
 
 
 @pytest.fixture(autouse=True)
@@ -333,3 +343,31 @@ def test_an_invalid_configuration_is_exit_2_with_its_problems(
     assert result.code == 2
     assert "invalid configuration (1 problem):" in result.err
     assert "safety.max_snooze" in result.err
+
+
+def test_a_gpu_idle_in_every_sample_reads_at_least_and_a_failed_probe_is_named(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for minute in range(0, 111, 10):
+        at = T0 + minutes(minute)
+        store.record_observation(observation(instance("101", at=at), at=at), at)
+        store.record_probe(probe("101", at, sample("101", at, 0, 0.0)))
+    failed = ProbeOutcome(
+        account=ACCOUNT,
+        instance_id="101",
+        at=NOW,
+        status=ProbeStatus.UNREACHABLE,
+        duration_seconds=10.0,
+        detail="connection refused",
+    )
+    store.record_observation(observation(instance("101", at=NOW), at=NOW), NOW)
+    store.record_probe(failed)
+
+    result = run(capsys, "status", "--db", str(db))
+
+    # Every sample in the window (the rules' sample lookback before NOW) is idle: the idle run
+    # is at least from the window's first sample to the last one (13:50), maybe longer.
+    window_start = NOW - lookback_for(default_configs())
+    first = min(T0 + minutes(m) for m in range(0, 111, 10) if T0 + minutes(m) >= window_start)
+    shown = format_duration(T0 + minutes(110) - first)
+    assert f"idle ≥ {shown} (probe: unreachable)" in line_of(result.out, "vast-main/101")
