@@ -38,7 +38,13 @@ from watchdog_gpu.model import (
     PlannedAction,
     PlannedNotification,
 )
-from watchdog_gpu.notify.render import ActionOutcome, render_action_result, render_escalation
+from watchdog_gpu.notify.render import (
+    ActionOutcome,
+    render_action_result,
+    render_escalation,
+    render_resolution,
+)
+from watchdog_gpu.plan import DRY_RUN_SUFFIX
 from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.rules.base import SalvageConfig
 from watchdog_gpu.safety import SafetyConfig
@@ -131,7 +137,10 @@ class Executor:
         salvage_runner: CommandRunner = run_local_command,
         on_forget_instance: Callable[[str, str], None] | None = None,
         lease: timedelta = DEFAULT_LEASE,
+        guard: Callable[[ActionRow, datetime], str | None] | None = None,
     ) -> None:
+        """``guard`` is asked right before every provider call whether the action may still
+        happen (a protection or a snooze added after it was planned); a reason cancels it."""
         self.store = store
         self.providers = providers
         self.safety = safety
@@ -140,6 +149,7 @@ class Executor:
         self.salvage_runner = salvage_runner
         self.on_forget_instance = on_forget_instance
         self.lease = lease
+        self.guard = guard
         self._recovered = False
 
     def run(self, now: datetime, limit: int = 50) -> ExecutorReport:
@@ -236,6 +246,8 @@ class Executor:
                 result="dry_run",
             )
             return
+        if self._cancelled_by_guard(row, state):
+            return
         if row.kind is ActionKind.DESTROY and not self._salvage_allows(row, state):
             return
         provider = self.providers.get(row.account)
@@ -274,6 +286,29 @@ class Executor:
             result="called",
             next_attempt_at=state.now + self.safety.verify_interval,
         )
+
+    def _cancelled_by_guard(self, row: ActionRow, state: _Pass) -> bool:
+        """Protection is absolute and a snooze postpones: both win over a planned action."""
+        reason = self.guard(row, state.now) if self.guard is not None else None
+        if reason is None:
+            return False
+        note = render_resolution(
+            row_subject(row),
+            reason=reason,
+            now=state.now,
+            action_cancelled=True,
+            episode_key=episode_key_of(row),
+        )
+        self._step(
+            row,
+            state,
+            ActionStatus.CANCELLED,
+            audit_kind="action_cancelled",
+            message=f"{row.kind.value} cancelled before the provider call: {reason}",
+            notification=note,
+            result="cancelled",
+        )
+        return True
 
     def _salvage_allows(self, row: ActionRow, state: _Pass) -> bool:
         config = self.salvage_configs.get(row.rule)
@@ -412,6 +447,8 @@ class Executor:
         seen = current.state.value if current is not None else "absent"
         number = int(elapsed / escalate_after) if escalate_after > timedelta(0) else 0
         note: PlannedNotification | None = None
+        if number >= 1 and self._cancelled_by_guard(row, state):
+            return
         if number >= 1:
             note = render_escalation(
                 row_subject(row),
@@ -463,10 +500,15 @@ def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
 
 
 def episode_key_of(row: ActionRow) -> str:
-    """The finding's episode key: the action key is ``{episode_key}:{kind}``."""
-    suffix = f":{row.kind.value}"
+    """The key the action's messages hang on: the finding's episode key (the action key is
+    ``{episode_key}:{kind}``), with ``:dry_run`` kept for a dry run so that its message does not
+    take the place of the real action's message after a switch to enforce mode."""
     key = row.idempotency_key
-    return key[: -len(suffix)] if key.endswith(suffix) else key
+    dry_run = key.endswith(DRY_RUN_SUFFIX)
+    key = key.removesuffix(DRY_RUN_SUFFIX)
+    suffix = f":{row.kind.value}"
+    key = key[: -len(suffix)] if key.endswith(suffix) else key
+    return key + (DRY_RUN_SUFFIX if dry_run else "")
 
 
 def _resume_status(row: ActionRow) -> str:

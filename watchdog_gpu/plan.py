@@ -97,9 +97,16 @@ class Plan:
         return tuple(decision for decision in self.decisions if decision.status is status)
 
 
-def action_key(finding: Finding, kind: ActionKind) -> str:
-    """The idempotency key of the action an episode leads to."""
-    return f"{finding.episode_key}:{kind.value}"
+DRY_RUN_SUFFIX = ":dry_run"
+
+
+def action_key(finding: Finding, kind: ActionKind, dry_run: bool = False) -> str:
+    """The idempotency key of the action an episode leads to.
+
+    A dry-run action has its own key, so switching a rule from monitor to enforce mid-episode
+    still acts: the recorded dry run does not stand in for the real action.
+    """
+    return f"{finding.episode_key}:{kind.value}" + (DRY_RUN_SUFFIX if dry_run else "")
 
 
 def is_dry_run(rule: str, context: PlanContext) -> bool:
@@ -185,7 +192,7 @@ def _decide(
     reason = protection_for(instance.latest, view.protections, context)
     if reason is not None:
         return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
-    key = action_key(finding, finding.action)
+    key = action_key(finding, finding.action, dry_run)
     record = existing.get(key)
     if record is not None and record.status != "cancelled":
         return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {record.status}")

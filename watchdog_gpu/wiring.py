@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 
@@ -20,13 +20,13 @@ from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.executor import Executor
 from watchdog_gpu.log import register_secret
 from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, routes_from_config
-from watchdog_gpu.plan import PlanContext
+from watchdog_gpu.plan import PlanContext, protection_for
 from watchdog_gpu.probe.command import ProbeCommandSpec
 from watchdog_gpu.probe.prober import Prober
 from watchdog_gpu.probe.runner import AccountRunners, CommandRunner
 from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_http_client
 from watchdog_gpu.rules.base import DestructiveRuleConfig, SalvageConfig
-from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.store import ActionRow, Store, create_engine_for, upgrade_to_head
 from watchdog_gpu.tick import TickSettings, Watchdog, lookback_for
 
 log = logging.getLogger(__name__)
@@ -183,6 +183,24 @@ def salvage_configs(settings: Settings) -> dict[str, SalvageConfig]:
     }
 
 
+def action_guard(store: Store, context: PlanContext) -> Callable[[ActionRow, datetime], str | None]:
+    """What the executor asks right before a provider call: is the instance protected or
+    snoozed now? (Either may have been added after the action was planned.)"""
+
+    def guard(row: ActionRow, now: datetime) -> str | None:
+        snapshot = store.instance_snapshot(row.account, row.instance_id)
+        if snapshot is not None:
+            reason = protection_for(snapshot, store.list_protections(), context)
+            if reason is not None:
+                return reason
+        for snooze in store.list_snoozes(now):
+            if (snooze.account, snooze.instance_id) == (row.account, row.instance_id):
+                return f"snoozed until {snooze.until.isoformat()}"
+        return None
+
+    return guard
+
+
 @dataclass
 class Assembly:
     """Everything the composition root built, so the caller can close it."""
@@ -228,6 +246,7 @@ def assemble(
         salvage_configs(settings),
         claimer=claimer,
         on_forget_instance=prober.forget_instance if prober is not None else None,
+        guard=action_guard(store, plan_context(settings)),
     )
     watchdog = Watchdog(
         store,

@@ -10,6 +10,7 @@ import pytest
 
 from watchdog_gpu.errors import PermanentError, ProviderError, TransientError
 from watchdog_gpu.executor import CALLING, Executor
+from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -19,9 +20,11 @@ from watchdog_gpu.model import (
     InstanceState,
     PlannedAction,
 )
+from watchdog_gpu.plan import PlanContext
 from watchdog_gpu.rules.base import SalvageConfig
 from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.store import Store
+from watchdog_gpu.wiring import action_guard
 
 NOW = datetime(2026, 3, 2, 22, 30, tzinfo=UTC)
 KEY = "idle_gpu:vast-main/9001:2026-03-02T22:00:00+00:00:destroy"
@@ -245,3 +248,26 @@ def test_after_a_crash_mid_call_the_next_process_verifies_instead_of_calling_aga
         # Only after the escalation delay is the call repeated — the first one never happened.
         fresh.run(NOW + timedelta(minutes=12))
         assert provider.calls == [("destroy", "9001")]
+
+
+@pytest.mark.parametrize("late", ["protect", "snooze"])
+def test_a_protection_or_snooze_added_after_planning_cancels_the_call(
+    store: Store, late: str
+) -> None:
+    enqueue(store)
+    if late == "protect":
+        store.add_protection(ProtectionKind.INSTANCE_ID, "9001", NOW, account="vast-main")
+    else:
+        store.add_snooze("vast-main", "9001", NOW + timedelta(hours=2), NOW)
+    provider = ScriptedProvider()
+    Executor(
+        store,
+        {"vast-main": provider},  # type: ignore[dict-item]
+        SafetyConfig(),
+        guard=action_guard(store, PlanContext("enforce", {}, SafetyConfig())),
+    ).run(NOW)
+    assert provider.calls == []
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.CANCELLED
+    assert "action_cancelled" in audit_kinds(store)

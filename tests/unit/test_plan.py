@@ -283,3 +283,23 @@ def test_the_budget_emergency_has_its_own_limit() -> None:
     result = plan(findings, fleet(*views), NOW, ctx)
     assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 5
     assert statuses(result.decisions).count(PlanStatus.BLOCKED) == 1
+
+
+def test_switching_to_enforce_mid_episode_acts_despite_the_earlier_dry_run() -> None:
+    dry = ActionRecord(
+        idempotency_key=action_key(finding(), ActionKind.DESTROY, dry_run=True),
+        account="vast-main",
+        instance_id="9001",
+        rule="idle_gpu",
+        kind=ActionKind.DESTROY,
+        status="dry_run",
+        dry_run=True,
+        created_at=NOW - timedelta(minutes=5),
+    )
+    view = fleet(instance(), recent_actions=(dry,))
+    assert statuses(plan([finding()], view, NOW, context("monitor")).decisions) == [
+        PlanStatus.IN_PROGRESS
+    ]
+    (action,) = plan([finding()], view, NOW, context("enforce")).actions
+    assert action.dry_run is False
+    assert action.idempotency_key == action_key(finding(), ActionKind.DESTROY)

@@ -216,6 +216,6 @@ class Metrics:
 
 def _action_kind(key: str) -> str:
     """stop or destroy, from an action's idempotency key (``plan.action_key``:
-    ``{episode_key}:{kind}``)."""
-    suffix = key.rsplit(":", 1)[-1]
+    ``{episode_key}:{kind}``, plus ``:dry_run`` for a dry run)."""
+    suffix = key.removesuffix(":dry_run").rsplit(":", 1)[-1]
     return suffix if suffix in (ActionKind.STOP.value, ActionKind.DESTROY.value) else OTHER
