@@ -14,7 +14,9 @@ The order of the checks is the safety model of product.md §6, most protective f
    same situation never duplicates a destroy.
 4. A snooze postpones: ``SNOOZED`` while it lasts.
 5. Before ``due_at - warn_before``: ``WAIT``; inside the warning window: ``WARN``; at ``due_at``:
-   a candidate for ``EXECUTE`` (dry-run in monitor mode, per rule or globally).
+   a candidate for ``EXECUTE`` (dry-run in monitor mode, per rule or globally) — unless the last
+   poll of the instance's account failed: its recorded state is stale (the owner may have
+   restarted a "stopped" instance meanwhile), so the finding is a ``WAIT`` until a fresh listing.
 6. The blast-radius fuse looks at all candidates together: at most ``max_actions_per_tick`` per
    tick, ``max_actions_per_hour`` in any rolling hour, and a tick may not act on more than
    ``max_fleet_fraction`` of the billing fleet (checked only for fleets of four or more, so two
@@ -204,6 +206,9 @@ def _decide(
         return Decision(finding, PlanStatus.WAIT, dry_run, warn_at)
     if now < finding.due_at:
         return Decision(finding, PlanStatus.WARN, dry_run, warn_at)
+    stale = _stale_listing(view, finding.account)
+    if stale is not None:
+        return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, note=stale)
     action = PlannedAction(
         idempotency_key=key,
         account=finding.account,
@@ -217,6 +222,22 @@ def _decide(
         usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
     )
     return Decision(finding, PlanStatus.EXECUTE, dry_run, warn_at, action)
+
+
+def _stale_listing(view: FleetView, account: str) -> str | None:
+    """Why the recorded instance states of ``account`` cannot be acted on now, or None.
+
+    After a failed poll the view still holds the last good listing. Acting on it could destroy
+    an instance its owner restarted during the outage — and a provider answering garbage may
+    still carry the call out — so every action of the account waits for a listing that works.
+    """
+    polled = view.accounts.get(account)
+    if polled is None or polled.last_poll_error_kind is None:
+        return None
+    return (
+        f"the last listing of account {account} failed ({polled.last_poll_error_kind}): "
+        "its instance states are stale; waiting for a fresh listing"
+    )
 
 
 def _active_snooze(view: FleetView, finding: Finding, now: datetime) -> str | None:

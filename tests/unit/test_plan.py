@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from watchdog_gpu.fleet import (
+    AccountView,
     ActionRecord,
     FleetView,
     InstanceView,
@@ -303,3 +305,25 @@ def test_switching_to_enforce_mid_episode_acts_despite_the_earlier_dry_run() -> 
     (action,) = plan([finding()], view, NOW, context("enforce")).actions
     assert action.dry_run is False
     assert action.idempotency_key == action_key(finding(), ActionKind.DESTROY)
+
+
+def test_a_due_action_waits_while_the_accounts_last_listing_failed() -> None:
+    failed = AccountView(
+        "vast-main",
+        "vast",
+        None,
+        last_poll_ok_at=NOW - timedelta(minutes=20),
+        last_poll_error_kind="transient",
+        last_poll_error_at=NOW,
+    )
+    listed = replace(
+        failed, last_poll_ok_at=NOW, last_poll_error_kind=None, last_poll_error_at=None
+    )
+
+    stale = plan([finding()], fleet(instance(), accounts={"vast-main": failed}), NOW, context())
+    fresh = plan([finding()], fleet(instance(), accounts={"vast-main": listed}), NOW, context())
+
+    assert statuses(stale.decisions) == [PlanStatus.WAIT]
+    assert stale.actions == ()
+    assert "stale" in stale.decisions[0].note
+    assert statuses(fresh.decisions) == [PlanStatus.EXECUTE]
