@@ -2,12 +2,16 @@
 
 Rules compute ``episode_started_at`` from the history they can see, and they see only a bounded
 lookback. When a condition outlives that window — an idle instance whose destroy failed, a
-protected or snoozed instance that stays idle for hours — a rule may date the episode later
-than it began, which would change its idempotency key and repeat warnings and actions. So
-before planning, each finding is stitched to the recorded episode of the same rule and subject
-that was still present at the previous evaluation: it keeps that episode's start and the earlier
-of the two due times. A condition that cleared (no finding for longer than ``continuity``)
-starts a new episode, as it should.
+protected or snoozed instance that stays idle for hours, an instance blind for hours — a rule may
+date the episode later than it began, or earlier (idle_gpu falls back to the arming instant and
+unobserved to the start of the run once the sample that dated the episode slid out of view),
+either of which would change its idempotency key, repeat warnings and actions, and "resolve" the
+episode that is in fact still open. So before planning, each finding is stitched to the recorded
+episode of the same rule and subject that was still present at the previous evaluation: it keeps
+that episode's start and, when dated later, the earlier of the two due times; when dated
+earlier, the recorded due time (the one the warning announced: an action never comes sooner
+than announced). A condition that cleared (no finding for longer than ``continuity``) starts a
+new episode, as it should.
 
 Pure: no I/O, no clock.
 """
@@ -45,8 +49,7 @@ def stitch_episodes(
     """``findings`` with each continuing condition moved onto its recorded episode.
 
     A recorded episode continues when its key names the same rule and subject (topic
-    included), it was seen within ``continuity`` before ``now``, and it began earlier than the
-    finding says.
+    included) and it was seen within ``continuity`` before ``now``.
     """
     open_episodes: dict[str, RecordedEpisode] = {}
     for episode in recorded:
@@ -58,16 +61,16 @@ def stitch_episodes(
             open_episodes[prefix] = episode
     stitched = []
     for finding in findings:
-        earlier = open_episodes.get(f"{finding.rule}:{finding.subject}")
-        if earlier is None or earlier.episode_started_at >= finding.episode_started_at:
+        current = open_episodes.get(f"{finding.rule}:{finding.subject}")
+        if current is None or current.episode_started_at == finding.episode_started_at:
             stitched.append(finding)
             continue
+        if current.episode_started_at < finding.episode_started_at:
+            due_at = min(finding.due_at, current.due_at)
+        else:
+            due_at = current.due_at  # dated earlier: lost history, not an older condition
         stitched.append(
-            replace(
-                finding,
-                episode_started_at=earlier.episode_started_at,
-                due_at=min(finding.due_at, earlier.due_at),
-            )
+            replace(finding, episode_started_at=current.episode_started_at, due_at=due_at)
         )
     return stitched
 

@@ -73,3 +73,24 @@ def test_topics_with_colons_still_match_their_own_episode() -> None:
 def test_a_finding_already_on_its_episode_is_unchanged() -> None:
     item = finding(NOW - timedelta(hours=1))
     assert stitch_episodes([item], [recorded_from(item, NOW)], NOW, CONTINUITY) == [item]
+
+
+def test_a_condition_dated_earlier_after_losing_its_history_keeps_its_episode() -> None:
+    # unobserved / idle_gpu fall back to an earlier instant (the run's start, the arming) once
+    # the sample that dated the episode slid out of their lookback: still the same episode.
+    first = finding(NOW - timedelta(minutes=80))
+    redated = finding(NOW - timedelta(hours=2))
+    (stitched,) = stitch_episodes(
+        [redated], [recorded_from(first, NOW - timedelta(minutes=1))], NOW, CONTINUITY
+    )
+    assert stitched.episode_key == first.episode_key
+    assert stitched.due_at == first.due_at
+
+
+def test_a_condition_dated_earlier_after_it_cleared_is_a_new_episode() -> None:
+    first = finding(NOW - timedelta(minutes=80))
+    redated = finding(NOW - timedelta(hours=2))
+    (stitched,) = stitch_episodes(
+        [redated], [recorded_from(first, NOW - timedelta(minutes=10))], NOW, CONTINUITY
+    )
+    assert stitched == redated
