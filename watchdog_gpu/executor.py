@@ -226,24 +226,48 @@ class Executor:
                 message,
             )
 
+    def _finish(
+        self,
+        row: ActionRow,
+        state: _Pass,
+        new_status: str,
+        outcome: ActionOutcome,
+        *,
+        audit_kind: str,
+        message: str,
+        detail: str = "",
+        last_error: str | None = None,
+    ) -> None:
+        """A step that ends with the action's one result message."""
+        note = render_action_result(
+            row_subject(row),
+            outcome=outcome,
+            now=state.now,
+            detail=detail,
+            episode_key=episode_key_of(row),
+        )
+        self._step(
+            row,
+            state,
+            new_status,
+            audit_kind=audit_kind,
+            message=message,
+            notification=note,
+            result=outcome.value,
+            last_error=last_error,
+        )
+
     # -- execute ----------------------------------------------------------------------------
 
     def _execute(self, row: ActionRow, state: _Pass) -> None:
         if row.dry_run:
-            note = render_action_result(
-                row_subject(row),
-                outcome=ActionOutcome.DRY_RUN,
-                now=state.now,
-                episode_key=episode_key_of(row),
-            )
-            self._step(
+            self._finish(
                 row,
                 state,
                 ActionStatus.DRY_RUN,
+                ActionOutcome.DRY_RUN,
                 audit_kind="action_dry_run",
                 message=f"monitor mode: would {row.kind.value}",
-                notification=note,
-                result="dry_run",
             )
             return
         if self._cancelled_by_guard(row, state):
@@ -263,10 +287,7 @@ class Executor:
             result=CALLING,
         )
         try:
-            if row.kind is ActionKind.STOP:
-                provider.stop(row.instance_id)
-            else:
-                provider.destroy(row.instance_id)
+            _call(provider, row)
         except NotFoundError:
             pass  # already gone: verification will confirm it
         except (AuthError, PermanentError) as error:
@@ -336,41 +357,27 @@ class Executor:
                 outcome.detail,
             )
             return True
-        note = render_action_result(
-            row_subject(row),
-            outcome=ActionOutcome.HELD,
-            now=state.now,
-            detail=outcome.detail,
-            episode_key=episode_key_of(row),
-        )
-        self._step(
+        self._finish(
             row,
             state,
             ActionStatus.HELD,
+            ActionOutcome.HELD,
             audit_kind="salvage_failed_hold",
             message=f"salvage failed, instance kept: {outcome.detail}",
-            notification=note,
-            result="held",
+            detail=outcome.detail,
             last_error=outcome.detail,
         )
         return False
 
     def _fail(self, row: ActionRow, state: _Pass, detail: str) -> None:
-        note = render_action_result(
-            row_subject(row),
-            outcome=ActionOutcome.FAILED,
-            now=state.now,
-            detail=detail,
-            episode_key=episode_key_of(row),
-        )
-        self._step(
+        self._finish(
             row,
             state,
             ActionStatus.FAILED,
+            ActionOutcome.FAILED,
             audit_kind="provider_call_failed",
             message=detail,
-            notification=note,
-            result="failed",
+            detail=detail,
             last_error=detail,
         )
 
@@ -421,20 +428,13 @@ class Executor:
         return state.listings[account]
 
     def _verified(self, row: ActionRow, state: _Pass) -> None:
-        note = render_action_result(
-            row_subject(row),
-            outcome=ActionOutcome.VERIFIED,
-            now=state.now,
-            episode_key=episode_key_of(row),
-        )
-        self._step(
+        self._finish(
             row,
             state,
             ActionStatus.VERIFIED,
+            ActionOutcome.VERIFIED,
             audit_kind="action_verified",
             message=f"provider listing confirms the {row.kind.value}",
-            notification=note,
-            result="verified",
         )
         if row.kind is ActionKind.DESTROY:
             self.store.forget_host_key(row.account, row.instance_id)
@@ -479,10 +479,7 @@ class Executor:
         if provider is None:
             return
         try:
-            if row.kind is ActionKind.STOP:
-                provider.stop(row.instance_id)
-            else:
-                provider.destroy(row.instance_id)
+            _call(provider, row)
         except ProviderError as error:
             log.warning(
                 "retry of %s failed account=%s instance=%s error_kind=%s",
@@ -491,6 +488,13 @@ class Executor:
                 row.instance_id,
                 error.kind,
             )
+
+
+def _call(provider: Provider, row: ActionRow) -> None:
+    if row.kind is ActionKind.STOP:
+        provider.stop(row.instance_id)
+    else:
+        provider.destroy(row.instance_id)
 
 
 def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:

@@ -24,7 +24,7 @@ FUSE_TRIPPED = "fuse_tripped"
 FUSE_RESET = "fuse_reset"
 
 
-def _audit(
+def append_audit(
     session: Session,
     now: datetime,
     kind: str,
@@ -71,7 +71,7 @@ def record_decision(
     if notification is not None:
         new = outbox.enqueue_notification(session, notification) or new
     if new:
-        _audit(
+        append_audit(
             session,
             now,
             audit_kind,
@@ -116,7 +116,7 @@ def record_action_step(
     )
     if not moved:
         return False
-    _audit(
+    append_audit(
         session,
         now,
         audit_kind,
