@@ -57,9 +57,14 @@ class ClientKey:
 
 
 class SshServer:
-    """One sshd process on 127.0.0.1:``port``, restartable with a new host key."""
+    """One sshd process on 127.0.0.1:``port``, restartable with a new host key.
 
-    def __init__(self, sshd: str, workdir: Path, *, port: int | None = None) -> None:
+    ``client``: accept this existing client key instead of generating one (two hosts that one
+    account's key logs in to)."""
+
+    def __init__(
+        self, sshd: str, workdir: Path, *, port: int | None = None, client: ClientKey | None = None
+    ) -> None:
         self.sshd = sshd
         self.workdir = workdir
         self.port = port or free_port()
@@ -67,7 +72,7 @@ class SshServer:
         self.state_dir.mkdir(mode=0o755, exist_ok=True)
         self.host_key_path = workdir / "ssh_host_ed25519_key"
         self.host_public_line = write_ed25519_key(self.host_key_path)
-        self.client = self._new_client_key("client_ed25519")
+        self.client = client or self._new_client_key("client_ed25519")
         self.config_path = workdir / "sshd_config"
         self.log_path = workdir / "sshd.log"
         self._process: subprocess.Popen[bytes] | None = None
