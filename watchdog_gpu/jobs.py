@@ -188,7 +188,9 @@ class FleetSummary:
 class Jobs:
     """The job functions the scheduler calls. Given the engine, the clock, the progress record,
     the poll interval (to judge stale polls), and optionally an observer (metrics), the
-    dead-man's switch, the stop event and ``wake_act`` (run the act job now)."""
+    dead-man's switch, the stop event, ``wake_act`` (run the act job now) and ``wake_deliver``
+    (run the delivery job now: a warning enqueued by an evaluation must not wait for the delivery
+    job's own interval, or it reaches the user that much less ahead of the action)."""
 
     def __init__(
         self,
@@ -201,6 +203,7 @@ class Jobs:
         dead_mans_switch: Pinger | None = None,
         stop: threading.Event | None = None,
         wake_act: Callable[[], None] | None = None,
+        wake_deliver: Callable[[], None] | None = None,
     ) -> None:
         self.watchdog = watchdog
         self.clock = clock
@@ -210,6 +213,7 @@ class Jobs:
         self.dead_mans_switch = dead_mans_switch
         self.stop = stop or threading.Event()
         self.wake_act = wake_act
+        self.wake_deliver = wake_deliver
         self._poll_results: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self.summary = FleetSummary(len(watchdog.providers), 0, 0)
@@ -288,8 +292,8 @@ class Jobs:
         return self._run(PROBE, body)
 
     def evaluate(self) -> TickReport | None:
-        """Rules and planner over the recorded state; then wake the act job, refresh the status
-        summary and, when the tick was healthy, ping the dead-man's switch."""
+        """Rules and planner over the recorded state; then wake the act and delivery jobs,
+        refresh the status summary and, when the tick was healthy, ping the dead-man's switch."""
 
         def body(now: datetime) -> TickReport:
             report = TickReport(now, polled=self.polled())
@@ -305,11 +309,8 @@ class Jobs:
         report = self._run(EVALUATE, body)
         if report is None:
             return None
-        if self.wake_act is not None and not self.stop.is_set():
-            try:
-                self.wake_act()
-            except Exception:  # the act job still runs on its own interval
-                log.exception("waking the act job failed")
+        self._wake(self.wake_act, ACT)
+        self._wake(self.wake_deliver, DELIVER)
         self._refresh_summary(report.now)
         if report.healthy and self.dead_mans_switch is not None:
             self.dead_mans_switch.ping()
@@ -322,6 +323,14 @@ class Jobs:
             )
         return report
 
+    def _wake(self, wake: Callable[[], None] | None, job_id: str) -> None:
+        if wake is None or self.stop.is_set():
+            return
+        try:
+            wake()
+        except Exception:  # the woken job still runs on its own interval
+            log.exception("waking a job failed job=%s", job_id)
+
     def _refresh_summary(self, now: datetime) -> None:
         store = self.watchdog.store
         try:
@@ -333,14 +342,18 @@ class Jobs:
         self.summary = FleetSummary(len(self.watchdog.providers), instances, pending, now)
 
     def act(self) -> ExecutorReport | None:
-        """Verify and execute due actions from the outbox."""
+        """Verify and execute due actions from the outbox; then wake the delivery job (the
+        action's message is in the outbox)."""
 
         def body(now: datetime) -> ExecutorReport:
             report = self.watchdog.act(now)
             self._observe(lambda: self.observer.on_executor(report, now))
             return report
 
-        return self._run(ACT, body)
+        report = self._run(ACT, body)
+        if report is not None and report.outcomes:
+            self._wake(self.wake_deliver, DELIVER)
+        return report
 
     def deliver(self) -> DeliveryReport | None:
         """Deliver due notifications from the outbox."""

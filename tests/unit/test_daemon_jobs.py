@@ -294,6 +294,30 @@ def test_once_stopping_the_jobs_do_nothing(harness: Harness) -> None:
     assert harness.pinger.pings == 0
 
 
+def test_an_evaluation_and_an_act_pass_that_moved_an_action_wake_the_delivery_job(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A warning enqueued by the evaluation must not wait for the delivery job's own interval
+    # (it would reach the user that much less than warn_before ahead of the action).
+    woken: list[str] = []
+    harness.jobs.wake_act = lambda: woken.append(ACT)
+    harness.jobs.wake_deliver = lambda: woken.append(DELIVER)
+    harness.jobs.poll("vast-ok")
+
+    harness.jobs.evaluate()
+    assert woken == [ACT, DELIVER]
+
+    quiet = ExecutorReport()
+    monkeypatch.setattr(harness.sim.assembly.watchdog, "act", lambda now: quiet)
+    harness.jobs.act()
+    assert woken == [ACT, DELIVER]  # nothing changed, no message to send
+
+    moved = ExecutorReport((("idle_gpu:vast-ok/101:x:destroy", "idle_gpu", "verified"),))
+    monkeypatch.setattr(harness.sim.assembly.watchdog, "act", lambda now: moved)
+    harness.jobs.act()
+    assert woken == [ACT, DELIVER, DELIVER]
+
+
 def test_the_deliver_job_sends_due_notifications_from_the_outbox(harness: Harness) -> None:
     note = PlannedNotification(
         idempotency_key="test:hello",
