@@ -63,9 +63,14 @@ class Daemon:
 
     ``start()`` schedules and starts the jobs, ``serve()`` supervises until :attr:`stop` is
     set, ``shutdown()`` drains and closes. ``run_daemon`` wires it to signals and sd_notify.
-    ``clock`` must follow real time (a :class:`~watchdog_gpu.clock.SystemClock`): APScheduler
-    runs on the wall clock, and first runs and wake-ups are given as instants from ``clock``.
-    Runs on a virtual clock call the :class:`~watchdog_gpu.jobs.Jobs` functions directly.
+    ``clock`` is the engine's time (what the rules see). APScheduler runs on the wall clock:
+    first runs and wake-ups are instants from ``wall_clock`` (default ``clock``, which must then
+    follow real time, a :class:`~watchdog_gpu.clock.SystemClock`). ``time_scale`` is how many
+    seconds of ``clock`` pass per wall-clock second: 1 for ``watchdog-gpu run``; the speed of an
+    :class:`~watchdog_gpu.sim.clock.AcceleratedClock` for ``watchdog-gpu demo``, whose
+    configured intervals stay in the clock's time and are waited for ``time_scale`` times
+    faster. Runs on a virtual clock that jumps call the :class:`~watchdog_gpu.jobs.Jobs`
+    functions directly.
     """
 
     def __init__(
@@ -78,10 +83,18 @@ class Daemon:
         observer: DaemonObserver | None = None,
         dead_mans_switch: DeadMansSwitch | None = None,
         on_close: Callable[[], None] | None = None,
+        time_scale: float = 1.0,
+        wall_clock: Clock | None = None,
     ) -> None:
+        if not time_scale > 0:
+            raise ValueError("time_scale must be greater than 0")
+        if time_scale != 1.0 and wall_clock is None:
+            raise ValueError("a time_scale other than 1 needs the wall clock for the scheduler")
         self.settings = settings
         self.assembly = assembly
         self.clock = clock
+        self.wall_clock = wall_clock or clock
+        self.time_scale = time_scale
         self.environ = environ
         self.dead_mans_switch = dead_mans_switch
         self.on_close = on_close
@@ -102,7 +115,7 @@ class Daemon:
         self.supervisor = Supervisor(
             self.progress,
             list(assembly.providers),
-            stall_limits(settings),
+            stall_limits(settings, time_scale=time_scale),
             lambda: self.jobs.summary,
             environ,
         )
@@ -112,7 +125,10 @@ class Daemon:
         self.scheduler.add_listener(
             self._on_scheduler_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
         )
-        add_jobs(self.scheduler, job_specs(self.jobs, self.settings, self.clock.now()))
+        specs = job_specs(
+            self.jobs, self.settings, self.wall_clock.now(), time_scale=self.time_scale
+        )
+        add_jobs(self.scheduler, specs)
         self.scheduler.start()
 
     def wake_act(self) -> None:
@@ -120,7 +136,7 @@ class Daemon:
         if self.progress.stats(ACT).running_since_monotonic is not None:
             return
         if self.scheduler.running:
-            self.scheduler.modify_job(ACT, next_run_time=self.clock.now())
+            self.scheduler.modify_job(ACT, next_run_time=self.wall_clock.now())
 
     def _on_scheduler_event(self, event: Any) -> None:
         job_id = str(event.job_id)
@@ -143,7 +159,8 @@ class Daemon:
 
     def serve(self) -> None:
         """Supervise on the calling thread until :attr:`stop` is set."""
-        interval = supervisor_interval(self.environ, self.settings.watchdog.poll_interval)
+        poll = self.settings.watchdog.poll_interval / self.time_scale
+        interval = supervisor_interval(self.environ, poll)
         self.supervisor.run(self.stop, interval)
 
     def request_stop(self, reason: str) -> None:
@@ -280,11 +297,18 @@ def run_daemon(
     environ: Mapping[str, str],
     *,
     build: Callable[[Settings, Clock, Mapping[str, str]], Assembly] = assemble,
+    time_scale: float = 1.0,
+    wall_clock: Clock | None = None,
+    on_started: Callable[[Daemon], None] | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT. Given valid settings (secrets checked), the clock and the
     environment. Returns 0 after a clean stop; 2 for a configuration problem found while
     building (e.g. an unusable SSH key or notification URL; listed on stderr); 1 when the
-    database cannot be opened or migrated or the metrics address cannot be bound."""
+    database cannot be opened or migrated or the metrics address cannot be bound.
+
+    ``time_scale`` and ``wall_clock``: see :class:`Daemon` (the demo's accelerated night).
+    ``on_started(daemon)`` is called once the jobs run, before the main thread supervises; it
+    may keep the daemon to stop it later (``daemon.request_stop(reason)``)."""
     quiet_scheduler_logs()
     pending_stop: list[str] = []
     daemon: Daemon | None = None
@@ -296,7 +320,7 @@ def run_daemon(
             daemon.request_stop(reason)
 
     with stop_on_signals(request_stop):
-        daemon_or_code = _start(settings, clock, environ, build)
+        daemon_or_code = _start(settings, clock, environ, build, time_scale, wall_clock)
         if isinstance(daemon_or_code, int):
             return daemon_or_code
         daemon = daemon_or_code
@@ -317,6 +341,8 @@ def run_daemon(
                 f"started: {plural(accounts, 'account')}, mode {settings.watchdog.mode}",
                 environ=environ,
             )
+            if on_started is not None:
+                on_started(daemon)
             daemon.serve()
         finally:
             daemon.shutdown()
@@ -328,6 +354,8 @@ def _start(
     clock: Clock,
     environ: Mapping[str, str],
     build: Callable[[Settings, Clock, Mapping[str, str]], Assembly],
+    time_scale: float = 1.0,
+    wall_clock: Clock | None = None,
 ) -> Daemon | int:
     """Build everything the daemon needs, or the exit code when that fails (after closing what
     was already built)."""
@@ -360,6 +388,8 @@ def _start(
         observer=observer,
         dead_mans_switch=dead_mans_switch,
         on_close=stop_endpoint,
+        time_scale=time_scale,
+        wall_clock=wall_clock,
     )
 
 

@@ -16,6 +16,9 @@ deliver        15 s                 notify    at start
 prune          1 h                  default   5 min after start
 =============  ===================  ========  ==========================================
 
+The times are the engine's clock. ``watchdog-gpu demo`` runs the engine on an accelerated clock
+and passes its speed as ``time_scale``: the scheduler then waits every time divided by it.
+
 Separate thread pools keep slow SSH probes, slow provider APIs, a long salvage command before a
 destroy and a slow notification service from starving each other. ``act`` is its own job, not
 the tail of ``evaluate``, so that a ten-minute salvage neither delays the rules nor makes the
@@ -62,24 +65,46 @@ class JobSpec:
         return max(1, math.ceil(2 * self.interval.total_seconds()))
 
 
-def job_specs(jobs: Jobs, settings: Settings, start: datetime) -> list[JobSpec]:
-    """Every job of the daemon for ``settings``, first runs counted from ``start``."""
+def job_specs(
+    jobs: Jobs, settings: Settings, start: datetime, *, time_scale: float = 1.0
+) -> list[JobSpec]:
+    """Every job of the daemon for ``settings``, first runs counted from ``start`` (a wall-clock
+    instant: the scheduler's).
+
+    ``time_scale`` is how many seconds of the engine's clock pass per wall-clock second: 1 for
+    ``watchdog-gpu run``; the speed of the accelerated clock for ``watchdog-gpu demo``. The
+    configured intervals stay in the engine's time ("poll every 60 s" of a simulated night), so
+    every interval and offset here is divided by it. Raises ValueError unless it is above 0.
+    """
+    if not time_scale > 0:
+        raise ValueError("time_scale must be greater than 0")
+
+    def wall(interval: timedelta) -> timedelta:
+        return interval / time_scale
+
     poll = settings.watchdog.poll_interval
     probe = settings.watchdog.probe_interval
     evaluate_offset = min(poll / 2, timedelta(seconds=30))
     specs = [
-        JobSpec(poll_job_id(name), jobs.poll, (name,), poll, start, "poll")
+        JobSpec(poll_job_id(name), jobs.poll, (name,), wall(poll), start, "poll")
         for name in jobs.watchdog.providers
     ]
+    probe_offset = min(poll / 4, timedelta(seconds=15))
+    act_offset = evaluate_offset + poll / 2
     specs += [
-        JobSpec(
-            PROBE, jobs.probe, (), probe, start + min(poll / 4, timedelta(seconds=15)), "probe"
-        ),
-        JobSpec(EVALUATE, jobs.evaluate, (), poll, start + evaluate_offset, "default"),
+        JobSpec(PROBE, jobs.probe, (), wall(probe), start + wall(probe_offset), "probe"),
+        JobSpec(EVALUATE, jobs.evaluate, (), wall(poll), start + wall(evaluate_offset), "default"),
         # Woken by each evaluation; the interval is the fallback when evaluations fail.
-        JobSpec(ACT, jobs.act, (), poll, start + evaluate_offset + poll / 2, "act"),
-        JobSpec(DELIVER, jobs.deliver, (), DELIVER_INTERVAL, start, "notify"),
-        JobSpec(PRUNE, jobs.prune, (), PRUNE_INTERVAL, start + PRUNE_FIRST_DELAY, "default"),
+        JobSpec(ACT, jobs.act, (), wall(poll), start + wall(act_offset), "act"),
+        JobSpec(DELIVER, jobs.deliver, (), wall(DELIVER_INTERVAL), start, "notify"),
+        JobSpec(
+            PRUNE,
+            jobs.prune,
+            (),
+            wall(PRUNE_INTERVAL),
+            start + wall(PRUNE_FIRST_DELAY),
+            "default",
+        ),
     ]
     return specs
 

@@ -40,16 +40,23 @@ class StallLimits:
     evaluate: timedelta
 
 
-def stall_limits(settings: Settings) -> StallLimits:
+def stall_limits(settings: Settings, *, time_scale: float = 1.0) -> StallLimits:
     """Three poll intervals, plus the longest one poll may take (its retry budget and a request
-    timeout) for the polls, plus :data:`EVALUATE_ALLOWANCE` for the evaluation."""
+    timeout) for the polls, plus :data:`EVALUATE_ALLOWANCE` for the evaluation.
+
+    The limits are in the engine clock's seconds (what :class:`Progress` measures). Under a
+    ``time_scale`` (engine seconds per wall-clock second, the demo's speed) the allowances that
+    pass in real time — an HTTP request timeout, the evaluation's own run time — are multiplied
+    by it; the intervals and the retry budget (slept on the engine's clock) are not.
+    """
     interval = settings.watchdog.poll_interval
     slowest_poll = max(
-        (a.retry_budget + a.request_timeout for a in settings.accounts), default=timedelta(0)
+        (a.retry_budget + a.request_timeout * time_scale for a in settings.accounts),
+        default=timedelta(0),
     )
     return StallLimits(
         poll=STALL_INTERVALS * interval + slowest_poll,
-        evaluate=STALL_INTERVALS * interval + EVALUATE_ALLOWANCE,
+        evaluate=STALL_INTERVALS * interval + EVALUATE_ALLOWANCE * time_scale,
     )
 
 
