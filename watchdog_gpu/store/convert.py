@@ -1,9 +1,15 @@
-"""Conversions between table rows and the domain's frozen values."""
+"""Conversions between table rows and the domain's frozen values.
+
+Each converter reads its row by attribute name, so it takes an ORM object or a Core ``Row`` of the
+same table's columns alike (the hot read paths select columns: building ORM objects costs more).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from sqlalchemy import Row
 
 from watchdog_gpu.fleet import Protection, ProtectionKind, Snooze
 from watchdog_gpu.model import (
@@ -48,7 +54,7 @@ def instance_state(value: str) -> InstanceState:
         return InstanceState.UNKNOWN
 
 
-def instance_snapshot(row: Instance) -> InstanceSnapshot:
+def instance_snapshot(row: Instance | Row[Any]) -> InstanceSnapshot:
     util = row.provider_gpu_util_percent
     return InstanceSnapshot(
         provider=row.provider,
@@ -77,7 +83,7 @@ def instance_snapshot(row: Instance) -> InstanceSnapshot:
     )
 
 
-def state_span(row: InstanceSpan) -> StateSpan:
+def state_span(row: InstanceSpan | Row[Any]) -> StateSpan:
     return StateSpan(
         state=instance_state(row.state),
         raw_state=row.raw_state,
@@ -88,7 +94,7 @@ def state_span(row: InstanceSpan) -> StateSpan:
     )
 
 
-def account_snapshot(row: AccountSnapshotRow) -> AccountSnapshot:
+def account_snapshot(row: AccountSnapshotRow | Row[Any]) -> AccountSnapshot:
     return AccountSnapshot(
         provider=row.provider,
         account=row.account,
@@ -100,7 +106,7 @@ def account_snapshot(row: AccountSnapshotRow) -> AccountSnapshot:
     )
 
 
-def volume_snapshot(row: Volume) -> VolumeSnapshot:
+def volume_snapshot(row: Volume | Row[Any]) -> VolumeSnapshot:
     return VolumeSnapshot(
         provider=row.provider,
         account=row.account,
@@ -114,7 +120,7 @@ def volume_snapshot(row: Volume) -> VolumeSnapshot:
     )
 
 
-def ssh_key(row: SshKey) -> SshKeyRecord:
+def ssh_key(row: SshKey | Row[Any]) -> SshKeyRecord:
     return SshKeyRecord(
         provider=row.provider,
         account=row.account,
@@ -124,7 +130,7 @@ def ssh_key(row: SshKey) -> SshKeyRecord:
     )
 
 
-def gpu_sample(row: GpuSampleRow) -> GpuSample:
+def gpu_sample(row: GpuSampleRow | Row[Any]) -> GpuSample:
     try:
         verdict = Verdict(row.verdict)
     except ValueError:
@@ -162,7 +168,7 @@ def gpu_sample_row(sample: GpuSample) -> GpuSampleRow:
     )
 
 
-def probe_outcome(row: ProbeOutcomeRow) -> ProbeOutcome:
+def probe_outcome(row: ProbeOutcomeRow | Row[Any]) -> ProbeOutcome:
     """The outcome without its samples (the fleet view carries those separately)."""
     return ProbeOutcome(
         account=row.account,
@@ -184,7 +190,7 @@ def _is_scalar(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def action_row(row: ActionOutboxRow) -> ActionRow:
+def action_row(row: ActionOutboxRow | Row[Any]) -> ActionRow:
     return ActionRow(
         idempotency_key=row.idempotency_key,
         account=row.account,
@@ -208,7 +214,7 @@ def action_row(row: ActionOutboxRow) -> ActionRow:
     )
 
 
-def notification_row(row: NotificationOutboxRow) -> NotificationRow:
+def notification_row(row: NotificationOutboxRow | Row[Any]) -> NotificationRow:
     return NotificationRow(
         idempotency_key=row.idempotency_key,
         severity=Severity(row.severity),
@@ -225,7 +231,7 @@ def notification_row(row: NotificationOutboxRow) -> NotificationRow:
     )
 
 
-def audit_event(row: AuditEventRow) -> AuditEvent:
+def audit_event(row: AuditEventRow | Row[Any]) -> AuditEvent:
     return AuditEvent(
         id=row.id,
         at=row.at,
@@ -238,7 +244,7 @@ def audit_event(row: AuditEventRow) -> AuditEvent:
     )
 
 
-def finding_record(row: FindingRow) -> FindingRecord:
+def finding_record(row: FindingRow | Row[Any]) -> FindingRecord:
     return FindingRecord(
         episode_key=row.episode_key,
         rule=row.rule,
@@ -256,7 +262,7 @@ def finding_record(row: FindingRow) -> FindingRecord:
     )
 
 
-def protection(row: ProtectionRow) -> Protection:
+def protection(row: ProtectionRow | Row[Any]) -> Protection:
     return Protection(
         kind=ProtectionKind(row.kind),
         value=row.value,
@@ -266,7 +272,7 @@ def protection(row: ProtectionRow) -> Protection:
     )
 
 
-def snooze(row: SnoozeRow) -> Snooze:
+def snooze(row: SnoozeRow | Row[Any]) -> Snooze:
     return Snooze(
         account=row.account,
         instance_id=row.instance_id,

@@ -1,14 +1,20 @@
 """Recording what a poll or a probe saw (functions over an open session; the Store wraps each in
-one transaction)."""
+one transaction).
+
+Statements, not ORM units of work: a poll touches every instance of an account each tick, so each
+table is read once per poll (the rows the poll can change) and written with one executemany per
+kind of change. The rows come out as the ORM wrote them before, in the same order.
+"""
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.model import (
@@ -17,26 +23,33 @@ from watchdog_gpu.model import (
     InstanceSnapshot,
     InstanceState,
     ProbeOutcome,
-    VolumeSnapshot,
 )
-from watchdog_gpu.store.convert import gpu_sample_row
+from watchdog_gpu.store.inventory import record_ssh_keys, record_volumes
+from watchdog_gpu.store.outbox import changed_rows
 from watchdog_gpu.store.schema import (
     Account,
     AccountSnapshotRow,
+    GpuSampleRow,
     Instance,
     InstanceSpan,
     PinnedHostKey,
     ProbeOutcomeRow,
-    SshKey,
-    Volume,
-    VolumeSpan,
 )
+from watchdog_gpu.store.spans import chunks, current_spans, same_rate
 
 logger = logging.getLogger(__name__)
 
 # raw_state recorded for an instance that a complete listing no longer contains.
 ABSENT_RAW_STATE = "(absent from listing)"
 MAX_ERROR_MESSAGE_LENGTH = 500
+
+ACCOUNTS = cast(Table, Account.__table__)
+INSTANCES = cast(Table, Instance.__table__)
+SPANS = cast(Table, InstanceSpan.__table__)
+PROBES = cast(Table, ProbeOutcomeRow.__table__)
+SAMPLES = cast(Table, GpuSampleRow.__table__)
+GONE = InstanceState.GONE.value
+Values = dict[str, Any]
 
 
 def upsert_account(session: Session, name: str, provider: str, now: datetime) -> Account:
@@ -54,14 +67,14 @@ def upsert_account(session: Session, name: str, provider: str, now: datetime) ->
 def record_observation(session: Session, observation: AccountObservation, now: datetime) -> None:
     """Record one complete poll of one account (see ``Store.record_observation``)."""
     snapshot = observation.account
-    account = upsert_account(session, snapshot.account, snapshot.provider, now)
+    _record_poll_ok(session, snapshot.account, snapshot.provider, now)
     # A part listed in ``problems`` failed this poll: it is empty, not a complete listing, so
     # it must not mark anything gone (and an all-None account snapshot would hide the last
     # known balance).
     problems = observation.problems
     if "account" not in problems:
-        session.add(
-            AccountSnapshotRow(
+        session.execute(
+            insert(AccountSnapshotRow).values(
                 account=snapshot.account,
                 provider=snapshot.provider,
                 observed_at=snapshot.observed_at,
@@ -73,13 +86,22 @@ def record_observation(session: Session, observation: AccountObservation, now: d
         )
     _record_instances(session, snapshot.account, observation.instances, now)
     if "volumes" not in problems:
-        _record_volumes(session, snapshot.account, observation.volumes, now)
+        record_volumes(session, snapshot.account, observation.volumes, now)
     if "ssh_keys" not in problems:
-        _record_ssh_keys(session, observation, now)
-    account.last_poll_ok_at = now
-    account.last_poll_error_kind = None
-    account.last_poll_error_at = None
-    account.last_poll_error_message = None
+        record_ssh_keys(session, observation, now)
+
+
+def _record_poll_ok(session: Session, name: str, provider: str, now: datetime) -> None:
+    values: Values = {
+        "provider": provider,
+        "last_poll_ok_at": now,
+        "last_poll_error_kind": None,
+        "last_poll_error_at": None,
+        "last_poll_error_message": None,
+    }
+    updated = session.execute(update(ACCOUNTS).where(ACCOUNTS.c.name == name).values(values))
+    if changed_rows(updated) == 0:
+        session.execute(insert(ACCOUNTS).values(name=name, first_seen=now, **values))
 
 
 def record_poll_failure(
@@ -94,29 +116,52 @@ def record_poll_failure(
 
 def record_probe(session: Session, outcome: ProbeOutcome) -> None:
     """The probe outcome and its samples."""
-    session.add(
-        ProbeOutcomeRow(
-            account=outcome.account,
-            instance_id=outcome.instance_id,
-            at=outcome.at,
-            status=outcome.status.value,
-            duration_seconds=outcome.duration_seconds,
-            detail=outcome.detail,
-            sample_count=len(outcome.samples),
-            interactive_login=outcome.interactive_login,
+    record_probes(session, [outcome])
+
+
+def record_probes(session: Session, outcomes: Iterable[ProbeOutcome]) -> None:
+    """The probe outcomes and their samples (two executemany INSERTs)."""
+    rows: list[Values] = []
+    samples: list[GpuSample] = []
+    for outcome in outcomes:
+        rows.append(
+            {
+                "account": outcome.account,
+                "instance_id": outcome.instance_id,
+                "at": outcome.at,
+                "status": outcome.status.value,
+                "duration_seconds": outcome.duration_seconds,
+                "detail": outcome.detail,
+                "sample_count": len(outcome.samples),
+                "interactive_login": outcome.interactive_login,
+            }
         )
-    )
-    record_samples(session, outcome.samples)
+        samples.extend(outcome.samples)
+    if rows:
+        session.execute(insert(PROBES), rows)
+    record_samples(session, samples)
 
 
 def record_samples(session: Session, samples: Iterable[GpuSample]) -> None:
-    session.add_all(gpu_sample_row(sample) for sample in samples)
-
-
-def _same_rate(first: float | None, second: float | None) -> bool:
-    if first is None or second is None:
-        return first is second
-    return math.isclose(first, second, rel_tol=1e-9, abs_tol=1e-12)
+    rows = [
+        {
+            "account": sample.account,
+            "instance_id": sample.instance_id,
+            "at": sample.at,
+            "gpu_index": sample.gpu_index,
+            "verdict": sample.verdict.value,
+            "source": sample.source.value,
+            "sm": sample.sm,
+            "mem": sample.mem,
+            "enc": sample.enc,
+            "dec": sample.dec,
+            "jpg": sample.jpg,
+            "ofa": sample.ofa,
+        }
+        for sample in samples
+    ]
+    if rows:
+        session.execute(insert(SAMPLES), rows)
 
 
 def _unique_by_id(
@@ -140,237 +185,199 @@ def _unique_by_id(
     return by_id
 
 
-def _current_instance_spans(session: Session, account: str) -> dict[int, InstanceSpan]:
-    latest_ids = (
-        select(func.max(InstanceSpan.id))
-        .join(Instance, Instance.id == InstanceSpan.instance_pk)
-        .where(Instance.account == account)
-        .group_by(InstanceSpan.instance_pk)
+def _existing_instances(
+    session: Session, account: str, listed: Sequence[str]
+) -> tuple[dict[str, Any], dict[int, Any]]:
+    """The account's instance rows a poll can change — every one not gone, plus gone ones listed
+    again (an account's gone instances pile up and never change again) — by instance id, and
+    their current spans by row id."""
+    columns = (
+        INSTANCES.c.id,
+        INSTANCES.c.instance_id,
+        INSTANCES.c.state,
+        INSTANCES.c.state_since,
+        INSTANCES.c.compute_usd_per_hour,
+        INSTANCES.c.storage_usd_per_hour,
     )
-    spans = session.scalars(select(InstanceSpan).where(InstanceSpan.id.in_(latest_ids)))
-    return {span.instance_pk: span for span in spans}
+    present = (INSTANCES.c.account == account) & (INSTANCES.c.state != GONE)
+    rows = {
+        row.instance_id: row
+        for row in session.execute(
+            select(*columns).where(present).order_by(INSTANCES.c.instance_id)
+        )
+    }
+    spans = current_spans(session, SPANS, "instance_pk", select(INSTANCES.c.id).where(present))
+    unknown = [instance_id for instance_id in listed if instance_id not in rows]
+    for part in chunks(unknown):
+        wanted = (INSTANCES.c.account == account) & INSTANCES.c.instance_id.in_(part)
+        again = {row.instance_id: row for row in session.execute(select(*columns).where(wanted))}
+        if again:
+            rows.update(again)
+            spans.update(
+                current_spans(session, SPANS, "instance_pk", select(INSTANCES.c.id).where(wanted))
+            )
+    return rows, spans
 
 
 def _record_instances(
     session: Session, account: str, snapshots: Iterable[InstanceSnapshot], now: datetime
 ) -> None:
     listed = _unique_by_id(account, snapshots)
-    existing = {
-        row.instance_id: row
-        for row in session.scalars(select(Instance).where(Instance.account == account))
-    }
-    current_spans = _current_instance_spans(session, account)
-    new_rows: list[tuple[Instance, InstanceSnapshot]] = []
+    existing, spans = _existing_instances(session, account, list(listed))
+    changes = _Changes()
+    new: list[InstanceSnapshot] = []
     for instance_id, snapshot in listed.items():
         row = existing.get(instance_id)
         if row is None:
-            row = Instance(
-                account=account, instance_id=instance_id, first_seen=now, state_since=now
-            )
-            _copy_snapshot(row, snapshot, now)
-            session.add(row)
-            new_rows.append((row, snapshot))
-            continue
-        _observe_existing(session, row, current_spans.get(row.id), snapshot, now)
+            new.append(snapshot)
+        else:
+            changes.observe(row, spans.get(row.id), snapshot, now)
+    new_spans, extended, updates, forget = (
+        changes.new_spans,
+        changes.extended,
+        changes.updates,
+        changes.forget,
+    )
+    gone: list[Values] = []
     for instance_id, row in existing.items():
-        if instance_id not in listed and row.state != InstanceState.GONE.value:
-            _mark_gone_by_absence(session, row, current_spans.get(row.id), now)
-    if new_rows:
-        session.flush()  # assigns the new instances' ids for their first spans
-        for row, snapshot in new_rows:
-            session.add(_new_span(row.id, snapshot.state, snapshot.raw_state, snapshot, now))
+        if instance_id not in listed and row.state != GONE:
+            logger.info("instance absent from listing account=%s instance=%s", account, instance_id)
+            gone.append(_absent(row, spans.get(row.id), new_spans, now))
+            forget.append(instance_id)
+    by_pk = INSTANCES.c.id == bindparam("pk")
+    if updates:
+        session.execute(update(INSTANCES).where(by_pk), updates)
+    if gone:
+        session.execute(update(INSTANCES).where(by_pk), gone)
+    if extended:
+        session.execute(update(SPANS).where(SPANS.c.id == bindparam("pk")), extended)
+    if forget:
+        _forget_host_keys(session, account, forget)
+    if new:
+        new_spans.extend(_insert_instances(session, account, new, now))
+    if new_spans:
+        session.execute(insert(SPANS), new_spans)
 
 
-def _observe_existing(
-    session: Session,
-    row: Instance,
-    span: InstanceSpan | None,
-    snapshot: InstanceSnapshot,
-    now: datetime,
-) -> None:
-    state_changed = row.state != snapshot.state.value
-    if (
-        span is not None
-        and span.state == snapshot.state.value
-        and _same_rate(span.compute_usd_per_hour, snapshot.compute_usd_per_hour)
-        and _same_rate(span.storage_usd_per_hour, snapshot.storage_usd_per_hour)
-    ):
-        span.last_seen = max(span.last_seen, now)
-    else:
-        session.add(_new_span(row.id, snapshot.state, snapshot.raw_state, snapshot, now))
-    if state_changed:
-        row.state_since = now
-        if snapshot.state is InstanceState.GONE:
-            _forget_host_key(session, row.account, row.instance_id)
-    _copy_snapshot(row, snapshot, now)
+@dataclass
+class _Changes:
+    """The writes a poll's listing calls for, gathered to be executed in bulk."""
 
+    new_spans: list[Values] = field(default_factory=list)
+    extended: list[Values] = field(default_factory=list)
+    updates: list[Values] = field(default_factory=list)
+    forget: list[str] = field(default_factory=list)
 
-def _mark_gone_by_absence(
-    session: Session, row: Instance, span: InstanceSpan | None, now: datetime
-) -> None:
-    """A complete listing no longer has the instance: it is gone (it bills nothing any more)."""
-    logger.info("instance absent from listing account=%s instance=%s", row.account, row.instance_id)
-    session.add(
-        InstanceSpan(
-            instance_pk=row.id,
-            state=InstanceState.GONE.value,
-            raw_state=ABSENT_RAW_STATE,
-            compute_usd_per_hour=span.compute_usd_per_hour if span else row.compute_usd_per_hour,
-            storage_usd_per_hour=span.storage_usd_per_hour if span else row.storage_usd_per_hour,
-            first_seen=now,
-            last_seen=now,
-        )
-    )
-    row.state = InstanceState.GONE.value
-    row.raw_state = ABSENT_RAW_STATE
-    row.observed_at = now
-    row.last_seen = now
-    row.state_since = now
-    _forget_host_key(session, row.account, row.instance_id)
-
-
-def _new_span(
-    instance_pk: int,
-    state: InstanceState,
-    raw_state: str,
-    snapshot: InstanceSnapshot,
-    now: datetime,
-) -> InstanceSpan:
-    return InstanceSpan(
-        instance_pk=instance_pk,
-        state=state.value,
-        raw_state=raw_state,
-        compute_usd_per_hour=snapshot.compute_usd_per_hour,
-        storage_usd_per_hour=snapshot.storage_usd_per_hour,
-        first_seen=now,
-        last_seen=now,
-    )
-
-
-def _copy_snapshot(row: Instance, snapshot: InstanceSnapshot, now: datetime) -> None:
-    row.provider = snapshot.provider
-    row.name = snapshot.name
-    row.state = snapshot.state.value
-    row.raw_state = snapshot.raw_state
-    row.observed_at = snapshot.observed_at
-    row.interruptible = snapshot.interruptible
-    row.compute_usd_per_hour = snapshot.compute_usd_per_hour
-    row.storage_usd_per_hour = snapshot.storage_usd_per_hour
-    row.disk_gb = snapshot.disk_gb
-    row.gpu_name = snapshot.gpu_name
-    row.gpu_count = snapshot.gpu_count
-    row.ssh_host = snapshot.ssh_host
-    row.ssh_port = snapshot.ssh_port
-    row.ssh_user = snapshot.ssh_user
-    row.created_at = snapshot.created_at
-    row.started_at = snapshot.started_at
-    util = snapshot.provider_gpu_util_percent
-    row.provider_gpu_util_percent = None if util is None else list(util)
-    row.public_ports = list(snapshot.public_ports)
-    row.labels = dict(snapshot.labels)
-    row.last_seen = now
-
-
-def _forget_host_key(session: Session, account: str, instance_id: str) -> None:
-    # A gone instance's id is never reused; its pinned key is only clutter now.
-    session.execute(
-        delete(PinnedHostKey).where(
-            PinnedHostKey.account == account, PinnedHostKey.instance_id == instance_id
-        )
-    )
-
-
-def _record_volumes(
-    session: Session, account: str, snapshots: Iterable[VolumeSnapshot], now: datetime
-) -> None:
-    listed = {snapshot.volume_id: snapshot for snapshot in snapshots}
-    existing = {
-        row.volume_id: row
-        for row in session.scalars(select(Volume).where(Volume.account == account))
-    }
-    latest_ids = (
-        select(func.max(VolumeSpan.id))
-        .join(Volume, Volume.id == VolumeSpan.volume_pk)
-        .where(Volume.account == account)
-        .group_by(VolumeSpan.volume_pk)
-    )
-    current_spans = {
-        span.volume_pk: span
-        for span in session.scalars(select(VolumeSpan).where(VolumeSpan.id.in_(latest_ids)))
-    }
-    new_rows: list[Volume] = []
-    for volume_id, snapshot in listed.items():
-        row = existing.get(volume_id)
-        if row is None:
-            row = Volume(account=account, volume_id=volume_id, first_seen=now)
-            _copy_volume(row, snapshot, now)
-            session.add(row)
-            new_rows.append(row)
-            continue
-        span = current_spans.get(row.id)
+    def observe(self, row: Any, span: Any, snapshot: InstanceSnapshot, now: datetime) -> None:
+        """A listed instance recorded before: extend its current span or open a new one."""
+        state = snapshot.state.value
         if (
             span is not None
-            and span.attached is snapshot.attached
-            and _same_rate(span.usd_per_hour, snapshot.usd_per_hour)
-            and row.gone_at is None
+            and span.state == state
+            and same_rate(span.compute_usd_per_hour, snapshot.compute_usd_per_hour)
+            and same_rate(span.storage_usd_per_hour, snapshot.storage_usd_per_hour)
         ):
-            span.last_seen = max(span.last_seen, now)
+            if span.last_seen < now:
+                self.extended.append({"pk": span.id, "last_seen": now})
         else:
-            session.add(_new_volume_span(row.id, snapshot, now))
-        _copy_volume(row, snapshot, now)
-    for volume_id, row in existing.items():
-        if volume_id not in listed and row.gone_at is None:
-            row.gone_at = now
-            row.detached_since = None
-    if new_rows:
-        session.flush()
-        for row in new_rows:
-            session.add(_new_volume_span(row.id, listed[row.volume_id], now))
+            self.new_spans.append(_span(row.id, state, snapshot.raw_state, snapshot, now))
+        state_changed = row.state != state
+        if state_changed and snapshot.state is InstanceState.GONE:
+            self.forget.append(snapshot.instance_id)
+        values = _snapshot_values(snapshot, now)
+        values["pk"] = row.id
+        values["state_since"] = now if state_changed else row.state_since
+        self.updates.append(values)
 
 
-def _new_volume_span(volume_pk: int, snapshot: VolumeSnapshot, now: datetime) -> VolumeSpan:
-    return VolumeSpan(
-        volume_pk=volume_pk,
-        attached=snapshot.attached,
-        usd_per_hour=snapshot.usd_per_hour,
-        first_seen=now,
-        last_seen=now,
+def _absent(row: Any, span: Any, new_spans: list[Values], now: datetime) -> Values:
+    """A complete listing no longer has the instance: it is gone (it bills nothing any more).
+    Adds its gone span to ``new_spans``; returns the instance row's update."""
+    source = span if span is not None else row
+    new_spans.append(
+        {
+            "instance_pk": row.id,
+            "state": GONE,
+            "raw_state": ABSENT_RAW_STATE,
+            "compute_usd_per_hour": source.compute_usd_per_hour,
+            "storage_usd_per_hour": source.storage_usd_per_hour,
+            "first_seen": now,
+            "last_seen": now,
+        }
     )
-
-
-def _copy_volume(row: Volume, snapshot: VolumeSnapshot, now: datetime) -> None:
-    was_detached = row.gone_at is None and row.attached is False and row.detached_since is not None
-    if snapshot.attached is False:
-        row.detached_since = row.detached_since if was_detached else now
-    else:
-        # Attached, or the API does not say: either way not known to be detached.
-        row.detached_since = None
-    row.provider = snapshot.provider
-    row.name = snapshot.name
-    row.observed_at = snapshot.observed_at
-    row.size_gb = snapshot.size_gb
-    row.usd_per_hour = snapshot.usd_per_hour
-    row.attached = snapshot.attached
-    row.created_at = snapshot.created_at
-    row.last_seen = now
-    row.gone_at = None
-
-
-def _record_ssh_keys(session: Session, observation: AccountObservation, now: datetime) -> None:
-    account = observation.account.account
-    listed = {key.key_id: key for key in observation.ssh_keys}
-    existing = {
-        row.key_id: row for row in session.scalars(select(SshKey).where(SshKey.account == account))
+    return {
+        "pk": row.id,
+        "state": GONE,
+        "raw_state": ABSENT_RAW_STATE,
+        "observed_at": now,
+        "last_seen": now,
+        "state_since": now,
     }
-    for key_id, key in listed.items():
-        row = existing.get(key_id)
-        if row is None:
-            row = SshKey(account=account, key_id=key_id, first_seen=now)
-            session.add(row)
-        row.provider = key.provider
-        row.name = key.name
-        row.public_key = key.public_key
-        row.last_seen = now
-    gone = [row.id for key_id, row in existing.items() if key_id not in listed]
-    if gone:
-        session.execute(delete(SshKey).where(SshKey.id.in_(gone)))
+
+
+def _insert_instances(
+    session: Session, account: str, snapshots: list[InstanceSnapshot], now: datetime
+) -> list[Values]:
+    """Insert first-seen instances; returns their first spans."""
+    rows = []
+    for snapshot in snapshots:
+        values = _snapshot_values(snapshot, now)
+        values.update(account=account, instance_id=snapshot.instance_id, first_seen=now)
+        values["state_since"] = now
+        rows.append(values)
+    session.execute(insert(INSTANCES), rows)
+    ids: dict[str, int] = {}
+    for part in chunks([snapshot.instance_id for snapshot in snapshots]):
+        query = select(INSTANCES.c.instance_id, INSTANCES.c.id).where(
+            INSTANCES.c.account == account, INSTANCES.c.instance_id.in_(part)
+        )
+        ids.update(session.execute(query).all())
+    return [_span(ids[s.instance_id], s.state.value, s.raw_state, s, now) for s in snapshots]
+
+
+def _span(pk: int, state: str, raw_state: str, snapshot: InstanceSnapshot, now: datetime) -> Values:
+    return {
+        "instance_pk": pk,
+        "state": state,
+        "raw_state": raw_state,
+        "compute_usd_per_hour": snapshot.compute_usd_per_hour,
+        "storage_usd_per_hour": snapshot.storage_usd_per_hour,
+        "first_seen": now,
+        "last_seen": now,
+    }
+
+
+def _snapshot_values(snapshot: InstanceSnapshot, now: datetime) -> Values:
+    util = snapshot.provider_gpu_util_percent
+    return {
+        "provider": snapshot.provider,
+        "name": snapshot.name,
+        "state": snapshot.state.value,
+        "raw_state": snapshot.raw_state,
+        "observed_at": snapshot.observed_at,
+        "interruptible": snapshot.interruptible,
+        "compute_usd_per_hour": snapshot.compute_usd_per_hour,
+        "storage_usd_per_hour": snapshot.storage_usd_per_hour,
+        "disk_gb": snapshot.disk_gb,
+        "gpu_name": snapshot.gpu_name,
+        "gpu_count": snapshot.gpu_count,
+        "ssh_host": snapshot.ssh_host,
+        "ssh_port": snapshot.ssh_port,
+        "ssh_user": snapshot.ssh_user,
+        "created_at": snapshot.created_at,
+        "started_at": snapshot.started_at,
+        "provider_gpu_util_percent": None if util is None else list(util),
+        "public_ports": list(snapshot.public_ports),
+        "labels": dict(snapshot.labels),
+        "last_seen": now,
+    }
+
+
+def _forget_host_keys(session: Session, account: str, instance_ids: list[str]) -> None:
+    # A gone instance's id is never reused; its pinned key is only clutter now.
+    for part in chunks(instance_ids):
+        session.execute(
+            delete(PinnedHostKey).where(
+                PinnedHostKey.account == account, PinnedHostKey.instance_id.in_(part)
+            )
+        )

@@ -34,6 +34,7 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox
 from watchdog_gpu.store.engine import writing
+from watchdog_gpu.store.history import FleetHistory
 from watchdog_gpu.store.rows import (
     AccountRecord,
     ActionRow,
@@ -70,6 +71,9 @@ class Store:
         self.engine = engine
         self._readers = sessionmaker(engine, expire_on_commit=False)
         self._writers = sessionmaker(writing(engine), expire_on_commit=False)
+        # Recent samples and probes kept between fleet-view loads. Exact only where writers are
+        # serialised and ids grow with each commit (SQLite; see store/history.py).
+        self._history = FleetHistory() if engine.dialect.name == "sqlite" else None
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -125,8 +129,7 @@ class Store:
         """Record many probe outcomes (and their samples) in one transaction: a probe round
         over a large fleet costs one commit instead of one per instance."""
         with self._transaction(write=True) as session:
-            for outcome in outcomes:
-                observations.record_probe(session, outcome)
+            observations.record_probes(session, outcomes)
 
     def record_samples(self, samples: Iterable[GpuSample]) -> None:
         """Record GPU samples that came without an SSH probe (e.g. RunPod's API utilisation)."""
@@ -162,11 +165,12 @@ class Store:
                 spend_since=spend_since,
                 accounts=accounts,
                 notification_lookback=notification_lookback,
+                history=self._history,
             )
 
     def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
         """The latest snapshot of every instance (gone ones only when asked), by account and id."""
-        query = select(Instance).order_by(Instance.account, Instance.instance_id)
+        query = select(*Instance.__table__.columns).order_by(Instance.account, Instance.instance_id)
         if not include_gone:
             query = query.where(Instance.state != InstanceState.GONE.value)
         with self._transaction(write=False) as session:
@@ -177,7 +181,7 @@ class Store:
                     last_seen=row.last_seen,
                     state_since=row.state_since,
                 )
-                for row in session.scalars(query)
+                for row in session.execute(query)
             ]
 
     def latest_accounts(self) -> list[AccountRecord]:
@@ -323,16 +327,15 @@ class Store:
     ) -> None:
         """Append an event to the audit history (``data`` must be JSON-serialisable)."""
         with self._transaction(write=True) as session:
-            session.add(
-                AuditEventRow(
-                    at=now,
-                    kind=kind,
-                    account=account,
-                    instance_id=instance_id,
-                    rule=rule,
-                    message=message,
-                    data=dict(data or {}),
-                )
+            decisions.append_audit(
+                session,
+                now,
+                kind,
+                message,
+                account=account,
+                instance_id=instance_id,
+                rule=rule,
+                data=data,
             )
 
     def list_audit_events(
@@ -580,16 +583,15 @@ class Store:
             if decisions.fuse_latched(session):
                 return
             outbox.enqueue_notification(session, notification)
-            session.add(
-                AuditEventRow(
-                    at=now,
-                    kind=decisions.FUSE_TRIPPED,
-                    message=reason,
-                    data={},
-                    account=None,
-                    instance_id=None,
-                    rule=None,
-                )
+            decisions.append_audit(
+                session,
+                now,
+                decisions.FUSE_TRIPPED,
+                reason,
+                account=None,
+                instance_id=None,
+                rule=None,
+                data=None,
             )
 
     def reset_fuse(self, now: datetime, who: str = "cli") -> int:
@@ -598,16 +600,15 @@ class Store:
         many actions were cancelled."""
         with self._transaction(write=True) as session:
             cancelled = outbox.cancel_blocked_actions(session, now)
-            session.add(
-                AuditEventRow(
-                    at=now,
-                    kind=decisions.FUSE_RESET,
-                    message=f"fuse reset by {who}; {cancelled} blocked actions cancelled",
-                    data={"cancelled": cancelled},
-                    account=None,
-                    instance_id=None,
-                    rule=None,
-                )
+            decisions.append_audit(
+                session,
+                now,
+                decisions.FUSE_RESET,
+                f"fuse reset by {who}; {cancelled} blocked actions cancelled",
+                account=None,
+                instance_id=None,
+                rule=None,
+                data={"cancelled": cancelled},
             )
             return cancelled
 
@@ -644,6 +645,8 @@ class Store:
             for statement in statements:
                 result = session.execute(statement.execution_options(synchronize_session=False))
                 deleted += outbox.changed_rows(result)
+        if self._history is not None:
+            self._history.clear()  # it may hold rows deleted here
         logger.info("pruned old rows deleted=%d cutoff=%s", deleted, cutoff.isoformat())
         return deleted
 

@@ -1,0 +1,295 @@
+"""GPU samples and probe outcomes of the fleet view, kept in memory from one load to the next.
+
+Every tick reads the same lookback window of samples and probes, and only a handful of rows are
+new each time; building thousands of GpuSample values from the database on every tick was most of
+a tick's cost. A :class:`RecentRows` keeps the rows of one append-only table whose ``at`` is at or
+after its ``floor`` and, on each load, reads only the rows added since (ids above its
+``watermark``).
+
+Why that is exact (and only used on SQLite, see ``Store``):
+
+- samples and probe outcomes are never updated, and only ``Store.prune`` deletes them (rows older
+  than the retention): the Store drops the cache when it prunes;
+- SQLite serialises writers (``BEGIN IMMEDIATE``) and gives a new row ``max(id) + 1``, so every
+  row committed after a read has a larger id than every row that read saw;
+- each load reads ``max(id)`` in the same transaction (the same snapshot) as the new rows. A
+  ``max(id)`` below the watermark means rows vanished, or this reader's snapshot is older than
+  the one the cache was filled from: the cache starts over from this snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
+
+T = TypeVar("T")
+InstanceKey = tuple[str, str]  # (account, instance_id)
+# One row read: its instance, its ``at``, its place in the table's order, the value built from it.
+Entry = tuple[InstanceKey, datetime, tuple[Any, ...], T]
+Fetch = Callable[[Session, ColumnElement[bool]], list[Entry[T]]]
+
+
+@dataclass
+class _Series(Generic[T]):
+    """One instance's rows in the table's order (``at`` first), as parallel lists."""
+
+    ats: list[datetime] = field(default_factory=list)
+    orders: list[tuple[Any, ...]] = field(default_factory=list)
+    items: list[T] = field(default_factory=list)
+
+    def append(self, at: datetime, order: tuple[Any, ...], item: T) -> bool:
+        """Add a row; False when it belongs before the last one (the series needs sorting)."""
+        in_order = not self.orders or self.orders[-1] <= order
+        self.ats.append(at)
+        self.orders.append(order)
+        self.items.append(item)
+        return in_order
+
+    def sort(self) -> None:
+        rows = sorted(zip(self.orders, self.ats, self.items, strict=True), key=lambda r: r[0])
+        self.orders = [row[0] for row in rows]
+        self.ats = [row[1] for row in rows]
+        self.items = [row[2] for row in rows]
+
+    def between(self, since: datetime, now: datetime) -> list[T]:
+        return self.items[bisect_left(self.ats, since) : bisect_right(self.ats, now)]
+
+    def drop_before(self, since: datetime) -> None:
+        cut = bisect_left(self.ats, since)
+        if cut:
+            del self.ats[:cut], self.orders[:cut], self.items[:cut]
+
+
+class RecentRows(Generic[T]):
+    """The rows of one append-only table with ``at >= floor``, by instance (see module doc)."""
+
+    def __init__(
+        self,
+        id_column: InstrumentedAttribute[int],
+        at_column: InstrumentedAttribute[datetime],
+        fetch: Fetch[T],
+    ) -> None:
+        self._id = id_column
+        self._at = at_column
+        self._fetch = fetch
+        self._lock = threading.Lock()
+        self._series: dict[InstanceKey, _Series[T]] = {}
+        self._floor: datetime | None = None
+        self._watermark = 0
+
+    def clear(self) -> None:
+        """Forget everything: the next load reads its window afresh."""
+        with self._lock:
+            self._reset()
+
+    def load(
+        self, session: Session, since: datetime, now: datetime
+    ) -> dict[InstanceKey, tuple[T, ...]]:
+        """The rows with ``since <= at <= now`` of every instance, in the table's order, as the
+        open transaction of ``session`` sees them."""
+        with self._lock:
+            newest = session.scalar(select(func.max(self._id))) or 0
+            if self._floor is None or newest < self._watermark:
+                self._reset()
+                self._floor = since
+                self._add(self._fetch(session, self._at >= since))
+            elif newest > self._watermark:
+                self._add(
+                    self._fetch(session, and_(self._id > self._watermark, self._at >= self._floor))
+                )
+            self._watermark = newest
+            floor = self._floor
+            # A caller looking further back than the cache keeps reads the difference itself.
+            gap = (
+                self._fetch(session, and_(self._at >= since, self._at < floor))
+                if since < floor
+                else []
+            )
+            result = self._between(since, now, gap)
+            if since > floor:
+                self._drop_before(since)
+            return result
+
+    def _reset(self) -> None:
+        self._series = {}
+        self._floor = None
+        self._watermark = 0
+
+    def _add(self, entries: Iterable[Entry[T]]) -> None:
+        unsorted: set[InstanceKey] = set()
+        series = self._series
+        for key, at, order, item in entries:
+            target = series.get(key)
+            if target is None:
+                target = series[key] = _Series()
+            if not target.append(at, order, item):
+                unsorted.add(key)
+        for key in unsorted:
+            series[key].sort()
+
+    def _between(
+        self, since: datetime, now: datetime, gap: list[Entry[T]]
+    ) -> dict[InstanceKey, tuple[T, ...]]:
+        result: dict[InstanceKey, tuple[T, ...]] = {}
+        earlier: dict[InstanceKey, list[T]] = {}
+        # Gap rows all come before the floor, so before every kept row: they go first.
+        for key, at, _order, item in gap:
+            if at <= now:
+                earlier.setdefault(key, []).append(item)
+        for key, items in earlier.items():
+            result[key] = tuple(items)
+        for key, series in self._series.items():
+            items = series.between(since, now)
+            if items:
+                before = result.get(key)
+                result[key] = before + tuple(items) if before else tuple(items)
+        return result
+
+    def _drop_before(self, since: datetime) -> None:
+        for key in list(self._series):
+            series = self._series[key]
+            series.drop_before(since)
+            if not series.ats:
+                del self._series[key]
+        self._floor = since
+
+
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}
+_SOURCES = {source.value: source for source in SampleSource}
+
+
+def fetch_samples(session: Session, where: ColumnElement[bool]) -> list[Entry[GpuSample]]:
+    """GPU sample rows matching ``where``, in the fleet view's order (at, GPU, id).
+
+    Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects
+    for each was most of a tick's time (see bench/)."""
+    table = GpuSampleRow
+    query = (
+        select(
+            table.id,
+            table.account,
+            table.instance_id,
+            table.at,
+            table.gpu_index,
+            table.verdict,
+            table.source,
+            table.sm,
+            table.mem,
+            table.enc,
+            table.dec,
+            table.jpg,
+            table.ofa,
+        )
+        .where(where)
+        .order_by(table.at, table.gpu_index, table.id)
+    )
+    verdicts, sources = _VERDICTS, _SOURCES
+    return [
+        (
+            (account, instance_id),
+            at,
+            (at, gpu, row_id),
+            GpuSample(
+                account=account,
+                instance_id=instance_id,
+                at=at,
+                gpu_index=gpu,
+                # An unreadable recorded verdict is unknown, never idle.
+                verdict=verdicts.get(verdict, Verdict.UNKNOWN),
+                source=sources.get(source, SampleSource.DMON),
+                sm=sm,
+                mem=mem,
+                enc=enc,
+                dec=dec,
+                jpg=jpg,
+                ofa=ofa,
+            ),
+        )
+        for (
+            row_id,
+            account,
+            instance_id,
+            at,
+            gpu,
+            verdict,
+            source,
+            sm,
+            mem,
+            enc,
+            dec,
+            jpg,
+            ofa,
+        ) in session.execute(query)
+    ]
+
+
+def fetch_probes(session: Session, where: ColumnElement[bool]) -> list[Entry[ProbeOutcome]]:
+    """Probe outcome rows matching ``where`` (without their samples), in order (at, id)."""
+    table = ProbeOutcomeRow
+    query = (
+        select(
+            table.id,
+            table.account,
+            table.instance_id,
+            table.at,
+            table.status,
+            table.duration_seconds,
+            table.detail,
+            table.interactive_login,
+        )
+        .where(where)
+        .order_by(table.at, table.id)
+    )
+    return [
+        (
+            (account, instance_id),
+            at,
+            (at, row_id),
+            ProbeOutcome(
+                account=account,
+                instance_id=instance_id,
+                at=at,
+                status=ProbeStatus(status),
+                duration_seconds=duration,
+                detail=detail,
+                interactive_login=interactive,
+            ),
+        )
+        for (
+            row_id,
+            account,
+            instance_id,
+            at,
+            status,
+            duration,
+            detail,
+            interactive,
+        ) in session.execute(query)
+    ]
+
+
+class FleetHistory:
+    """The Store's caches of recent samples and probe outcomes (one per Store, thread-safe)."""
+
+    def __init__(self) -> None:
+        self.samples: RecentRows[GpuSample] = RecentRows(
+            GpuSampleRow.id, GpuSampleRow.at, fetch_samples
+        )
+        self.probes: RecentRows[ProbeOutcome] = RecentRows(
+            ProbeOutcomeRow.id, ProbeOutcomeRow.at, fetch_probes
+        )
+
+    def clear(self) -> None:
+        """Forget every cached row (after rows were deleted)."""
+        self.samples.clear()
+        self.probes.clear()
