@@ -291,8 +291,11 @@ class Executor:
         except NotFoundError:
             pass  # already gone: verification will confirm it
         except (AuthError, PermanentError) as error:
-            self._fail(row, state, f"{error.kind}: {error}")
-            return
+            if not _accepted(error):
+                self._fail(row, state, f"{error.kind}: {error}")
+                return
+            # A 2xx answer that cannot be read: the provider carried the call out (or may
+            # have), so the outcome is unknown, not failed — verification re-lists and tells.
         except ProviderError as error:
             # Transient: the call may not have reached the provider; it is repeated later
             # (destroying something already gone is success, so a repeat is harmless).
@@ -495,6 +498,11 @@ def _call(provider: Provider, row: ActionRow) -> None:
         provider.stop(row.instance_id)
     else:
         provider.destroy(row.instance_id)
+
+
+def _accepted(error: ProviderError) -> bool:
+    """Whether the provider answered the call with a success status despite the error."""
+    return error.status_code is not None and 200 <= error.status_code < 300
 
 
 def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
