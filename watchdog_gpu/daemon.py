@@ -37,7 +37,7 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.errors import ConfigError, StoreError
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
-from watchdog_gpu.jobs import ACT, DaemonObserver, Jobs, Progress
+from watchdog_gpu.jobs import ACT, DELIVER, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs
@@ -111,6 +111,7 @@ class Daemon:
             dead_mans_switch=dead_mans_switch,
             stop=self.stop,
             wake_act=self.wake_act,
+            wake_deliver=self.wake_deliver,
         )
         self.supervisor = Supervisor(
             self.progress,
@@ -133,10 +134,18 @@ class Daemon:
 
     def wake_act(self) -> None:
         """Run the act job now (after an evaluation), unless it is running already."""
-        if self.progress.stats(ACT).running_since_monotonic is not None:
+        self._wake(ACT)
+
+    def wake_deliver(self) -> None:
+        """Run the delivery job now (after an evaluation or an act pass that may have enqueued
+        messages), unless it is running already."""
+        self._wake(DELIVER)
+
+    def _wake(self, job_id: str) -> None:
+        if self.progress.stats(job_id).running_since_monotonic is not None:
             return
         if self.scheduler.running:
-            self.scheduler.modify_job(ACT, next_run_time=self.wall_clock.now())
+            self.scheduler.modify_job(job_id, next_run_time=self.wall_clock.now())
 
     def _on_scheduler_event(self, event: Any) -> None:
         job_id = str(event.job_id)

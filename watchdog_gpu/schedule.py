@@ -12,7 +12,7 @@ poll:ACCOUNT   poll_interval        poll      at start
 probe          probe_interval       probe     a quarter poll interval later (at most 15 s)
 evaluate       poll_interval        default   half a poll interval later (at most 30 s)
 act            poll_interval        act       woken right after each evaluation
-deliver        15 s                 notify    at start
+deliver        15 s                 notify    at start; woken after each evaluate and act
 prune          1 h                  default   5 min after start
 =============  ===================  ========  ==========================================
 
