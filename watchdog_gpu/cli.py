@@ -32,6 +32,7 @@ EXIT_INTERRUPTED = 130
 COMMAND_MODULES: tuple[str, ...] = (
     "config_check",
     "db",
+    "demo",
     "dmon",
     "events",
     "fuse",

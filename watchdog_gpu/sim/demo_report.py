@@ -1,0 +1,111 @@
+"""The text ``watchdog-gpu demo`` prints before and after the night: who is in the fleet and
+which rules apply, then what was done and the money spent with and without the watchdog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from watchdog_gpu.config import Settings
+from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.sim.scenario import Scenario
+from watchdog_gpu.sim.story import clock_text, short_id
+
+if TYPE_CHECKING:  # demo imports this module
+    from watchdog_gpu.sim.demo import DemoResult
+
+
+def print_header(
+    scenario: Scenario, settings: Settings, out: TextIO, *, speed: float, database: Path
+) -> None:
+    """What the demo is, the fleet, the rules, the database."""
+    hours = scenario.duration.total_seconds() / 3600
+    seconds = scenario.duration.total_seconds() / speed
+    out.write(
+        f"watchdog-gpu demo: a simulated night of {hours:g} h, played {speed:g}× faster "
+        f"(about {seconds:.0f} s)\n\n"
+        "The real daemon watches three simulated provider accounts on 127.0.0.1: the provider\n"
+        "APIs over HTTP, nvidia-smi over (simulated) SSH, the rules, the planner, the executor,\n"
+        "Apprise notifications to a phone on 127.0.0.1, Prometheus metrics. The demo runs in\n"
+        f"{settings.watchdog.mode} mode against simulated accounts: nothing real is touched, "
+        "no network is used.\n\n"
+        f"The fleet at {clock_text(scenario.start)} UTC on {scenario.start:%a %d %b %Y}:\n"
+    )
+    fleet = [(a, i) for a in scenario.accounts for i in a.instances]
+    width = max(len(f"{a.name}/{short_id(i.id)}") for a, i in fleet)
+    names = max(len(i.name) for _, i in fleet)
+    for account, instance in fleet:
+        disk = f" + {instance.disk_gb:g} GB disk" if instance.disk_gb else ""
+        bid = " interruptible" if instance.interruptible else ""
+        ref = f"{account.name}/{short_id(instance.id)}"
+        out.write(
+            f"  {ref:<{width}}  {instance.name:<{names}}  {instance.gpu_count}× "
+            f"{instance.gpu_name}{bid}, ${instance.compute_usd_per_hour:.2f}/h{disk}\n"
+        )
+    rules = settings.rules
+    budgets = ", ".join(
+        f"{name} ${limits.daily_usd:.2f}/day"
+        for name, limits in rules.budget.accounts.items()
+        if limits.daily_usd is not None
+    )
+    out.write(
+        "\nRules (watchdog_gpu/sim/demo_config.toml, the rest are the documented defaults):\n"
+        f"  idle_gpu: destroy after {rules.idle_gpu.idle_minutes} min with every GPU idle, "
+        f"warned {format_duration(rules.idle_gpu.warn_before)} before\n"
+        "  paused_interruptible: destroy after "
+        f"{format_duration(rules.paused_interruptible.after)} paused, warned "
+        f"{format_duration(rules.paused_interruptible.warn_before)} before\n"
+        f"  stopped_disk: destroy after {format_duration(rules.stopped_disk.after)} stopped "
+        f"(24 h by default), warned {format_duration(rules.stopped_disk.warn_before)} before\n"
+        f"  budget: {budgets or 'no ceiling'}; when reached, destroy every billing, "
+        "unprotected instance at once\n"
+        "  protected: instances named *keep* (watchdog-gpu protect --name '*keep*')\n"
+        f"\nDatabase: {database}\nTimes are virtual, UTC.\n\n"
+    )
+    out.flush()
+
+
+def print_result(result: DemoResult, out: TextIO, *, database: Path) -> None:
+    """The table of what was done and the money, then where to look next."""
+    state = "the night is over" if result.completed else "the demo was interrupted"
+    out.write(f"\n{clock_text(result.ended_at)}  {state}. What the watchdog did:\n\n")
+    labels = [
+        f"{item.account}/{short_id(item.instance_id)} {item.name}" for item in result.instances
+    ]
+    width = max(len(label) for label in (*labels, "total"))
+    out.write(f"  {'instance':<{width}}  {'spent':>8}  {'without':>8}  what happened\n")
+    for label, item in zip(labels, result.instances, strict=True):
+        out.write(
+            f"  {label:<{width}}  {_usd(item.spend_usd):>8}  {_usd(item.without_usd):>8}  "
+            f"{item.done} [{item.final_state}]\n"
+        )
+    saved = result.without_usd - result.spend_usd
+    out.write(
+        f"  {'total':<{width}}  {_usd(result.spend_usd):>8}  {_usd(result.without_usd):>8}  "
+        f"saved {_usd(saved)}\n\n"
+        "(spent: what the simulated providers billed; without: the same night with nobody "
+        "acting)\n"
+    )
+    counts: dict[str, int] = {}
+    for message in result.phone:
+        counts[message.severity] = counts.get(message.severity, 0) + 1
+    summary = ", ".join(f"{count} {severity}" for severity, count in sorted(counts.items()))
+    out.write(f"The phone received {len(result.phone)} messages ({summary or 'none'}).\n")
+    if result.metrics:
+        out.write("Prometheus counters (GET /metrics) at the end of the night:\n")
+        out.writelines(f"  {line}\n" for line in result.metrics)
+    if result.scheduler_notes:
+        out.write(
+            f"{result.scheduler_notes} job runs were skipped because the previous run still "
+            "went on (expected when minutes pass in fractions of a second).\n"
+        )
+    out.write(
+        "\nThe database stays for you to look at:\n"
+        f"  watchdog-gpu status --db {database}\n"
+        f"  watchdog-gpu events --db {database}\n"
+    )
+    out.flush()
+
+
+def _usd(amount: float) -> str:
+    return f"-${-amount:.2f}" if amount < 0 else f"${amount:.2f}"
