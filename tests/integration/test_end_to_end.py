@@ -13,7 +13,8 @@ and the simulated Vast removes the instance 30 s after the call; the re-listing 
 Two daemons share that timeline, one per account, started together by the module fixture so the
 two ~100 s waits overlap instead of adding up:
 
-- ``phone``: the receiver is up all along (the happy path, metrics, SIGTERM);
+- ``phone``: the receiver is up all along (the happy path: the warning is delivered before the
+  destroy call goes out; metrics; SIGTERM);
 - ``outage``: nothing listens on its route's port while the warning and the action message fall
   due; the receiver starts on that port only after the destroy is verified.
 
@@ -48,7 +49,9 @@ from tests.support.http_receiver import HttpReceiver, ReceivedRequest, free_port
 from tests.support.requirements import require_program
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.errors import StoreError
+from watchdog_gpu.executor import episode_key_of
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
+from watchdog_gpu.notify.render import notification_key
 from watchdog_gpu.providers import PROVIDERS, new_http_client
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 
@@ -409,6 +412,12 @@ def test_the_forgotten_instance_is_destroyed_the_phone_is_told_and_the_daemon_st
             run,
         )
         actions = store.list_actions()
+        warning = store.get_notification(notification_key(episode_key_of(actions[0]), "warning"))
+        called_at = [
+            event.at
+            for event in store.list_audit_events(account=account.name, instance_id=account.idle_id)
+            if event.kind == "provider_called"
+        ]
         scrape = httpx.get(f"http://127.0.0.1:{run.metrics_port}/metrics", timeout=10).text
         lint = subprocess.run(
             [promtool, "check", "metrics"],
@@ -430,6 +439,12 @@ def test_the_forgotten_instance_is_destroyed_the_phone_is_told_and_the_daemon_st
     assert [(a.instance_id, a.kind, a.dry_run) for a in actions] == [
         (account.idle_id, ActionKind.DESTROY, False)
     ]
+    # The grace warning reached the phone before the destroy call went out.
+    assert warning is not None
+    assert warning_title(account)(warning.title)
+    assert warning.delivered_at is not None
+    assert len(called_at) == 1
+    assert warning.delivered_at < called_at[0]
     assert listing == {account.busy_id: InstanceState.RUNNING}
     assert (lint.returncode, lint.stdout, lint.stderr) == (0, "", "")
     assert (
