@@ -23,7 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from watchdog_gpu.cli import EXIT_USAGE
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE
+from watchdog_gpu.errors import StoreError
 
 DEFAULT_DATABASE = Path("watchdog-gpu-demo.db")
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -67,7 +68,11 @@ def run_demo_command(args: argparse.Namespace) -> int:
     if callable(reconfigure):
         reconfigure(errors="replace")
     speed = args.speed or DEFAULT_SPEED
-    code, result = run_demo(database, speed=speed, out=sys.stdout)
+    try:
+        code, result = run_demo(database, speed=speed, out=sys.stdout)
+    except (StoreError, OSError) as error:  # the database or a loopback port is not usable
+        print(f"cannot run the demo: {error}", file=sys.stderr)
+        return EXIT_FAILURE
     if result is not None:
         print_result(result, sys.stdout, database=database)
     return code
