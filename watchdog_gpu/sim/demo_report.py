@@ -1,18 +1,110 @@
-"""The text ``watchdog-gpu demo`` prints before and after the night: who is in the fleet and
-which rules apply, then what was done and the money spent with and without the watchdog."""
+"""What ``watchdog-gpu demo`` reports before and after the night: who is in the fleet and which
+rules apply; then, per instance, what was done and the money spent with and without the
+watchdog (:func:`outcomes`, read from the database and the simulated world)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from watchdog_gpu.config import Settings
+from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.sim.phone import PhoneMessage
 from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.story import clock_text, short_id
+from watchdog_gpu.sim.world import SimulatedWorld
+from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 
-if TYPE_CHECKING:  # demo imports this module
-    from watchdog_gpu.sim.demo import DemoResult
+RESULT_WORDS = {
+    ActionStatus.VERIFIED: "verified",
+    ActionStatus.UNVERIFIED: "unverified",
+    ActionStatus.CALLED: "unverified",
+    ActionStatus.PENDING: "pending",
+    ActionStatus.CLAIMED: "pending",
+    ActionStatus.FAILED: "failed",
+    ActionStatus.DRY_RUN: "dry run",
+    ActionStatus.HELD: "held",
+    ActionStatus.BLOCKED: "held by the fuse",
+    ActionStatus.CANCELLED: "cancelled",
+}
+
+
+@dataclass
+class InstanceOutcome:
+    """What happened to one instance during the night, and what it cost."""
+
+    account: str
+    instance_id: str
+    name: str
+    done: str
+    final_state: str
+    spend_usd: float
+    without_usd: float
+
+
+@dataclass
+class DemoResult:
+    """The night as it ended."""
+
+    completed: bool
+    ended_at: datetime
+    instances: list[InstanceOutcome]
+    phone: list[PhoneMessage]
+    metrics: list[str]
+    scheduler_notes: int
+
+    @property
+    def spend_usd(self) -> float:
+        return sum(item.spend_usd for item in self.instances)
+
+    @property
+    def without_usd(self) -> float:
+        return sum(item.without_usd for item in self.instances)
+
+
+def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[InstanceOutcome]:
+    """Per instance: the actions taken (from the outbox), protected reports (from the audit
+    log), the final state and the spend with and without the watchdog (from the world)."""
+    reader = Store(create_engine_for(sqlite_url(database)))
+    try:
+        actions = reader.list_actions()
+        audit = reader.list_audit_events()
+    finally:
+        reader.engine.dispose()
+    outcomes = []
+    for account in scenario.accounts:
+        for instance in account.instances:
+            ref = (account.name, instance.id)
+            done = [
+                f"{row.kind.value} {clock_text(row.created_at)} by {row.rule}, "
+                + RESULT_WORDS.get(ActionStatus(row.status), str(row.status))
+                for row in actions
+                if (row.account, row.instance_id) == ref
+            ]
+            reports = sorted(
+                {
+                    str(event.rule)
+                    for event in audit
+                    if event.kind == "protected" and (event.account, event.instance_id) == ref
+                }
+            )
+            if reports:
+                done.append(f"protected: reported by {', '.join(reports)}, never touched")
+            outcomes.append(
+                InstanceOutcome(
+                    account=account.name,
+                    instance_id=instance.id,
+                    name=instance.name or instance.id,
+                    done="; ".join(done) or "never touched",
+                    final_state=world.state(account.name, instance.id) or "not created",
+                    spend_usd=world.spend_usd(account.name, instance.id),
+                    without_usd=world.spend_without_watchdog_usd(account.name, instance.id),
+                )
+            )
+    return outcomes
 
 
 def print_header(

@@ -76,6 +76,12 @@ class Phone:
             self._thread = None
         self._server.server_close()
 
+    def __enter__(self) -> Phone:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def messages(self) -> list[PhoneMessage]:
         with self._lock:
             return list(self._messages)

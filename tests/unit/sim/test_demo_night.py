@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from watchdog_gpu.clock import VirtualClock
-from watchdog_gpu.sim.demo import NightClock, demo_scenario, demo_settings, upcoming
+from watchdog_gpu.sim.demo import demo_scenario, demo_settings, upcoming
+from watchdog_gpu.sim.night_clock import NightClock
 from watchdog_gpu.sim.scenario import InstanceEvent, ScenarioInstance
 from watchdog_gpu.sim.story import describe_event, short_id
 
