@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.executor import Executor, ExecutorReport
-from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
     Finding,
     GpuSample,
@@ -32,6 +32,7 @@ from watchdog_gpu.model import (
     PlanStatus,
     ProbeOutcome,
     Severity,
+    Verdict,
 )
 from watchdog_gpu.notify.delivery import Backoff, Deliverer, DeliveryReport, deliver_due
 from watchdog_gpu.notify.render import (
@@ -409,6 +410,20 @@ def _protected_finding(finding: Finding) -> Finding:
     )
 
 
+def _idle_cleared_reason(instance: InstanceView) -> str:
+    """Why an idle finding went away: the instance stopped running, a GPU's newest sample is
+    busy, or — neither — the samples no longer cover the window (missing or too sparse), which
+    is not idle but is not "busy again" either."""
+    if instance.state is not InstanceState.RUNNING:
+        return f"instance is {instance.state.value} now"
+    newest: dict[int, GpuSample] = {}
+    for sample in instance.samples:  # oldest first
+        newest[sample.gpu_index] = sample
+    if any(sample.verdict is Verdict.BUSY for sample in newest.values()):
+        return "GPU busy again"
+    return "GPU activity no longer known (samples missing or too sparse); unknown is not idle"
+
+
 def _cleared_reason(finding: Finding, view: FleetView) -> str:
     if finding.instance_id is None:
         return "condition no longer holds"
@@ -416,7 +431,7 @@ def _cleared_reason(finding: Finding, view: FleetView) -> str:
     if instance is None or instance.state is InstanceState.GONE:
         return "instance gone"
     if finding.rule == "idle_gpu":
-        return "GPU busy again"
+        return _idle_cleared_reason(instance)
     if finding.rule == "unobserved":
         return "GPU data available again"
     return f"instance is {instance.state.value} now"
