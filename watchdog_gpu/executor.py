@@ -24,7 +24,7 @@ audit event and enqueues the notification, so a crash can neither lose nor dupli
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -119,6 +119,8 @@ class ExecutorReport:
 @dataclass
 class _Pass:
     now: datetime
+    evaluated_at: datetime | None = None
+    current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
     listings: dict[str, tuple[InstanceSnapshot, ...] | ProviderError] = field(default_factory=dict)
     outcomes: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -138,9 +140,15 @@ class Executor:
         on_forget_instance: Callable[[str, str], None] | None = None,
         lease: timedelta = DEFAULT_LEASE,
         guard: Callable[[ActionRow, datetime], str | None] | None = None,
+        current_episodes: Callable[[datetime], Collection[str]] | None = None,
     ) -> None:
         """``guard`` is asked right before every provider call whether the action may still
-        happen (a protection or a snooze added after it was planned); a reason cancels it."""
+        happen (a protection or a snooze added after it was planned); a reason cancels it.
+
+        ``current_episodes(since)`` gives the episode keys of the findings recorded at or after
+        ``since``. With it, an action is carried out (or its call repeated) only while the
+        condition that caused it still held at the latest evaluation: a destroy whose call
+        failed is never retried after the GPU got busy again."""
         self.store = store
         self.providers = providers
         self.safety = safety
@@ -150,11 +158,15 @@ class Executor:
         self.on_forget_instance = on_forget_instance
         self.lease = lease
         self.guard = guard
+        self.current_episodes = current_episodes
         self._recovered = False
 
-    def run(self, now: datetime, limit: int = 50) -> ExecutorReport:
-        """One pass: verify due actions, then execute due pending ones."""
-        state = _Pass(now)
+    def run(
+        self, now: datetime, limit: int = 50, *, evaluated_at: datetime | None = None
+    ) -> ExecutorReport:
+        """One pass: verify due actions, then execute due pending ones. ``evaluated_at`` is when
+        the rules last ran in this process (None: not yet; pending actions then wait)."""
+        state = _Pass(now, evaluated_at)
         # The first pass of a process takes over every claimed action at once: the process
         # that claimed them is gone (one executor per database; the scheduler never overlaps).
         reclaim = timedelta(0) if not self._recovered else self.lease
@@ -260,6 +272,8 @@ class Executor:
     # -- execute ----------------------------------------------------------------------------
 
     def _execute(self, row: ActionRow, state: _Pass) -> None:
+        if not self._still_warranted(row, state):
+            return
         if row.dry_run:
             self._finish(
                 row,
@@ -310,6 +324,39 @@ class Executor:
             result="called",
             next_attempt_at=state.now + self.safety.verify_interval,
         )
+
+    def _still_warranted(self, row: ActionRow, state: _Pass) -> bool:
+        """Does the condition behind ``row`` still hold? If not, the action is cancelled (or,
+        before this process evaluated anything, put back to wait for an evaluation)."""
+        if self.current_episodes is None:
+            return True
+        if state.evaluated_at is None:
+            self.store.transition_action(
+                row.idempotency_key, ActionStatus.CLAIMED, _resume_status(row), state.now
+            )
+            return False
+        if state.current is None:
+            state.current = set(self.current_episodes(state.evaluated_at))
+        episode = episode_key_of(row).removesuffix(DRY_RUN_SUFFIX)
+        if episode in state.current:
+            return True
+        note = render_resolution(
+            row_subject(row),
+            reason="the condition no longer held at the latest check",
+            now=state.now,
+            action_cancelled=True,
+            episode_key=episode_key_of(row),
+        )
+        self._step(
+            row,
+            state,
+            ActionStatus.CANCELLED,
+            audit_kind="action_cancelled",
+            message=f"{row.kind.value} cancelled: its condition cleared before the call",
+            notification=note,
+            result="cancelled",
+        )
+        return False
 
     def _cancelled_by_guard(self, row: ActionRow, state: _Pass) -> bool:
         """Protection is absolute and a snooze postpones: both win over a planned action."""
@@ -450,7 +497,9 @@ class Executor:
         seen = current.state.value if current is not None else "absent"
         number = int(elapsed / escalate_after) if escalate_after > timedelta(0) else 0
         note: PlannedNotification | None = None
-        if number >= 1 and self._cancelled_by_guard(row, state):
+        if number >= 1 and (
+            self._cancelled_by_guard(row, state) or not self._still_warranted(row, state)
+        ):
             return
         if number >= 1:
             note = render_escalation(

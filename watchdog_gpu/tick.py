@@ -137,6 +137,9 @@ class Watchdog:
         self.delivery = delivery
         self.on_tick = on_tick
         self._planned_keys: set[str] = set()
+        # When this process last ran the rules: the executor acts only on conditions that still
+        # held then (see executor.Executor).
+        self.last_evaluated_at: datetime | None = None
 
     # -- the whole tick ---------------------------------------------------------------------
 
@@ -209,6 +212,7 @@ class Watchdog:
         recorded = self.store.list_findings(seen_since=now - self.settings.continuity)
         findings = stitch_episodes(evaluation.findings, recorded, now, self.settings.continuity)
         self.store.record_findings(findings, now)
+        self.last_evaluated_at = now
         context = self.settings.context
         latched = self.store.fuse_latched()
         if latched != context.fuse_latched:
@@ -360,7 +364,7 @@ class Watchdog:
     # -- act and tell -----------------------------------------------------------------------
 
     def act(self, now: datetime) -> ExecutorReport:
-        return self.executor.run(now)
+        return self.executor.run(now, evaluated_at=self.last_evaluated_at)
 
     def deliver(self, now: datetime) -> DeliveryReport | None:
         if self.delivery is None:

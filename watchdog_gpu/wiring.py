@@ -247,6 +247,9 @@ def assemble(
         claimer=claimer,
         on_forget_instance=prober.forget_instance if prober is not None else None,
         guard=action_guard(store, plan_context(settings)),
+        current_episodes=lambda since: {
+            record.episode_key for record in store.list_findings(seen_since=since)
+        },
     )
     watchdog = Watchdog(
         store,
