@@ -51,7 +51,7 @@ def run_with_random_kills(workdir: Path, seed: int) -> int:
         # Start-up (imports, migrations) takes about a second; kill anywhere from during it to
         # well into the night, so every phase of a tick gets hit across the runs.
         try:
-            out, err = child.communicate(timeout=rng.uniform(0.3, 4.0))
+            out, err = child.communicate(timeout=rng.uniform(0.3, 2.5))
         except subprocess.TimeoutExpired:
             child.send_signal(signal.SIGKILL)
             child.communicate(timeout=30)
