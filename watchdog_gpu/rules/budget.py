@@ -180,7 +180,9 @@ def _spend_breaches(
         if ceiling is None:
             continue
         start = period_start(now, zone)
-        spent = instances_spend(instances, start, now)
+        # The last observed state keeps billing until the next poll sees otherwise: count it up
+        # to now (a few minutes at most) rather than call those minutes unknown.
+        spent = instances_spend(instances, start, now, extend_last_by=RECENT_BILLING)
         if spent.usd >= ceiling:
             reached = spend_crossing_time(instances, start, now, ceiling) or start
             text = (
@@ -193,6 +195,9 @@ def _spend_breaches(
         if breach is not None:
             breaches.append(breach)
     return breaches
+
+
+RECENT_BILLING = timedelta(minutes=5)
 
 
 def _unknown_note(spent: SpendFigure) -> str:
