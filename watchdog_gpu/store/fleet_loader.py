@@ -13,18 +13,30 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, and_, func, or_, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.fleet import AccountView, FleetView, InstanceView, VolumeView
-from watchdog_gpu.model import ActionStatus, GpuSample, InstanceState, ProbeOutcome, StateSpan
+from watchdog_gpu.model import ActionStatus, InstanceState, StateSpan
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history import (
+    PROBES_QUERY,
+    SAMPLES_QUERY,
     Entry,
     FleetHistory,
     InstanceKey,
-    fetch_probes,
-    fetch_samples,
+    probes_from,
+    samples_from,
 )
 from watchdog_gpu.store.schema import (
     Account,
@@ -54,6 +66,80 @@ OPEN_ACTION_STATUSES = (
     ActionStatus.BLOCKED.value,
 )
 
+# The statements are built once: building one and computing its cache key cost more than
+# running it (SQLAlchemy caches the compiled SQL by that key).
+_NAMES: BindParameter[list[str]] = bindparam("names", expanding=True)
+_NOW: BindParameter[datetime] = bindparam("now")
+_ACCOUNTS = select(*Account.__table__.columns)
+_NAMED_ACCOUNTS = _ACCOUNTS.where(Account.name.in_(_NAMES))
+_LATEST_SNAPSHOT_IDS = select(func.max(AccountSnapshotRow.id)).group_by(AccountSnapshotRow.account)
+_LATEST_SNAPSHOTS = select(*AccountSnapshotRow.__table__.columns).where(
+    AccountSnapshotRow.id.in_(_LATEST_SNAPSHOT_IDS)
+)
+_NAMED_LATEST_SNAPSHOTS = select(*AccountSnapshotRow.__table__.columns).where(
+    AccountSnapshotRow.id.in_(_LATEST_SNAPSHOT_IDS.where(AccountSnapshotRow.account.in_(_NAMES)))
+)
+# A gone instance stays in the view while it has history inside the window (its spend still
+# counts); every other instance is in the view whatever its age.
+_IN_VIEW: ColumnElement[bool] = and_(
+    Instance.account.in_(_NAMES),
+    or_(
+        Instance.state != InstanceState.GONE.value,
+        Instance.last_seen >= bindparam("window_start"),
+    ),
+)
+_INSTANCES = select(*Instance.__table__.columns).where(_IN_VIEW).order_by(Instance.id)
+_SPANS = (
+    select(*InstanceSpan.__table__.columns)
+    .join(Instance, Instance.id == InstanceSpan.instance_pk)
+    .where(
+        _IN_VIEW,
+        InstanceSpan.first_seen <= _NOW,
+        # Inside the window, or part of the current state's run (which may have started before
+        # the window: state_since must not be cut short by the spend period).
+        or_(
+            InstanceSpan.last_seen >= bindparam("window_start"),
+            InstanceSpan.first_seen >= Instance.state_since,
+        ),
+    )
+    .order_by(InstanceSpan.instance_pk, InstanceSpan.first_seen, InstanceSpan.id)
+)
+_WINDOW_SAMPLES = SAMPLES_QUERY.where(
+    GpuSampleRow.account.in_(_NAMES),
+    GpuSampleRow.at >= bindparam("since"),
+    GpuSampleRow.at <= _NOW,
+)
+_WINDOW_PROBES = PROBES_QUERY.where(
+    ProbeOutcomeRow.account.in_(_NAMES),
+    ProbeOutcomeRow.at >= bindparam("since"),
+    ProbeOutcomeRow.at <= _NOW,
+)
+_VOLUMES = (
+    select(*Volume.__table__.columns)
+    .where(Volume.account.in_(_NAMES), Volume.gone_at.is_(None))
+    .order_by(Volume.account, Volume.id)
+)
+_SSH_KEYS = (
+    select(*SshKey.__table__.columns)
+    .where(SshKey.account.in_(_NAMES))
+    .order_by(SshKey.account, SshKey.id)
+)
+_PROTECTIONS = select(*ProtectionRow.__table__.columns).order_by(ProtectionRow.id)
+_SNOOZES = select(*SnoozeRow.__table__.columns).where(SnoozeRow.until > _NOW).order_by(SnoozeRow.id)
+_ACTIONS = (
+    select(*ActionOutboxRow.__table__.columns)
+    .where(
+        or_(
+            ActionOutboxRow.created_at >= bindparam("actions_since"),
+            ActionOutboxRow.status.in_(OPEN_ACTION_STATUSES),
+        )
+    )
+    .order_by(ActionOutboxRow.created_at, ActionOutboxRow.id)
+)
+_NOTIFICATION_KEYS = select(NotificationOutboxRow.idempotency_key).where(
+    NotificationOutboxRow.created_at >= bindparam("notifications_since")
+)
+
 
 def load_fleet_view(
     session: Session,
@@ -66,62 +152,48 @@ def load_fleet_view(
     history: FleetHistory | None = None,
 ) -> FleetView:
     """See ``Store.load_fleet_view``; ``history`` caches samples and probes between loads."""
-    account_views = _account_views(session, accounts)
-    names = list(account_views)
+    conn = session.connection()
+    account_views = _account_views(conn, accounts)
+    names = {"names": list(account_views)}
     window_start = min(spend_since, now - lookback)
-    instances = _instance_views(session, names, now, window_start, now - lookback, history=history)
-    ssh_keys = select(*SshKey.__table__.columns).where(SshKey.account.in_(names))
-    snoozes = select(*SnoozeRow.__table__.columns).where(SnoozeRow.until > now)
-    actions = select(*ActionOutboxRow.__table__.columns).where(
-        or_(
-            ActionOutboxRow.created_at >= now - RECENT_ACTIONS,
-            ActionOutboxRow.status.in_(OPEN_ACTION_STATUSES),
-        )
+    instances = _instance_views(
+        conn, names["names"], now, window_start, now - lookback, history=history
     )
     return FleetView(
         now=now,
         instances=instances,
         accounts=account_views,
-        volumes=_volume_views(session, names),
-        ssh_keys=tuple(
-            convert.ssh_key(row)
-            for row in session.execute(ssh_keys.order_by(SshKey.account, SshKey.id))
-        ),
-        protections=tuple(
-            convert.protection(row)
-            for row in session.execute(
-                select(*ProtectionRow.__table__.columns).order_by(ProtectionRow.id)
+        volumes=tuple(
+            VolumeView(
+                latest=convert.volume_snapshot(row),
+                first_seen=row.first_seen,
+                detached_since=row.detached_since,
             )
+            for row in conn.execute(_VOLUMES, names)
         ),
-        snoozes=tuple(
-            convert.snooze(row) for row in session.execute(snoozes.order_by(SnoozeRow.id))
-        ),
+        ssh_keys=tuple(convert.ssh_key(row) for row in conn.execute(_SSH_KEYS, names)),
+        protections=tuple(convert.protection(row) for row in conn.execute(_PROTECTIONS)),
+        snoozes=tuple(convert.snooze(row) for row in conn.execute(_SNOOZES, {"now": now})),
         recent_actions=tuple(
             convert.action_row(row).to_record()
-            for row in session.execute(
-                actions.order_by(ActionOutboxRow.created_at, ActionOutboxRow.id)
-            )
+            for row in conn.execute(_ACTIONS, {"actions_since": now - RECENT_ACTIONS})
         ),
         notification_keys=frozenset(
-            session.scalars(
-                select(NotificationOutboxRow.idempotency_key).where(
-                    NotificationOutboxRow.created_at >= now - notification_lookback
-                )
-            )
+            conn.scalars(_NOTIFICATION_KEYS, {"notifications_since": now - notification_lookback})
         ),
     )
 
 
 def latest_account_snapshots(
-    session: Session, names: list[str] | None = None
+    conn: Connection | Session, names: list[str] | None = None
 ) -> dict[str, Row[Any]]:
     """The newest snapshot row of each account (of ``names`` when given)."""
-    latest_ids = select(func.max(AccountSnapshotRow.id)).group_by(AccountSnapshotRow.account)
-    if names is not None:
-        latest_ids = latest_ids.where(AccountSnapshotRow.account.in_(names))
-    rows = session.execute(
-        select(*AccountSnapshotRow.__table__.columns).where(AccountSnapshotRow.id.in_(latest_ids))
-    )
+    if isinstance(conn, Session):
+        conn = conn.connection()
+    if names is None:
+        rows = conn.execute(_LATEST_SNAPSHOTS)
+    else:
+        rows = conn.execute(_NAMED_LATEST_SNAPSHOTS, {"names": names})
     return {row.account: row for row in rows}
 
 
@@ -141,13 +213,14 @@ def account_view(
     )
 
 
-def _account_views(session: Session, accounts: Mapping[str, str] | None) -> dict[str, AccountView]:
-    query = select(*Account.__table__.columns)
-    if accounts is not None:
-        query = query.where(Account.name.in_(list(accounts)))
-    rows = {row.name: row for row in session.execute(query)}
+def _account_views(conn: Connection, accounts: Mapping[str, str] | None) -> dict[str, AccountView]:
+    if accounts is None:
+        found = conn.execute(_ACCOUNTS)
+    else:
+        found = conn.execute(_NAMED_ACCOUNTS, {"names": list(accounts)})
+    rows = {row.name: row for row in found}
     wanted = dict(accounts) if accounts is not None else {n: r.provider for n, r in rows.items()}
-    snapshots = latest_account_snapshots(session, list(wanted))
+    snapshots = latest_account_snapshots(conn, list(wanted))
     return {
         name: account_view(rows.get(name), name, provider, snapshots.get(name))
         for name, provider in sorted(wanted.items())
@@ -155,7 +228,7 @@ def _account_views(session: Session, accounts: Mapping[str, str] | None) -> dict
 
 
 def _instance_views(
-    session: Session,
+    conn: Connection,
     names: list[str],
     now: datetime,
     window_start: datetime,
@@ -163,34 +236,18 @@ def _instance_views(
     *,
     history: FleetHistory | None,
 ) -> dict[str, InstanceView]:
-    # A gone instance stays in the view while it has history inside the window (its spend
-    # still counts); every other instance is in the view whatever its age.
-    in_view: ColumnElement[bool] = and_(
-        Instance.account.in_(names),
-        or_(Instance.state != InstanceState.GONE.value, Instance.last_seen >= window_start),
-    )
-    rows = list(
-        session.execute(select(*Instance.__table__.columns).where(in_view).order_by(Instance.id))
-    )
+    params = {"names": names, "now": now, "window_start": window_start}
+    rows = list(conn.execute(_INSTANCES, params))
     spans: dict[int, list[StateSpan]] = defaultdict(list)
-    span_query = (
-        select(*InstanceSpan.__table__.columns)
-        .join(Instance, Instance.id == InstanceSpan.instance_pk)
-        .where(
-            in_view,
-            InstanceSpan.first_seen <= now,
-            # Inside the window, or part of the current state's run (which may have started
-            # before the window: state_since must not be cut short by the spend period).
-            or_(
-                InstanceSpan.last_seen >= window_start,
-                InstanceSpan.first_seen >= Instance.state_since,
-            ),
-        )
-        .order_by(InstanceSpan.instance_pk, InstanceSpan.first_seen, InstanceSpan.id)
-    )
-    for span in session.execute(span_query):
+    for span in conn.execute(_SPANS, params):
         spans[span.instance_pk].append(convert.state_span(span))
-    samples, probes = _history(session, names, samples_since, now, history)
+    if history is not None:
+        samples = history.samples.load(conn, samples_since, now)
+        probes = history.probes.load(conn, samples_since, now)
+    else:
+        window = {"names": names, "since": samples_since, "now": now}
+        samples = _by_instance(samples_from(conn.execute(_WINDOW_SAMPLES, window)))
+        probes = _by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
     views: dict[str, InstanceView] = {}
     for row in rows:
         key = (row.account, row.instance_id)
@@ -204,49 +261,8 @@ def _instance_views(
     return views
 
 
-def _history(
-    session: Session,
-    names: list[str],
-    since: datetime,
-    now: datetime,
-    history: FleetHistory | None,
-) -> tuple[dict[InstanceKey, tuple[GpuSample, ...]], dict[InstanceKey, tuple[ProbeOutcome, ...]]]:
-    """Samples and probe outcomes with ``since <= at <= now``, by instance, oldest first."""
-    if history is not None:
-        return history.samples.load(session, since, now), history.probes.load(session, since, now)
-    samples = fetch_samples(
-        session,
-        and_(GpuSampleRow.account.in_(names), GpuSampleRow.at >= since, GpuSampleRow.at <= now),
-    )
-    probes = fetch_probes(
-        session,
-        and_(
-            ProbeOutcomeRow.account.in_(names),
-            ProbeOutcomeRow.at >= since,
-            ProbeOutcomeRow.at <= now,
-        ),
-    )
-    return _by_instance(samples), _by_instance(probes)
-
-
 def _by_instance(entries: list[Entry[T]]) -> dict[InstanceKey, tuple[T, ...]]:
     grouped: dict[InstanceKey, list[T]] = defaultdict(list)
     for key, _at, _order, item in entries:
         grouped[key].append(item)
     return {key: tuple(items) for key, items in grouped.items()}
-
-
-def _volume_views(session: Session, names: list[str]) -> tuple[VolumeView, ...]:
-    query = (
-        select(*Volume.__table__.columns)
-        .where(Volume.account.in_(names), Volume.gone_at.is_(None))
-        .order_by(Volume.account, Volume.id)
-    )
-    return tuple(
-        VolumeView(
-            latest=convert.volume_snapshot(row),
-            first_seen=row.first_seen,
-            detached_since=row.detached_since,
-        )
-        for row in session.execute(query)
-    )

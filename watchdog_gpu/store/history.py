@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, and_, func, select
-from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy import Connection, Select, bindparam, func, select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
@@ -36,7 +36,7 @@ T = TypeVar("T")
 InstanceKey = tuple[str, str]  # (account, instance_id)
 # One row read: its instance, its ``at``, its place in the table's order, the value built from it.
 Entry = tuple[InstanceKey, datetime, tuple[Any, ...], T]
-Fetch = Callable[[Session, ColumnElement[bool]], list[Entry[T]]]
+Build = Callable[[Iterable[Any]], list[Entry[T]]]  # result rows → entries
 
 
 @dataclass
@@ -75,13 +75,19 @@ class RecentRows(Generic[T]):
 
     def __init__(
         self,
+        query: Select[*tuple[Any, ...]],
         id_column: InstrumentedAttribute[int],
         at_column: InstrumentedAttribute[datetime],
-        fetch: Fetch[T],
+        build: Build[T],
     ) -> None:
-        self._id = id_column
-        self._at = at_column
-        self._fetch = fetch
+        # Built once (see fleet_loader): the three reads a load may make.
+        self._newest = select(func.max(id_column))
+        self._since = query.where(at_column >= bindparam("since"))
+        self._added = query.where(
+            id_column > bindparam("watermark"), at_column >= bindparam("floor")
+        )
+        self._gap = query.where(at_column >= bindparam("since"), at_column < bindparam("floor"))
+        self._build = build
         self._lock = threading.Lock()
         self._series: dict[InstanceKey, _Series[T]] = {}
         self._floor: datetime | None = None
@@ -93,25 +99,24 @@ class RecentRows(Generic[T]):
             self._reset()
 
     def load(
-        self, session: Session, since: datetime, now: datetime
+        self, conn: Connection, since: datetime, now: datetime
     ) -> dict[InstanceKey, tuple[T, ...]]:
         """The rows with ``since <= at <= now`` of every instance, in the table's order, as the
         open transaction of ``session`` sees them."""
         with self._lock:
-            newest = session.scalar(select(func.max(self._id))) or 0
+            newest = conn.scalar(self._newest) or 0
             if self._floor is None or newest < self._watermark:
                 self._reset()
                 self._floor = since
-                self._add(self._fetch(session, self._at >= since))
+                self._add(self._build(conn.execute(self._since, {"since": since})))
             elif newest > self._watermark:
-                self._add(
-                    self._fetch(session, and_(self._id > self._watermark, self._at >= self._floor))
-                )
+                added = {"watermark": self._watermark, "floor": self._floor}
+                self._add(self._build(conn.execute(self._added, added)))
             self._watermark = newest
             floor = self._floor
             # A caller looking further back than the cache keeps reads the difference itself.
             gap = (
-                self._fetch(session, and_(self._at >= since, self._at < floor))
+                self._build(conn.execute(self._gap, {"since": since, "floor": floor}))
                 if since < floor
                 else []
             )
@@ -167,32 +172,37 @@ class RecentRows(Generic[T]):
 _VERDICTS = {verdict.value: verdict for verdict in Verdict}
 _SOURCES = {source.value: source for source in SampleSource}
 
+# Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects for
+# each was most of a tick's time (see bench/).
+SAMPLES_QUERY = select(
+    GpuSampleRow.id,
+    GpuSampleRow.account,
+    GpuSampleRow.instance_id,
+    GpuSampleRow.at,
+    GpuSampleRow.gpu_index,
+    GpuSampleRow.verdict,
+    GpuSampleRow.source,
+    GpuSampleRow.sm,
+    GpuSampleRow.mem,
+    GpuSampleRow.enc,
+    GpuSampleRow.dec,
+    GpuSampleRow.jpg,
+    GpuSampleRow.ofa,
+).order_by(GpuSampleRow.at, GpuSampleRow.gpu_index, GpuSampleRow.id)
+PROBES_QUERY = select(
+    ProbeOutcomeRow.id,
+    ProbeOutcomeRow.account,
+    ProbeOutcomeRow.instance_id,
+    ProbeOutcomeRow.at,
+    ProbeOutcomeRow.status,
+    ProbeOutcomeRow.duration_seconds,
+    ProbeOutcomeRow.detail,
+    ProbeOutcomeRow.interactive_login,
+).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
 
-def fetch_samples(session: Session, where: ColumnElement[bool]) -> list[Entry[GpuSample]]:
-    """GPU sample rows matching ``where``, in the fleet view's order (at, GPU, id).
 
-    Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects
-    for each was most of a tick's time (see bench/)."""
-    table = GpuSampleRow
-    query = (
-        select(
-            table.id,
-            table.account,
-            table.instance_id,
-            table.at,
-            table.gpu_index,
-            table.verdict,
-            table.source,
-            table.sm,
-            table.mem,
-            table.enc,
-            table.dec,
-            table.jpg,
-            table.ofa,
-        )
-        .where(where)
-        .order_by(table.at, table.gpu_index, table.id)
-    )
+def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
+    """Entries of the rows of SAMPLES_QUERY, in the fleet view's order (at, GPU, id)."""
     verdicts, sources = _VERDICTS, _SOURCES
     return [
         (
@@ -229,27 +239,12 @@ def fetch_samples(session: Session, where: ColumnElement[bool]) -> list[Entry[Gp
             dec,
             jpg,
             ofa,
-        ) in session.execute(query)
+        ) in rows
     ]
 
 
-def fetch_probes(session: Session, where: ColumnElement[bool]) -> list[Entry[ProbeOutcome]]:
-    """Probe outcome rows matching ``where`` (without their samples), in order (at, id)."""
-    table = ProbeOutcomeRow
-    query = (
-        select(
-            table.id,
-            table.account,
-            table.instance_id,
-            table.at,
-            table.status,
-            table.duration_seconds,
-            table.detail,
-            table.interactive_login,
-        )
-        .where(where)
-        .order_by(table.at, table.id)
-    )
+def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
+    """Entries of the rows of PROBES_QUERY (outcomes without their samples), order (at, id)."""
     return [
         (
             (account, instance_id),
@@ -274,7 +269,7 @@ def fetch_probes(session: Session, where: ColumnElement[bool]) -> list[Entry[Pro
             duration,
             detail,
             interactive,
-        ) in session.execute(query)
+        ) in rows
     ]
 
 
@@ -283,10 +278,10 @@ class FleetHistory:
 
     def __init__(self) -> None:
         self.samples: RecentRows[GpuSample] = RecentRows(
-            GpuSampleRow.id, GpuSampleRow.at, fetch_samples
+            SAMPLES_QUERY, GpuSampleRow.id, GpuSampleRow.at, samples_from
         )
         self.probes: RecentRows[ProbeOutcome] = RecentRows(
-            ProbeOutcomeRow.id, ProbeOutcomeRow.at, fetch_probes
+            PROBES_QUERY, ProbeOutcomeRow.id, ProbeOutcomeRow.at, probes_from
         )
 
     def clear(self) -> None:

@@ -7,44 +7,58 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
 
 from watchdog_gpu.model import AccountObservation, VolumeSnapshot
 from watchdog_gpu.store.schema import SshKey, Volume, VolumeSpan
-from watchdog_gpu.store.spans import chunks, current_spans, same_rate
+from watchdog_gpu.store.spans import chunks, current_spans, latest_spans_query, same_rate
 
 VOLUMES = cast(Table, Volume.__table__)
 VOLUME_SPANS = cast(Table, VolumeSpan.__table__)
 SSH_KEYS = cast(Table, SshKey.__table__)
 Values = dict[str, Any]
 
+# Built once (see observations).
+_OF_ACCOUNT = VOLUMES.c.account == bindparam("account")
+_VOLUMES = (
+    select(
+        VOLUMES.c.id,
+        VOLUMES.c.volume_id,
+        VOLUMES.c.attached,
+        VOLUMES.c.detached_since,
+        VOLUMES.c.gone_at,
+    )
+    .where(_OF_ACCOUNT)
+    .order_by(VOLUMES.c.volume_id)
+)
+_VOLUME_SPANS = latest_spans_query(
+    VOLUME_SPANS, "volume_pk", select(VOLUMES.c.id).where(_OF_ACCOUNT)
+)
+_VOLUME_IDS = select(VOLUMES.c.volume_id, VOLUMES.c.id).where(
+    _OF_ACCOUNT, VOLUMES.c.volume_id.in_(bindparam("ids", expanding=True))
+)
+_UPDATE_VOLUMES = update(VOLUMES).where(VOLUMES.c.id == bindparam("pk"))
+_INSERT_VOLUME_SPANS = insert(VOLUME_SPANS)
+_INSERT_VOLUMES = insert(VOLUMES)
+_INSERT_SSH_KEYS = insert(SSH_KEYS)
+_EXTEND_SPANS = update(VOLUME_SPANS).where(VOLUME_SPANS.c.id == bindparam("pk"))
+_SSH_KEYS = select(SSH_KEYS.c.key_id, SSH_KEYS.c.id).where(
+    SSH_KEYS.c.account == bindparam("account")
+)
+_UPDATE_SSH_KEYS = update(SSH_KEYS).where(SSH_KEYS.c.id == bindparam("pk"))
+_DELETE_SSH_KEYS = delete(SSH_KEYS).where(SSH_KEYS.c.id.in_(bindparam("ids", expanding=True)))
+
 
 def record_volumes(
-    session: Session, account: str, snapshots: Iterable[VolumeSnapshot], now: datetime
+    conn: Connection, account: str, snapshots: Iterable[VolumeSnapshot], now: datetime
 ) -> None:
     """Upsert the listed volumes, extend or open their spans, mark absent ones gone."""
     listed = {snapshot.volume_id: snapshot for snapshot in snapshots}
-    of_account = VOLUMES.c.account == account
-    existing = {
-        row.volume_id: row
-        for row in session.execute(
-            select(
-                VOLUMES.c.id,
-                VOLUMES.c.volume_id,
-                VOLUMES.c.attached,
-                VOLUMES.c.detached_since,
-                VOLUMES.c.gone_at,
-            )
-            .where(of_account)
-            .order_by(VOLUMES.c.volume_id)
-        )
-    }
+    params = {"account": account}
+    existing = {row.volume_id: row for row in conn.execute(_VOLUMES, params)}
     if not listed and not existing:
         return
-    spans = current_spans(
-        session, VOLUME_SPANS, "volume_pk", select(VOLUMES.c.id).where(of_account)
-    )
+    spans = current_spans(conn, _VOLUME_SPANS, params, "volume_pk")
     new_spans: list[Values] = []
     extended: list[Values] = []
     updates: list[Values] = []
@@ -73,20 +87,19 @@ def record_volumes(
         for volume_id, row in existing.items()
         if volume_id not in listed and row.gone_at is None
     ]
-    by_pk = VOLUMES.c.id == bindparam("pk")
     for rows in (updates, gone):
         if rows:
-            session.execute(update(VOLUMES).where(by_pk), rows)
+            conn.execute(_UPDATE_VOLUMES, rows)
     if extended:
-        session.execute(update(VOLUME_SPANS).where(VOLUME_SPANS.c.id == bindparam("pk")), extended)
+        conn.execute(_EXTEND_SPANS, extended)
     if new:
-        new_spans.extend(_insert_volumes(session, account, new, now))
+        new_spans.extend(_insert_volumes(conn, account, new, now))
     if new_spans:
-        session.execute(insert(VOLUME_SPANS), new_spans)
+        conn.execute(_INSERT_VOLUME_SPANS, new_spans)
 
 
 def _insert_volumes(
-    session: Session, account: str, snapshots: list[VolumeSnapshot], now: datetime
+    conn: Connection, account: str, snapshots: list[VolumeSnapshot], now: datetime
 ) -> list[Values]:
     """Insert first-seen volumes; returns their first spans."""
     rows = []
@@ -94,13 +107,10 @@ def _insert_volumes(
         values = _volume_values(None, snapshot, now)
         values.update(account=account, volume_id=snapshot.volume_id, first_seen=now)
         rows.append(values)
-    session.execute(insert(VOLUMES), rows)
+    conn.execute(_INSERT_VOLUMES, rows)
     ids: dict[str, int] = {}
     for part in chunks([snapshot.volume_id for snapshot in snapshots]):
-        query = select(VOLUMES.c.volume_id, VOLUMES.c.id).where(
-            VOLUMES.c.account == account, VOLUMES.c.volume_id.in_(part)
-        )
-        ids.update(session.execute(query).all())
+        ids.update(conn.execute(_VOLUME_IDS, {"account": account, "ids": list(part)}).all())
     return [_span(ids[snapshot.volume_id], snapshot, now) for snapshot in snapshots]
 
 
@@ -141,12 +151,11 @@ def _volume_values(row: Any, snapshot: VolumeSnapshot, now: datetime) -> Values:
     }
 
 
-def record_ssh_keys(session: Session, observation: AccountObservation, now: datetime) -> None:
+def record_ssh_keys(conn: Connection, observation: AccountObservation, now: datetime) -> None:
     """The account's keys become exactly the listed ones."""
     account = observation.account.account
     listed = {key.key_id: key for key in observation.ssh_keys}
-    query = select(SSH_KEYS.c.key_id, SSH_KEYS.c.id).where(SSH_KEYS.c.account == account)
-    existing: dict[str, int] = dict(session.execute(query).all())
+    existing: dict[str, int] = dict(conn.execute(_SSH_KEYS, {"account": account}).all())
     new: list[Values] = []
     updates: list[Values] = []
     for key_id, key in listed.items():
@@ -162,9 +171,9 @@ def record_ssh_keys(session: Session, observation: AccountObservation, now: date
         else:
             updates.append({"pk": pk, **values})
     if updates:
-        session.execute(update(SSH_KEYS).where(SSH_KEYS.c.id == bindparam("pk")), updates)
+        conn.execute(_UPDATE_SSH_KEYS, updates)
     if new:
-        session.execute(insert(SSH_KEYS), new)
+        conn.execute(_INSERT_SSH_KEYS, new)
     gone = [pk for key_id, pk in existing.items() if key_id not in listed]
     if gone:
-        session.execute(delete(SSH_KEYS).where(SSH_KEYS.c.id.in_(gone)))
+        conn.execute(_DELETE_SSH_KEYS, {"ids": gone})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.model import (
@@ -35,7 +35,7 @@ from watchdog_gpu.store.schema import (
     PinnedHostKey,
     ProbeOutcomeRow,
 )
-from watchdog_gpu.store.spans import chunks, current_spans, same_rate
+from watchdog_gpu.store.spans import chunks, current_spans, latest_spans_query, same_rate
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,43 @@ INSTANCES = cast(Table, Instance.__table__)
 SPANS = cast(Table, InstanceSpan.__table__)
 PROBES = cast(Table, ProbeOutcomeRow.__table__)
 SAMPLES = cast(Table, GpuSampleRow.__table__)
+SNAPSHOTS = cast(Table, AccountSnapshotRow.__table__)
 GONE = InstanceState.GONE.value
 Values = dict[str, Any]
+
+# The statements are built once: building one and computing its cache key cost more than
+# running it (SQLAlchemy caches the compiled SQL by that key).
+_POLL_OK = update(ACCOUNTS).where(ACCOUNTS.c.name == bindparam("account_name"))
+_BY_PK = INSTANCES.c.id == bindparam("pk")
+_UPDATE_INSTANCES = update(INSTANCES).where(_BY_PK)
+_INSERT_SNAPSHOTS = insert(SNAPSHOTS)
+_INSERT_ACCOUNTS = insert(ACCOUNTS)
+_INSERT_PROBES = insert(PROBES)
+_INSERT_SAMPLES = insert(SAMPLES)
+_INSERT_SPANS = insert(SPANS)
+_INSERT_INSTANCES = insert(INSTANCES)
+_EXTEND_SPANS = update(SPANS).where(SPANS.c.id == bindparam("pk"))
+_INSTANCE_COLUMNS = (
+    INSTANCES.c.id,
+    INSTANCES.c.instance_id,
+    INSTANCES.c.state,
+    INSTANCES.c.state_since,
+    INSTANCES.c.compute_usd_per_hour,
+    INSTANCES.c.storage_usd_per_hour,
+)
+_PRESENT = (INSTANCES.c.account == bindparam("account")) & (INSTANCES.c.state != GONE)
+_PRESENT_INSTANCES = select(*_INSTANCE_COLUMNS).where(_PRESENT).order_by(INSTANCES.c.instance_id)
+_PRESENT_SPANS = latest_spans_query(SPANS, "instance_pk", select(INSTANCES.c.id).where(_PRESENT))
+_LISTED = (INSTANCES.c.account == bindparam("account")) & INSTANCES.c.instance_id.in_(
+    bindparam("ids", expanding=True)
+)
+_LISTED_INSTANCES = select(*_INSTANCE_COLUMNS).where(_LISTED)
+_LISTED_SPANS = latest_spans_query(SPANS, "instance_pk", select(INSTANCES.c.id).where(_LISTED))
+_LISTED_IDS = select(INSTANCES.c.instance_id, INSTANCES.c.id).where(_LISTED)
+_FORGET_HOST_KEYS = delete(PinnedHostKey).where(
+    PinnedHostKey.account == bindparam("account"),
+    PinnedHostKey.instance_id.in_(bindparam("ids", expanding=True)),
+)
 
 
 def upsert_account(session: Session, name: str, provider: str, now: datetime) -> Account:
@@ -66,32 +101,34 @@ def upsert_account(session: Session, name: str, provider: str, now: datetime) ->
 
 def record_observation(session: Session, observation: AccountObservation, now: datetime) -> None:
     """Record one complete poll of one account (see ``Store.record_observation``)."""
+    conn = session.connection()
     snapshot = observation.account
-    _record_poll_ok(session, snapshot.account, snapshot.provider, now)
+    _record_poll_ok(conn, snapshot.account, snapshot.provider, now)
     # A part listed in ``problems`` failed this poll: it is empty, not a complete listing, so
     # it must not mark anything gone (and an all-None account snapshot would hide the last
     # known balance).
     problems = observation.problems
     if "account" not in problems:
-        session.execute(
-            insert(AccountSnapshotRow).values(
-                account=snapshot.account,
-                provider=snapshot.provider,
-                observed_at=snapshot.observed_at,
-                balance_usd=snapshot.balance_usd,
-                spend_usd_per_hour=snapshot.spend_usd_per_hour,
-                spend_limit_usd_per_hour=snapshot.spend_limit_usd_per_hour,
-                autopay_enabled=snapshot.autopay_enabled,
-            )
+        conn.execute(
+            _INSERT_SNAPSHOTS,
+            {
+                "account": snapshot.account,
+                "provider": snapshot.provider,
+                "observed_at": snapshot.observed_at,
+                "balance_usd": snapshot.balance_usd,
+                "spend_usd_per_hour": snapshot.spend_usd_per_hour,
+                "spend_limit_usd_per_hour": snapshot.spend_limit_usd_per_hour,
+                "autopay_enabled": snapshot.autopay_enabled,
+            },
         )
-    _record_instances(session, snapshot.account, observation.instances, now)
+    _record_instances(conn, snapshot.account, observation.instances, now)
     if "volumes" not in problems:
-        record_volumes(session, snapshot.account, observation.volumes, now)
+        record_volumes(conn, snapshot.account, observation.volumes, now)
     if "ssh_keys" not in problems:
-        record_ssh_keys(session, observation, now)
+        record_ssh_keys(conn, observation, now)
 
 
-def _record_poll_ok(session: Session, name: str, provider: str, now: datetime) -> None:
+def _record_poll_ok(conn: Connection, name: str, provider: str, now: datetime) -> None:
     values: Values = {
         "provider": provider,
         "last_poll_ok_at": now,
@@ -99,9 +136,9 @@ def _record_poll_ok(session: Session, name: str, provider: str, now: datetime) -
         "last_poll_error_at": None,
         "last_poll_error_message": None,
     }
-    updated = session.execute(update(ACCOUNTS).where(ACCOUNTS.c.name == name).values(values))
+    updated = conn.execute(_POLL_OK, {"account_name": name, **values})
     if changed_rows(updated) == 0:
-        session.execute(insert(ACCOUNTS).values(name=name, first_seen=now, **values))
+        conn.execute(_INSERT_ACCOUNTS, {"name": name, "first_seen": now, **values})
 
 
 def record_poll_failure(
@@ -138,7 +175,7 @@ def record_probes(session: Session, outcomes: Iterable[ProbeOutcome]) -> None:
         )
         samples.extend(outcome.samples)
     if rows:
-        session.execute(insert(PROBES), rows)
+        session.connection().execute(_INSERT_PROBES, rows)
     record_samples(session, samples)
 
 
@@ -161,7 +198,7 @@ def record_samples(session: Session, samples: Iterable[GpuSample]) -> None:
         for sample in samples
     ]
     if rows:
-        session.execute(insert(SAMPLES), rows)
+        session.connection().execute(_INSERT_SAMPLES, rows)
 
 
 def _unique_by_id(
@@ -186,44 +223,29 @@ def _unique_by_id(
 
 
 def _existing_instances(
-    session: Session, account: str, listed: Sequence[str]
+    conn: Connection, account: str, listed: Sequence[str]
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """The account's instance rows a poll can change — every one not gone, plus gone ones listed
     again (an account's gone instances pile up and never change again) — by instance id, and
     their current spans by row id."""
-    columns = (
-        INSTANCES.c.id,
-        INSTANCES.c.instance_id,
-        INSTANCES.c.state,
-        INSTANCES.c.state_since,
-        INSTANCES.c.compute_usd_per_hour,
-        INSTANCES.c.storage_usd_per_hour,
-    )
-    present = (INSTANCES.c.account == account) & (INSTANCES.c.state != GONE)
-    rows = {
-        row.instance_id: row
-        for row in session.execute(
-            select(*columns).where(present).order_by(INSTANCES.c.instance_id)
-        )
-    }
-    spans = current_spans(session, SPANS, "instance_pk", select(INSTANCES.c.id).where(present))
+    params: dict[str, Any] = {"account": account}
+    rows = {row.instance_id: row for row in conn.execute(_PRESENT_INSTANCES, params)}
+    spans = current_spans(conn, _PRESENT_SPANS, params, "instance_pk")
     unknown = [instance_id for instance_id in listed if instance_id not in rows]
     for part in chunks(unknown):
-        wanted = (INSTANCES.c.account == account) & INSTANCES.c.instance_id.in_(part)
-        again = {row.instance_id: row for row in session.execute(select(*columns).where(wanted))}
+        params = {"account": account, "ids": list(part)}
+        again = {row.instance_id: row for row in conn.execute(_LISTED_INSTANCES, params)}
         if again:
             rows.update(again)
-            spans.update(
-                current_spans(session, SPANS, "instance_pk", select(INSTANCES.c.id).where(wanted))
-            )
+            spans.update(current_spans(conn, _LISTED_SPANS, params, "instance_pk"))
     return rows, spans
 
 
 def _record_instances(
-    session: Session, account: str, snapshots: Iterable[InstanceSnapshot], now: datetime
+    conn: Connection, account: str, snapshots: Iterable[InstanceSnapshot], now: datetime
 ) -> None:
     listed = _unique_by_id(account, snapshots)
-    existing, spans = _existing_instances(session, account, list(listed))
+    existing, spans = _existing_instances(conn, account, list(listed))
     changes = _Changes()
     new: list[InstanceSnapshot] = []
     for instance_id, snapshot in listed.items():
@@ -244,19 +266,18 @@ def _record_instances(
             logger.info("instance absent from listing account=%s instance=%s", account, instance_id)
             gone.append(_absent(row, spans.get(row.id), new_spans, now))
             forget.append(instance_id)
-    by_pk = INSTANCES.c.id == bindparam("pk")
     if updates:
-        session.execute(update(INSTANCES).where(by_pk), updates)
+        conn.execute(_UPDATE_INSTANCES, updates)
     if gone:
-        session.execute(update(INSTANCES).where(by_pk), gone)
+        conn.execute(_UPDATE_INSTANCES, gone)
     if extended:
-        session.execute(update(SPANS).where(SPANS.c.id == bindparam("pk")), extended)
+        conn.execute(_EXTEND_SPANS, extended)
     if forget:
-        _forget_host_keys(session, account, forget)
+        _forget_host_keys(conn, account, forget)
     if new:
-        new_spans.extend(_insert_instances(session, account, new, now))
+        new_spans.extend(_insert_instances(conn, account, new, now))
     if new_spans:
-        session.execute(insert(SPANS), new_spans)
+        conn.execute(_INSERT_SPANS, new_spans)
 
 
 @dataclass
@@ -316,7 +337,7 @@ def _absent(row: Any, span: Any, new_spans: list[Values], now: datetime) -> Valu
 
 
 def _insert_instances(
-    session: Session, account: str, snapshots: list[InstanceSnapshot], now: datetime
+    conn: Connection, account: str, snapshots: list[InstanceSnapshot], now: datetime
 ) -> list[Values]:
     """Insert first-seen instances; returns their first spans."""
     rows = []
@@ -325,13 +346,10 @@ def _insert_instances(
         values.update(account=account, instance_id=snapshot.instance_id, first_seen=now)
         values["state_since"] = now
         rows.append(values)
-    session.execute(insert(INSTANCES), rows)
+    conn.execute(_INSERT_INSTANCES, rows)
     ids: dict[str, int] = {}
     for part in chunks([snapshot.instance_id for snapshot in snapshots]):
-        query = select(INSTANCES.c.instance_id, INSTANCES.c.id).where(
-            INSTANCES.c.account == account, INSTANCES.c.instance_id.in_(part)
-        )
-        ids.update(session.execute(query).all())
+        ids.update(conn.execute(_LISTED_IDS, {"account": account, "ids": list(part)}).all())
     return [_span(ids[s.instance_id], s.state.value, s.raw_state, s, now) for s in snapshots]
 
 
@@ -373,11 +391,7 @@ def _snapshot_values(snapshot: InstanceSnapshot, now: datetime) -> Values:
     }
 
 
-def _forget_host_keys(session: Session, account: str, instance_ids: list[str]) -> None:
+def _forget_host_keys(conn: Connection, account: str, instance_ids: list[str]) -> None:
     # A gone instance's id is never reused; its pinned key is only clutter now.
     for part in chunks(instance_ids):
-        session.execute(
-            delete(PinnedHostKey).where(
-                PinnedHostKey.account == account, PinnedHostKey.instance_id.in_(part)
-            )
-        )
+        conn.execute(_FORGET_HOST_KEYS, {"account": account, "ids": list(part)})

@@ -6,8 +6,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Table, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Select, Table, func, select
 
 # Ids per ``IN (...)`` list: well under SQLite's bound-parameter limit.
 IN_CHUNK = 500
@@ -26,14 +25,17 @@ def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
         yield items[start : start + IN_CHUNK]
 
 
-def current_spans(
-    session: Session,
-    span_table: Table,
-    owner_column: str,
-    owners: Select[Any] | ColumnElement[Any],
-) -> dict[int, Any]:
-    """The newest span row (highest id) of each owner whose id ``owners`` selects, by owner id."""
+def latest_spans_query(
+    span_table: Table, owner_column: str, owners: Select[Any]
+) -> Select[*tuple[Any, ...]]:
+    """The newest span row (highest id) of each owner whose id ``owners`` selects."""
     owner = span_table.c[owner_column]
     latest = select(func.max(span_table.c.id)).where(owner.in_(owners)).group_by(owner)
-    rows = session.execute(select(span_table).where(span_table.c.id.in_(latest)))
-    return {row._mapping[owner_column]: row for row in rows}
+    return select(span_table).where(span_table.c.id.in_(latest))
+
+
+def current_spans(
+    conn: Connection, query: Select[*tuple[Any, ...]], params: dict[str, Any], owner_column: str
+) -> dict[int, Any]:
+    """The rows of a ``latest_spans_query`` by owner id."""
+    return {row._mapping[owner_column]: row for row in conn.execute(query, params)}

@@ -1,0 +1,221 @@
+"""Benchmark: full engine cycles (poll → probe → evaluate → act → deliver) over a large fleet.
+
+The fleet is built in code: 50 accounts (Vast.ai, RunPod and Lambda in turn) × 20 instances =
+1,000 instances of 2 GPUs each, plus one volume and one SSH key per account. Nine instances in
+ten train at 90 %; the rest are idle from the start (they stay inside the idle window for the
+few cycles measured, so nothing is destroyed). The engine is the production one, as ``simulate``
+builds it: provider adapters over the in-process transports of the simulator's dialect handlers,
+the SSH prober with the fake runner (real ``nvidia-smi dmon`` text, real parser), a SQLite file.
+
+Before the first cycle the database gets the history a daemon in its stride has: one condensed
+probe (one sample per GPU) per instance per minute over the engine's lookback (73 minutes with
+the default rules), i.e. about 146,000 samples and 73,000 probe outcomes in the window the fleet
+view reads. The first cycle then also records every instance for the first time.
+
+Measures, per cycle: wall time of each phase and of the store calls inside them
+(``record_observation``, ``record_probes``, ``load_fleet_view``), the first (cold) cycle apart
+from the median of the following ones, and the process's peak RSS.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.bench_cycle [--accounts 50] [--per-account 20] [--cycles 4]
+        [--no-history] [--write-readme]
+
+Not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench.bench_simulate import machine, write_readme_block
+from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.sim.scenario import Scenario, parse_scenario
+from watchdog_gpu.sim.simulate import Simulation, simulation
+
+PROVIDERS = ("vast", "runpod", "lambda")
+START = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
+PHASES = ("poll_all", "probe", "evaluate", "act", "deliver")
+STORE_CALLS = ("record_observation", "record_probes", "load_fleet_view")
+
+
+def fleet(accounts: int, per_account: int, gpus: int = 2) -> Scenario:
+    """The benchmark's scenario: ``accounts`` × ``per_account`` instances."""
+    data: dict[str, Any] = {
+        "name": f"cycle-{accounts}x{per_account}",
+        "start": START,
+        "duration": "24h",
+        "tick": "60s",
+        "accounts": [],
+    }
+    for number in range(accounts):
+        provider = PROVIDERS[number % len(PROVIDERS)]
+        account: dict[str, Any] = {
+            "name": f"{provider}-{number:02d}",
+            "provider": provider,
+            "instances": [
+                {
+                    # Numeric ids: Vast.ai's are integers.
+                    "id": str(100_000 + number * 1000 + index),
+                    "name": f"job-{number}-{index}",
+                    "gpu_count": gpus,
+                    "compute_usd_per_hour": 0.5,
+                    "events": [{"at": "0s", "state": "running", "gpu_util": _util(index)}],
+                    # Lambda bills no per-instance storage.
+                    **(
+                        {}
+                        if provider == "lambda"
+                        else {"disk_gb": 50.0, "storage_usd_per_gb_month": 0.2}
+                    ),
+                }
+                for index in range(per_account)
+            ],
+            "ssh_keys": [{"public_key": f"ssh-ed25519 AAAAbench{number:02d} bench"}],
+        }
+        account["volumes"] = [
+            {"id": str(500 + number), "size_gb": 100.0, "storage_usd_per_gb_month": 0.1}
+        ]
+        if provider != "lambda":
+            account["balance_usd"] = 10_000.0
+        data["accounts"].append(account)
+    return parse_scenario(data)
+
+
+def _util(index: int) -> int:
+    """Nine instances in ten train at 90 %; every tenth is idle."""
+    return 0 if index % 10 == 9 else 90
+
+
+def backfill(sim: Simulation, minutes: int) -> int:
+    """Record ``minutes`` of per-minute probes (one sample per GPU) for every instance before
+    the scenario starts; returns how many samples were written."""
+    written = 0
+    for offset in range(minutes, 0, -1):
+        at = START - timedelta(minutes=offset)
+        outcomes = []
+        for account in sim.scenario.accounts:
+            for instance in account.instances:
+                util = float(_util(int(instance.id) % 1000))
+                samples = tuple(
+                    GpuSample(
+                        account=account.name,
+                        instance_id=instance.id,
+                        at=at,
+                        gpu_index=gpu,
+                        verdict=Verdict.IDLE if util == 0 else Verdict.BUSY,
+                        source=SampleSource.DMON,
+                        sm=util,
+                        mem=util / 2,
+                    )
+                    for gpu in range(instance.gpu_count)
+                )
+                outcomes.append(
+                    ProbeOutcome(
+                        account=account.name,
+                        instance_id=instance.id,
+                        at=at,
+                        status=ProbeStatus.OK,
+                        duration_seconds=1.0,
+                        samples=samples,
+                    )
+                )
+                written += len(samples)
+        sim.store.record_probes(outcomes)
+    return written
+
+
+Timings = dict[str, list[float]]
+
+
+def timed(name: str, function: Callable[..., Any], timings: Timings) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            timings[name].append(time.perf_counter() - started)
+
+    return wrapper
+
+
+def instrument(sim: Simulation, timings: Timings) -> None:
+    """Time the engine's phases and the store's heavy calls (instance attributes shadow the
+    methods, so ``Watchdog.tick`` calls the wrappers)."""
+    watchdog = sim.assembly.watchdog
+    for name in PHASES:
+        setattr(watchdog, name, timed(name, getattr(watchdog, name), timings))
+    for name in STORE_CALLS:
+        setattr(sim.store, name, timed(name, getattr(sim.store, name), timings))
+
+
+def run(accounts: int, per_account: int, cycles: int, history: bool) -> tuple[str, float]:
+    scenario = fleet(accounts, per_account)
+    timings: Timings = defaultdict(list)
+    walls: list[float] = []
+    with simulation(scenario) as sim:
+        minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
+        samples = backfill(sim, minutes) if history else 0
+        instrument(sim, timings)
+        for _ in range(cycles):
+            started = time.perf_counter()
+            sim.step()
+            walls.append(time.perf_counter() - started)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    instances = accounts * per_account
+    lines = [
+        f"{instances} instances in {accounts} accounts, {samples} samples of history "
+        f"({minutes} min lookback), {cycles} cycles:",
+        "",
+        "| part | first cycle | later cycles (median) |",
+        "|---|---|---|",
+        _row("whole cycle", walls),
+    ]
+    lines += [_row(name, timings[name]) for name in PHASES]
+    lines += [_row(f"store: {name}", _per_cycle(timings[name], cycles)) for name in STORE_CALLS]
+    lines += ["", f"Peak RSS: {rss:.0f} MiB."]
+    return "\n".join(lines), rss
+
+
+def _per_cycle(values: list[float], cycles: int) -> list[float]:
+    """Per-account calls (record_observation) summed into one figure per cycle."""
+    if len(values) <= cycles:
+        return values
+    size = len(values) // cycles
+    return [sum(values[index * size : (index + 1) * size]) for index in range(cycles)]
+
+
+def _row(name: str, values: list[float]) -> str:
+    if not values:
+        return f"| {name} | – | – |"
+    later = f"{1000 * statistics.median(values[1:]):.0f} ms" if len(values) > 1 else "–"
+    return f"| {name} | {1000 * values[0]:.0f} ms | {later} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--accounts", type=int, default=50)
+    parser.add_argument("--per-account", type=int, default=20)
+    parser.add_argument("--cycles", type=int, default=4)
+    parser.add_argument("--no-history", action="store_true", help="start from an empty database")
+    parser.add_argument("--write-readme", action="store_true", help="update bench/README.md")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    report, _ = run(args.accounts, args.per_account, max(args.cycles, 1), not args.no_history)
+    print(report)
+    if args.write_readme:
+        stamp = datetime.now(UTC).date().isoformat()  # noqa: TID251 - a benchmark reads real time
+        write_readme_block("bench_cycle", f"Measured {stamp} on {machine()}. {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

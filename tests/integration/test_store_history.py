@@ -1,0 +1,159 @@
+"""The samples and probes a Store keeps between fleet-view loads: a warm Store's view is always
+the view a Store reading everything afresh builds."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.integration.store_builders import (
+    ACCOUNT,
+    T0,
+    instance,
+    minutes,
+    observation,
+    probe,
+    sample,
+)
+from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.store import Store
+
+LOOKBACK = timedelta(hours=1)
+KEY = f"{ACCOUNT}/101"
+
+
+def _view(store: Store, now: datetime, lookback: timedelta = LOOKBACK) -> FleetView:
+    return store.load_fleet_view(now, lookback, now - lookback)
+
+
+def _history(view: FleetView) -> dict[str, tuple[object, ...]]:
+    return {
+        key: (instance.samples, instance.probes) for key, instance in sorted(view.instances.items())
+    }
+
+
+def _assert_same_as_fresh(
+    store: Store, engine: Engine, now: datetime, lookback: timedelta = LOOKBACK
+) -> FleetView:
+    warm = _view(store, now, lookback)
+    assert _history(warm) == _history(_view(Store(engine), now, lookback))
+    return warm
+
+
+def _record(store: Store, at: datetime, sm: float = 0.0, instance_id: str = "101") -> None:
+    store.record_probe(probe(instance_id, at, sample(instance_id, at, 0, sm=sm)))
+
+
+def test_samples_recorded_after_a_load_are_in_the_next_view(
+    store: Store, store_engine: Engine
+) -> None:
+    store.record_observation(observation(instance("101")), T0)
+    _record(store, T0)
+    assert len(_view(store, T0).instances[KEY].samples) == 1
+
+    _record(store, T0 + minutes(1), sm=80.0)
+    view = _assert_same_as_fresh(store, store_engine, T0 + minutes(1))
+
+    assert [(s.at, s.sm) for s in view.instances[KEY].samples] == [
+        (T0, 0.0),
+        (T0 + minutes(1), 80.0),
+    ]
+
+
+def test_a_sample_recorded_late_with_an_earlier_time_takes_its_place_in_order(
+    store: Store, store_engine: Engine
+) -> None:
+    store.record_observation(observation(instance("101")), T0)
+    _record(store, T0)
+    _record(store, T0 + minutes(2))
+    _view(store, T0 + minutes(2))
+
+    # A slow probe round records a sample taken before the last one recorded.
+    _record(store, T0 + minutes(1), sm=50.0)
+    view = _assert_same_as_fresh(store, store_engine, T0 + minutes(2))
+
+    assert [s.at for s in view.instances[KEY].samples] == [T0 + minutes(m) for m in (0, 1, 2)]
+
+
+def test_samples_leave_the_view_as_the_window_moves_on(store: Store, store_engine: Engine) -> None:
+    store.record_observation(observation(instance("101")), T0)
+    for minute in range(0, 120, 10):
+        _record(store, T0 + minutes(minute))
+    _view(store, T0 + minutes(60))
+
+    view = _assert_same_as_fresh(store, store_engine, T0 + minutes(110))
+
+    assert view.instances[KEY].samples[0].at == T0 + minutes(50)
+
+
+def test_a_longer_lookback_than_the_one_kept_still_sees_the_older_samples(
+    store: Store, store_engine: Engine
+) -> None:
+    store.record_observation(observation(instance("101")), T0)
+    for minute in range(0, 240, 15):
+        _record(store, T0 + minutes(minute))
+    _view(store, T0 + minutes(225))  # keeps the last hour only
+
+    view = _assert_same_as_fresh(store, store_engine, T0 + minutes(225), timedelta(hours=3))
+
+    assert view.instances[KEY].samples[0].at == T0 + minutes(45)
+    # ... and the shorter window is still right afterwards.
+    _assert_same_as_fresh(store, store_engine, T0 + minutes(225))
+
+
+def test_samples_recorded_after_everything_was_pruned_are_seen(
+    store: Store, store_engine: Engine
+) -> None:
+    # Pruning every row lets SQLite hand out the same ids again: what was kept must go.
+    store.record_observation(observation(instance("101")), T0)
+    for minute in range(5):
+        _record(store, T0 + minutes(minute))
+    _view(store, T0 + minutes(4))
+    store.prune(T0 + timedelta(days=30), sample_retention=timedelta(days=1))
+
+    # More new rows than there were before: the new ids pass the old highest one.
+    later = T0 + timedelta(days=30)
+    for minute in range(6):
+        _record(store, later + minutes(minute), sm=70.0)
+    view = _assert_same_as_fresh(store, store_engine, later + minutes(5))
+
+    assert [s.at for s in view.instances[KEY].samples] == [later + minutes(m) for m in range(6)]
+
+
+def test_samples_another_store_on_the_same_database_records_are_seen(
+    store: Store, store_engine: Engine
+) -> None:
+    store.record_observation(observation(instance("101")), T0)
+    _record(store, T0)
+    _view(store, T0)
+
+    # Another Store (another process, e.g. `watchdog-gpu once`) writes to the same file.
+    _record(Store(store_engine), T0 + minutes(1), sm=90.0)
+    view = _assert_same_as_fresh(store, store_engine, T0 + minutes(1))
+
+    assert [s.sm for s in view.instances[KEY].samples] == [0.0, 90.0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_recording_and_loading_always_give_the_fresh_view(
+    store: Store, store_engine: Engine, seed: int
+) -> None:
+    rng = random.Random(seed)
+    ids = ("101", "102", "103")
+    store.record_observation(observation(*(instance(i) for i in ids)), T0)
+    now = T0
+    for _ in range(60):
+        now += minutes(rng.choice((0, 1, 1, 2, 7, 30)))
+        for _ in range(rng.randrange(4)):
+            # Mostly now, sometimes late (earlier than recorded ones) or ahead of the clock.
+            at = now + minutes(rng.choice((0, 0, 0, -1, -5, -45, -200, 3)))
+            target = rng.choice(ids)
+            gpus = [sample(target, at, gpu, sm=rng.choice((0.0, 50.0, None))) for gpu in (0, 1)]
+            store.record_probe(probe(target, at, *gpus))
+        if rng.random() < 0.05:
+            store.prune(now, sample_retention=timedelta(hours=rng.choice((1, 2, 4))))
+        lookback = timedelta(minutes=rng.choice((30, 60, 60, 60, 180)))
+        _assert_same_as_fresh(store, store_engine, now, lookback)
