@@ -244,7 +244,9 @@ class ProbeSection(StrictModel):
     """``[probe]``: the GPU probe over SSH (``nvidia-smi dmon``)."""
 
     enabled: bool = Field(default=True, description="probe running instances over SSH")
-    workers: int = Field(default=8, ge=1, le=256, description="parallel SSH sessions at most")
+    # Probes mostly wait (10 s of dmon sampling each): ~instances x 10 s / probe_interval
+    # sessions are needed to probe every instance each interval (bench/README.md).
+    workers: int = Field(default=32, ge=1, le=256, description="parallel SSH sessions at most")
     connect_timeout: PositiveDuration = Field(
         default=timedelta(seconds=10), description="TCP connect timeout"
     )
