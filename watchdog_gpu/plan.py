@@ -22,8 +22,10 @@ The order of the checks is the safety model of product.md §6, most protective f
    ``max_fleet_fraction`` of the billing fleet (checked only for fleets of four or more, so two
    forgotten instances of a two-instance fleet are not mistaken for a runaway policy). Beyond it
    the candidates become ``BLOCKED`` and the fuse *latches*: every later non-budget action is
-   blocked too until a human runs ``watchdog-gpu fuse reset``. The budget emergency has its own
-   per-tick limit and is not held by the latch: it exists to stop money leaking.
+   blocked too until a human runs ``watchdog-gpu fuse reset``. The reset cancels the held
+   actions; decided again on fresh findings, they go through without counting against the fuse
+   (a human released them). The budget emergency has its own per-tick limit and is not held by
+   the latch: it exists to stop money leaking.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class Decision:
     warn_at: datetime | None = None
     action: PlannedAction | None = None
     note: str = ""
+    # The action was cancelled before (a human reset the fuse that held it, or its condition
+    # cleared) and is decided again now: a human already looked, so the fuse lets it through.
+    released: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +226,8 @@ def _decide(
         evidence=finding.evidence,
         usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
     )
-    return Decision(finding, PlanStatus.EXECUTE, dry_run, warn_at, action)
+    released = record is not None and record.status == "cancelled"
+    return Decision(finding, PlanStatus.EXECUTE, dry_run, warn_at, action, released=released)
 
 
 def _stale_listing(view: FleetView, account: str) -> str | None:
@@ -265,7 +271,7 @@ def _apply_fuse(
     )
     hour_allowance = max(0, safety.max_actions_per_hour - acted_last_hour)
     candidates = [d for d in decisions if d.status is PlanStatus.EXECUTE]
-    ordinary = [d for d in candidates if d.finding.rule != BUDGET_RULE]
+    ordinary = [d for d in candidates if d.finding.rule != BUDGET_RULE and not d.released]
     fleet = _billing_fleet_size(view)
     fraction_limit = (
         int(safety.max_fleet_fraction * fleet) if fleet >= FRACTION_MIN_FLEET else len(ordinary)
@@ -288,7 +294,9 @@ def _apply_fuse(
             result.append(decision)
             continue
         is_budget = decision.finding.rule == BUDGET_RULE
-        if is_budget and budget_used < budget_allowance:
+        if decision.released and not is_budget:
+            result.append(decision)
+        elif is_budget and budget_used < budget_allowance:
             budget_used += 1
             result.append(decision)
         elif not is_budget and ordinary_used < ordinary_allowance:

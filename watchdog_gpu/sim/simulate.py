@@ -54,7 +54,7 @@ _RESULTS = {
     ActionStatus.DRY_RUN: "dry_run",
     ActionStatus.HELD: "held",
     ActionStatus.BLOCKED: "blocked",
-    ActionStatus.CANCELLED: "blocked",
+    ActionStatus.CANCELLED: "cancelled",
 }
 
 

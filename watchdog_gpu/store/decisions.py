@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.model import PlannedAction, PlannedNotification
+from watchdog_gpu.model import ActionStatus, PlannedAction, PlannedNotification
 from watchdog_gpu.store import outbox
 from watchdog_gpu.store.schema import AuditEventRow
 from watchdog_gpu.store.types import JsonValue
@@ -67,7 +67,20 @@ def record_decision(
     already recorded this decision, and nothing is written)."""
     new = False
     if action is not None:
-        new = outbox.enqueue_action(session, action, action_status) or new
+        new = outbox.enqueue_action(session, action, action_status)
+        if not new and action_status == ActionStatus.PENDING.value:
+            # A cancelled action (fuse reset, or its condition cleared before the call) that the
+            # planner decides again on fresh data runs again under the same key.
+            new = outbox.transition_action(
+                session,
+                action.idempotency_key,
+                expected_status=ActionStatus.CANCELLED.value,
+                new_status=ActionStatus.PENDING.value,
+                now=now,
+                result="replanned",
+                last_error=None,
+                next_attempt_at=now,
+            )
     if notification is not None:
         new = outbox.enqueue_notification(session, notification) or new
     if new:
