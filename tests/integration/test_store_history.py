@@ -1,5 +1,5 @@
-"""The samples and probes a Store keeps between fleet-view loads: a warm Store's view is always
-the view a Store reading everything afresh builds."""
+"""The samples, probes and account snapshots a Store keeps between fleet-view loads: a warm
+Store's view is always the view a Store that keeps nothing reads from the database."""
 
 from __future__ import annotations
 
@@ -29,17 +29,17 @@ def _view(store: Store, now: datetime, lookback: timedelta = LOOKBACK) -> FleetV
     return store.load_fleet_view(now, lookback, now - lookback)
 
 
-def _history(view: FleetView) -> dict[str, tuple[object, ...]]:
-    return {
-        key: (instance.samples, instance.probes) for key, instance in sorted(view.instances.items())
-    }
+def _history(view: FleetView) -> tuple[object, ...]:
+    """What the Store keeps between loads: samples, probes, each account's latest snapshot."""
+    instances = {key: (item.samples, item.probes) for key, item in view.instances.items()}
+    return instances, view.accounts
 
 
 def _assert_same_as_fresh(
     store: Store, engine: Engine, now: datetime, lookback: timedelta = LOOKBACK
 ) -> FleetView:
     warm = _view(store, now, lookback)
-    assert _history(warm) == _history(_view(Store(engine), now, lookback))
+    assert _history(warm) == _history(_view(Store(engine, keep_history=False), now, lookback))
     return warm
 
 
@@ -123,6 +123,25 @@ def test_samples_recorded_after_everything_was_pruned_are_seen(
     assert [s.at for s in view.instances[KEY].samples] == [later + minutes(m) for m in range(6)]
 
 
+def test_the_latest_account_snapshot_follows_every_poll(store: Store, store_engine: Engine) -> None:
+    store.record_observation(observation(instance("101"), balance=25.0), T0)
+    _view(store, T0)
+    Store(store_engine).record_observation(
+        observation(instance("101"), at=T0 + minutes(1), balance=24.0), T0 + minutes(1)
+    )
+    # A poll whose account query failed records no snapshot: the last known balance stays.
+    store.record_observation(
+        observation(instance("101"), at=T0 + minutes(2), balance=None, problems={"account": "x"}),
+        T0 + minutes(2),
+    )
+
+    view = _assert_same_as_fresh(store, store_engine, T0 + minutes(2))
+
+    latest = view.accounts[ACCOUNT].latest
+    assert latest is not None
+    assert latest.balance_usd == 24.0
+
+
 def test_samples_another_store_on_the_same_database_records_are_seen(
     store: Store, store_engine: Engine
 ) -> None:
@@ -153,6 +172,13 @@ def test_random_recording_and_loading_always_give_the_fresh_view(
             target = rng.choice(ids)
             gpus = [sample(target, at, gpu, sm=rng.choice((0.0, 50.0, None))) for gpu in (0, 1)]
             store.record_probe(probe(target, at, *gpus))
+        if rng.random() < 0.3:
+            # Sometimes from another Store, as another process on the same file would.
+            writer = store if rng.random() < 0.7 else Store(store_engine)
+            balance = rng.choice((None, 10.0, 25.0))
+            writer.record_observation(
+                observation(*(instance(i) for i in ids), at=now, balance=balance), now
+            )
         if rng.random() < 0.05:
             store.prune(now, sample_retention=timedelta(hours=rng.choice((1, 2, 4))))
         lookback = timedelta(minutes=rng.choice((30, 60, 60, 60, 180)))

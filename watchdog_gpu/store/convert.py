@@ -45,13 +45,12 @@ from watchdog_gpu.store.schema import (
 )
 from watchdog_gpu.store.types import JsonScalar
 
+_STATES = {state.value: state for state in InstanceState}
+
 
 def instance_state(value: str) -> InstanceState:
     """The state stored as ``value``; a value this version does not know reads as unknown."""
-    try:
-        return InstanceState(value)
-    except ValueError:
-        return InstanceState.UNKNOWN
+    return _STATES.get(value, InstanceState.UNKNOWN)
 
 
 def instance_snapshot(row: Instance | Row[Any]) -> InstanceSnapshot:

@@ -35,13 +35,16 @@ from watchdog_gpu.store.history import (
     Entry,
     FleetHistory,
     InstanceKey,
+    NewestIds,
     probes_from,
     samples_from,
 )
+from watchdog_gpu.store.rows import FindingRecord, InstanceRecord
 from watchdog_gpu.store.schema import (
     Account,
     AccountSnapshotRow,
     ActionOutboxRow,
+    FindingRow,
     GpuSampleRow,
     Instance,
     InstanceSpan,
@@ -139,10 +142,16 @@ _ACTIONS = (
 _NOTIFICATION_KEYS = select(NotificationOutboxRow.idempotency_key).where(
     NotificationOutboxRow.created_at >= bindparam("notifications_since")
 )
+_ALL_INSTANCES = select(*Instance.__table__.columns).order_by(
+    Instance.account, Instance.instance_id
+)
+_PRESENT_INSTANCES = _ALL_INSTANCES.where(Instance.state != InstanceState.GONE.value)
+_FINDINGS = select(*FindingRow.__table__.columns).order_by(FindingRow.first_seen, FindingRow.id)
+_FINDINGS_SEEN_SINCE = _FINDINGS.where(FindingRow.last_seen >= bindparam("seen_since"))
 
 
 def load_fleet_view(
-    session: Session,
+    conn: Connection,
     *,
     now: datetime,
     lookback: timedelta,
@@ -152,12 +161,12 @@ def load_fleet_view(
     history: FleetHistory | None = None,
 ) -> FleetView:
     """See ``Store.load_fleet_view``; ``history`` caches samples and probes between loads."""
-    conn = session.connection()
-    account_views = _account_views(conn, accounts)
+    newest = history.newest_ids(conn) if history is not None else None
+    account_views = _account_views(conn, accounts, history, newest)
     names = {"names": list(account_views)}
     window_start = min(spend_since, now - lookback)
     instances = _instance_views(
-        conn, names["names"], now, window_start, now - lookback, history=history
+        conn, names["names"], now, window_start, now - lookback, history=history, newest=newest
     )
     return FleetView(
         now=now,
@@ -182,6 +191,29 @@ def load_fleet_view(
             conn.scalars(_NOTIFICATION_KEYS, {"notifications_since": now - notification_lookback})
         ),
     )
+
+
+def instance_records(conn: Connection, *, include_gone: bool) -> list[InstanceRecord]:
+    """See ``Store.latest_instances``."""
+    query = _ALL_INSTANCES if include_gone else _PRESENT_INSTANCES
+    return [
+        InstanceRecord(
+            snapshot=convert.instance_snapshot(row),
+            first_seen=row.first_seen,
+            last_seen=row.last_seen,
+            state_since=row.state_since,
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def finding_records(conn: Connection, seen_since: datetime | None) -> list[FindingRecord]:
+    """See ``Store.list_findings``."""
+    if seen_since is None:
+        rows = conn.execute(_FINDINGS)
+    else:
+        rows = conn.execute(_FINDINGS_SEEN_SINCE, {"seen_since": seen_since})
+    return [convert.finding_record(row) for row in rows]
 
 
 def latest_account_snapshots(
@@ -213,14 +245,23 @@ def account_view(
     )
 
 
-def _account_views(conn: Connection, accounts: Mapping[str, str] | None) -> dict[str, AccountView]:
+def _account_views(
+    conn: Connection,
+    accounts: Mapping[str, str] | None,
+    history: FleetHistory | None,
+    newest: NewestIds | None,
+) -> dict[str, AccountView]:
     if accounts is None:
         found = conn.execute(_ACCOUNTS)
     else:
         found = conn.execute(_NAMED_ACCOUNTS, {"names": list(accounts)})
     rows = {row.name: row for row in found}
     wanted = dict(accounts) if accounts is not None else {n: r.provider for n, r in rows.items()}
-    snapshots = latest_account_snapshots(conn, list(wanted))
+    snapshots = None
+    if history is not None and newest is not None:
+        snapshots = history.snapshots.load(conn, newest.snapshots)
+    if snapshots is None:
+        snapshots = latest_account_snapshots(conn, list(wanted))
     return {
         name: account_view(rows.get(name), name, provider, snapshots.get(name))
         for name, provider in sorted(wanted.items())
@@ -235,15 +276,16 @@ def _instance_views(
     samples_since: datetime,
     *,
     history: FleetHistory | None,
+    newest: NewestIds | None,
 ) -> dict[str, InstanceView]:
     params = {"names": names, "now": now, "window_start": window_start}
     rows = list(conn.execute(_INSTANCES, params))
     spans: dict[int, list[StateSpan]] = defaultdict(list)
     for span in conn.execute(_SPANS, params):
         spans[span.instance_pk].append(convert.state_span(span))
-    if history is not None:
-        samples = history.samples.load(conn, samples_since, now)
-        probes = history.probes.load(conn, samples_since, now)
+    if history is not None and newest is not None:
+        samples = history.samples.load(conn, samples_since, now, newest.samples)
+        probes = history.probes.load(conn, samples_since, now, newest.probes)
     else:
         window = {"names": names, "since": samples_since, "now": now}
         samples = _by_instance(samples_from(conn.execute(_WINDOW_SAMPLES, window)))

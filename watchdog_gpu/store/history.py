@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Select, bindparam, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
-from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
+from watchdog_gpu.store.schema import AccountSnapshotRow, GpuSampleRow, ProbeOutcomeRow
 
 T = TypeVar("T")
 InstanceKey = tuple[str, str]  # (account, instance_id)
@@ -81,7 +81,6 @@ class RecentRows(Generic[T]):
         build: Build[T],
     ) -> None:
         # Built once (see fleet_loader): the three reads a load may make.
-        self._newest = select(func.max(id_column))
         self._since = query.where(at_column >= bindparam("since"))
         self._added = query.where(
             id_column > bindparam("watermark"), at_column >= bindparam("floor")
@@ -99,12 +98,12 @@ class RecentRows(Generic[T]):
             self._reset()
 
     def load(
-        self, conn: Connection, since: datetime, now: datetime
+        self, conn: Connection, since: datetime, now: datetime, newest: int
     ) -> dict[InstanceKey, tuple[T, ...]]:
         """The rows with ``since <= at <= now`` of every instance, in the table's order, as the
-        open transaction of ``session`` sees them."""
+        open transaction of ``conn`` sees them; ``newest`` is the table's highest id in that
+        transaction (``FleetHistory.newest_ids``)."""
         with self._lock:
-            newest = conn.scalar(self._newest) or 0
             if self._floor is None or newest < self._watermark:
                 self._reset()
                 self._floor = since
@@ -171,6 +170,7 @@ class RecentRows(Generic[T]):
 
 _VERDICTS = {verdict.value: verdict for verdict in Verdict}
 _SOURCES = {source.value: source for source in SampleSource}
+_STATUSES = {status.value: status for status in ProbeStatus}
 
 # Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects for
 # each was most of a tick's time (see bench/).
@@ -245,6 +245,7 @@ def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
 
 def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
     """Entries of the rows of PROBES_QUERY (outcomes without their samples), order (at, id)."""
+    statuses = _STATUSES
     return [
         (
             (account, instance_id),
@@ -254,7 +255,8 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
                 account=account,
                 instance_id=instance_id,
                 at=at,
-                status=ProbeStatus(status),
+                # An unknown stored status raises (ValueError), as ProbeStatus(status) does.
+                status=statuses.get(status) or ProbeStatus(status),
                 duration_seconds=duration,
                 detail=detail,
                 interactive_login=interactive,
@@ -273,10 +275,68 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
     ]
 
 
-class FleetHistory:
-    """The Store's caches of recent samples and probe outcomes (one per Store, thread-safe)."""
+SNAPSHOT_COLUMNS = tuple(AccountSnapshotRow.__table__.columns)
+_NEWEST_IDS = select(
+    select(func.max(GpuSampleRow.id)).scalar_subquery(),
+    select(func.max(ProbeOutcomeRow.id)).scalar_subquery(),
+    select(func.max(AccountSnapshotRow.id)).scalar_subquery(),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewestIds:
+    """The highest id of each cached table, as one transaction sees them (0: empty table)."""
+
+    samples: int
+    probes: int
+    snapshots: int
+
+
+_SNAPSHOTS_AFTER = (
+    select(*SNAPSHOT_COLUMNS)
+    .where(AccountSnapshotRow.id > bindparam("watermark"))
+    .order_by(AccountSnapshotRow.id)
+)
+
+
+class LatestSnapshots:
+    """The newest account snapshot row of each account, kept between loads.
+
+    Exact for the same reasons as :class:`RecentRows`, and more simply: snapshot rows are never
+    updated, and pruning keeps each account's newest row, so the table's highest id is never
+    deleted and ids are never handed out twice.
+    """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: dict[str, Any] = {}
+        self._watermark = 0
+
+    def load(self, conn: Connection, newest: int) -> dict[str, Any] | None:
+        """Each account's newest snapshot row as ``conn``'s transaction sees it (``newest``: the
+        table's highest id there); None when that transaction is older than what is kept (the
+        caller then reads the table itself)."""
+        with self._lock:
+            if newest < self._watermark:
+                return None
+            if newest > self._watermark:
+                for row in conn.execute(_SNAPSHOTS_AFTER, {"watermark": self._watermark}):
+                    self._latest[row.account] = row
+                self._watermark = newest
+            return dict(self._latest)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._latest = {}
+            self._watermark = 0
+
+
+class FleetHistory:
+    """The Store's caches of recent samples and probe outcomes and of each account's latest
+    snapshot (one per Store, thread-safe)."""
+
+    def __init__(self) -> None:
+        self.snapshots = LatestSnapshots()
         self.samples: RecentRows[GpuSample] = RecentRows(
             SAMPLES_QUERY, GpuSampleRow.id, GpuSampleRow.at, samples_from
         )
@@ -284,7 +344,14 @@ class FleetHistory:
             PROBES_QUERY, ProbeOutcomeRow.id, ProbeOutcomeRow.at, probes_from
         )
 
+    @staticmethod
+    def newest_ids(conn: Connection) -> NewestIds:
+        """The highest ids ``conn``'s transaction sees (one read for the three tables)."""
+        row = conn.execute(_NEWEST_IDS).one()
+        return NewestIds(samples=row[0] or 0, probes=row[1] or 0, snapshots=row[2] or 0)
+
     def clear(self) -> None:
         """Forget every cached row (after rows were deleted)."""
         self.samples.clear()
         self.probes.clear()
+        self.snapshots.clear()

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Table, bindparam, delete, insert, select, upd
 
 from watchdog_gpu.model import AccountObservation, VolumeSnapshot
 from watchdog_gpu.store.schema import SshKey, Volume, VolumeSpan
-from watchdog_gpu.store.spans import chunks, current_spans, latest_spans_query, same_rate
+from watchdog_gpu.store.spans import chunks, current_span, same_rate, with_current_span
 
 VOLUMES = cast(Table, Volume.__table__)
 VOLUME_SPANS = cast(Table, VolumeSpan.__table__)
@@ -21,18 +21,20 @@ Values = dict[str, Any]
 # Built once (see observations).
 _OF_ACCOUNT = VOLUMES.c.account == bindparam("account")
 _VOLUMES = (
-    select(
-        VOLUMES.c.id,
-        VOLUMES.c.volume_id,
-        VOLUMES.c.attached,
-        VOLUMES.c.detached_since,
-        VOLUMES.c.gone_at,
+    with_current_span(
+        VOLUMES,
+        (
+            VOLUMES.c.id,
+            VOLUMES.c.volume_id,
+            VOLUMES.c.attached,
+            VOLUMES.c.detached_since,
+            VOLUMES.c.gone_at,
+        ),
+        VOLUME_SPANS,
+        "volume_pk",
     )
     .where(_OF_ACCOUNT)
     .order_by(VOLUMES.c.volume_id)
-)
-_VOLUME_SPANS = latest_spans_query(
-    VOLUME_SPANS, "volume_pk", select(VOLUMES.c.id).where(_OF_ACCOUNT)
 )
 _VOLUME_IDS = select(VOLUMES.c.volume_id, VOLUMES.c.id).where(
     _OF_ACCOUNT, VOLUMES.c.volume_id.in_(bindparam("ids", expanding=True))
@@ -58,7 +60,6 @@ def record_volumes(
     existing = {row.volume_id: row for row in conn.execute(_VOLUMES, params)}
     if not listed and not existing:
         return
-    spans = current_spans(conn, _VOLUME_SPANS, params, "volume_pk")
     new_spans: list[Values] = []
     extended: list[Values] = []
     updates: list[Values] = []
@@ -68,7 +69,7 @@ def record_volumes(
         if row is None:
             new.append(snapshot)
             continue
-        span = spans.get(row.id)
+        span = current_span(row)
         if (
             span is not None
             and span.attached is snapshot.attached

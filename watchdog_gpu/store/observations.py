@@ -35,7 +35,7 @@ from watchdog_gpu.store.schema import (
     PinnedHostKey,
     ProbeOutcomeRow,
 )
-from watchdog_gpu.store.spans import chunks, current_spans, latest_spans_query, same_rate
+from watchdog_gpu.store.spans import chunks, current_span, same_rate, with_current_span
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +73,12 @@ _INSTANCE_COLUMNS = (
     INSTANCES.c.storage_usd_per_hour,
 )
 _PRESENT = (INSTANCES.c.account == bindparam("account")) & (INSTANCES.c.state != GONE)
-_PRESENT_INSTANCES = select(*_INSTANCE_COLUMNS).where(_PRESENT).order_by(INSTANCES.c.instance_id)
-_PRESENT_SPANS = latest_spans_query(SPANS, "instance_pk", select(INSTANCES.c.id).where(_PRESENT))
+_WITH_SPAN = with_current_span(INSTANCES, _INSTANCE_COLUMNS, SPANS, "instance_pk")
+_PRESENT_INSTANCES = _WITH_SPAN.where(_PRESENT).order_by(INSTANCES.c.instance_id)
 _LISTED = (INSTANCES.c.account == bindparam("account")) & INSTANCES.c.instance_id.in_(
     bindparam("ids", expanding=True)
 )
-_LISTED_INSTANCES = select(*_INSTANCE_COLUMNS).where(_LISTED)
-_LISTED_SPANS = latest_spans_query(SPANS, "instance_pk", select(INSTANCES.c.id).where(_LISTED))
+_LISTED_INSTANCES = _WITH_SPAN.where(_LISTED)
 _LISTED_IDS = select(INSTANCES.c.instance_id, INSTANCES.c.id).where(_LISTED)
 _FORGET_HOST_KEYS = delete(PinnedHostKey).where(
     PinnedHostKey.account == bindparam("account"),
@@ -99,9 +98,8 @@ def upsert_account(session: Session, name: str, provider: str, now: datetime) ->
     return account
 
 
-def record_observation(session: Session, observation: AccountObservation, now: datetime) -> None:
+def record_observation(conn: Connection, observation: AccountObservation, now: datetime) -> None:
     """Record one complete poll of one account (see ``Store.record_observation``)."""
-    conn = session.connection()
     snapshot = observation.account
     _record_poll_ok(conn, snapshot.account, snapshot.provider, now)
     # A part listed in ``problems`` failed this poll: it is empty, not a complete listing, so
@@ -151,12 +149,7 @@ def record_poll_failure(
     row.last_poll_error_message = message[:MAX_ERROR_MESSAGE_LENGTH]
 
 
-def record_probe(session: Session, outcome: ProbeOutcome) -> None:
-    """The probe outcome and its samples."""
-    record_probes(session, [outcome])
-
-
-def record_probes(session: Session, outcomes: Iterable[ProbeOutcome]) -> None:
+def record_probes(conn: Connection, outcomes: Iterable[ProbeOutcome]) -> None:
     """The probe outcomes and their samples (two executemany INSERTs)."""
     rows: list[Values] = []
     samples: list[GpuSample] = []
@@ -175,11 +168,11 @@ def record_probes(session: Session, outcomes: Iterable[ProbeOutcome]) -> None:
         )
         samples.extend(outcome.samples)
     if rows:
-        session.connection().execute(_INSERT_PROBES, rows)
-    record_samples(session, samples)
+        conn.execute(_INSERT_PROBES, rows)
+    record_samples(conn, samples)
 
 
-def record_samples(session: Session, samples: Iterable[GpuSample]) -> None:
+def record_samples(conn: Connection, samples: Iterable[GpuSample]) -> None:
     rows = [
         {
             "account": sample.account,
@@ -198,7 +191,7 @@ def record_samples(session: Session, samples: Iterable[GpuSample]) -> None:
         for sample in samples
     ]
     if rows:
-        session.connection().execute(_INSERT_SAMPLES, rows)
+        conn.execute(_INSERT_SAMPLES, rows)
 
 
 def _unique_by_id(
@@ -222,30 +215,23 @@ def _unique_by_id(
     return by_id
 
 
-def _existing_instances(
-    conn: Connection, account: str, listed: Sequence[str]
-) -> tuple[dict[str, Any], dict[int, Any]]:
-    """The account's instance rows a poll can change — every one not gone, plus gone ones listed
-    again (an account's gone instances pile up and never change again) — by instance id, and
-    their current spans by row id."""
-    params: dict[str, Any] = {"account": account}
-    rows = {row.instance_id: row for row in conn.execute(_PRESENT_INSTANCES, params)}
-    spans = current_spans(conn, _PRESENT_SPANS, params, "instance_pk")
+def _existing_instances(conn: Connection, account: str, listed: Sequence[str]) -> dict[str, Any]:
+    """The account's instance rows a poll can change, each with its current span — every one
+    not gone, plus gone ones listed again (an account's gone instances pile up and never change
+    again) — by instance id."""
+    rows = {row.instance_id: row for row in conn.execute(_PRESENT_INSTANCES, {"account": account})}
     unknown = [instance_id for instance_id in listed if instance_id not in rows]
     for part in chunks(unknown):
         params = {"account": account, "ids": list(part)}
-        again = {row.instance_id: row for row in conn.execute(_LISTED_INSTANCES, params)}
-        if again:
-            rows.update(again)
-            spans.update(current_spans(conn, _LISTED_SPANS, params, "instance_pk"))
-    return rows, spans
+        rows.update((row.instance_id, row) for row in conn.execute(_LISTED_INSTANCES, params))
+    return rows
 
 
 def _record_instances(
     conn: Connection, account: str, snapshots: Iterable[InstanceSnapshot], now: datetime
 ) -> None:
     listed = _unique_by_id(account, snapshots)
-    existing, spans = _existing_instances(conn, account, list(listed))
+    existing = _existing_instances(conn, account, list(listed))
     changes = _Changes()
     new: list[InstanceSnapshot] = []
     for instance_id, snapshot in listed.items():
@@ -253,7 +239,7 @@ def _record_instances(
         if row is None:
             new.append(snapshot)
         else:
-            changes.observe(row, spans.get(row.id), snapshot, now)
+            changes.observe(row, current_span(row), snapshot, now)
     new_spans, extended, updates, forget = (
         changes.new_spans,
         changes.extended,
@@ -264,7 +250,7 @@ def _record_instances(
     for instance_id, row in existing.items():
         if instance_id not in listed and row.state != GONE:
             logger.info("instance absent from listing account=%s instance=%s", account, instance_id)
-            gone.append(_absent(row, spans.get(row.id), new_spans, now))
+            gone.append(_absent(row, current_span(row), new_spans, now))
             forget.append(instance_id)
     if updates:
         conn.execute(_UPDATE_INSTANCES, updates)

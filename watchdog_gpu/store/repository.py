@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, and_, delete, func, select
+from sqlalchemy import Connection, Engine, and_, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -27,7 +27,6 @@ from watchdog_gpu.model import (
     Finding,
     GpuSample,
     InstanceSnapshot,
-    InstanceState,
     PlannedAction,
     PlannedNotification,
     ProbeOutcome,
@@ -67,30 +66,31 @@ DEFAULT_NOTIFICATION_LEASE = timedelta(minutes=5)
 class Store:
     """Typed access to everything watchdog-gpu records."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, keep_history: bool = True) -> None:
+        """``keep_history``: keep recent samples, probes and account snapshots in memory between
+        fleet-view loads (SQLite only: exact only where writers are serialised and ids grow
+        with each commit, see store/history.py). False reads everything on every load."""
         self.engine = engine
         self._readers = sessionmaker(engine, expire_on_commit=False)
-        self._writers = sessionmaker(writing(engine), expire_on_commit=False)
-        # Recent samples and probes kept between fleet-view loads. Exact only where writers are
-        # serialised and ids grow with each commit (SQLite; see store/history.py).
-        self._history = FleetHistory() if engine.dialect.name == "sqlite" else None
+        self._write_engine = writing(engine)
+        self._writers = sessionmaker(self._write_engine, expire_on_commit=False)
+        sqlite = engine.dialect.name == "sqlite"
+        self._history = FleetHistory() if keep_history and sqlite else None
 
     # -- transactions ---------------------------------------------------------------------
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Session]:
         factory = self._writers if write else self._readers
-        try:
-            with factory.begin() as session:
-                yield session
-        except DBAPIError as error:
-            raise StoreError(f"database error: {error.orig}") from error
-        except StatementError as error:
-            if isinstance(error.orig, NaiveDatetimeError | TypeError | ValueError):
-                raise error.orig from None
-            raise StoreError(f"database error: {error.orig}") from error
-        except SQLAlchemyError as error:
-            raise StoreError(f"database error: {type(error).__name__}") from error
+        with _store_errors(), factory.begin() as session:
+            yield session
+
+    @contextmanager
+    def _connection(self, *, write: bool) -> Iterator[Connection]:
+        """One transaction on a Core connection, for the paths every tick takes (polls, probes,
+        the fleet view): an ORM session costs more than the statements of a small tick."""
+        with _store_errors(), (self._write_engine if write else self.engine).begin() as connection:
+            yield connection
 
     # -- observations ---------------------------------------------------------------------
 
@@ -107,8 +107,8 @@ class Store:
         before. Raises ValueError when an instance belongs to another account than the
         observation's.
         """
-        with self._transaction(write=True) as session:
-            observations.record_observation(session, observation, now)
+        with self._connection(write=True) as connection:
+            observations.record_observation(connection, observation, now)
 
     def record_poll_failure(
         self, account: str, provider: str, error_kind: str, message: str, now: datetime
@@ -122,19 +122,19 @@ class Store:
 
     def record_probe(self, outcome: ProbeOutcome) -> None:
         """Record a probe outcome and its GPU samples in one transaction."""
-        with self._transaction(write=True) as session:
-            observations.record_probe(session, outcome)
+        with self._connection(write=True) as connection:
+            observations.record_probes(connection, [outcome])
 
     def record_probes(self, outcomes: Iterable[ProbeOutcome]) -> None:
         """Record many probe outcomes (and their samples) in one transaction: a probe round
         over a large fleet costs one commit instead of one per instance."""
-        with self._transaction(write=True) as session:
-            observations.record_probes(session, outcomes)
+        with self._connection(write=True) as connection:
+            observations.record_probes(connection, outcomes)
 
     def record_samples(self, samples: Iterable[GpuSample]) -> None:
         """Record GPU samples that came without an SSH probe (e.g. RunPod's API utilisation)."""
-        with self._transaction(write=True) as session:
-            observations.record_samples(session, samples)
+        with self._connection(write=True) as connection:
+            observations.record_samples(connection, samples)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -157,9 +157,9 @@ class Store:
         Also: present volumes, SSH keys, every protection, active snoozes, actions of the last
         24 hours and any still in flight, and the notification keys of ``notification_lookback``.
         """
-        with self._transaction(write=False) as session:
+        with self._connection(write=False) as connection:
             return fleet_loader.load_fleet_view(
-                session,
+                connection,
                 now=now,
                 lookback=lookback,
                 spend_since=spend_since,
@@ -170,19 +170,8 @@ class Store:
 
     def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
         """The latest snapshot of every instance (gone ones only when asked), by account and id."""
-        query = select(*Instance.__table__.columns).order_by(Instance.account, Instance.instance_id)
-        if not include_gone:
-            query = query.where(Instance.state != InstanceState.GONE.value)
-        with self._transaction(write=False) as session:
-            return [
-                InstanceRecord(
-                    snapshot=convert.instance_snapshot(row),
-                    first_seen=row.first_seen,
-                    last_seen=row.last_seen,
-                    state_since=row.state_since,
-                )
-                for row in session.execute(query)
-            ]
+        with self._connection(write=False) as connection:
+            return fleet_loader.instance_records(connection, include_gone=include_gone)
 
     def latest_accounts(self) -> list[AccountRecord]:
         """Every recorded account with its latest money facts and poll status, by name."""
@@ -390,11 +379,8 @@ class Store:
 
     def list_findings(self, seen_since: datetime | None = None) -> list[FindingRecord]:
         """Recorded finding episodes (last seen at or after ``seen_since``), oldest first."""
-        query = select(FindingRow).order_by(FindingRow.first_seen, FindingRow.id)
-        if seen_since is not None:
-            query = query.where(FindingRow.last_seen >= seen_since)
-        with self._transaction(write=False) as session:
-            return [convert.finding_record(row) for row in session.scalars(query)]
+        with self._connection(write=False) as connection:
+            return fleet_loader.finding_records(connection, seen_since)
 
     # -- protections and snoozes ----------------------------------------------------------
 
@@ -649,6 +635,22 @@ class Store:
             self._history.clear()  # it may hold rows deleted here
         logger.info("pruned old rows deleted=%d cutoff=%s", deleted, cutoff.isoformat())
         return deleted
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Database failures as StoreError (the driver's reason, never the SQL parameters); a bad
+    value (naive datetime, wrong type) as its own error."""
+    try:
+        yield
+    except DBAPIError as error:
+        raise StoreError(f"database error: {error.orig}") from error
+    except StatementError as error:
+        if isinstance(error.orig, NaiveDatetimeError | TypeError | ValueError):
+            raise error.orig from None
+        raise StoreError(f"database error: {error.orig}") from error
+    except SQLAlchemyError as error:
+        raise StoreError(f"database error: {type(error).__name__}") from error
 
 
 def _find_protection(

@@ -1,4 +1,4 @@
-"""Helpers the poll recorders share: the current span of each row, rate comparison, id chunks."""
+"""Helpers the poll recorders share: each row with its current span, rate comparison, id chunks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, Table, func, select
+from sqlalchemy import ColumnElement, Select, Table, func, select
 
 # Ids per ``IN (...)`` list: well under SQLite's bound-parameter limit.
 IN_CHUNK = 500
@@ -25,17 +25,34 @@ def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
         yield items[start : start + IN_CHUNK]
 
 
-def latest_spans_query(
-    span_table: Table, owner_column: str, owners: Select[Any]
+def with_current_span(
+    owners: Table, columns: Sequence[ColumnElement[Any]], span_table: Table, owner_column: str
 ) -> Select[*tuple[Any, ...]]:
-    """The newest span row (highest id) of each owner whose id ``owners`` selects."""
-    owner = span_table.c[owner_column]
-    latest = select(func.max(span_table.c.id)).where(owner.in_(owners)).group_by(owner)
-    return select(span_table).where(span_table.c.id.in_(latest))
+    """``columns`` of ``owners`` together with each owner's current span — its span row with the
+    highest id, NULLs when it has none — as ``span_<column>`` columns: one read instead of two."""
+    current = span_table.alias("current_span")
+    newer = span_table.alias("newer_span")
+    newest_id = (
+        select(func.max(newer.c.id)).where(newer.c[owner_column] == owners.c.id).scalar_subquery()
+    )
+    labelled = [column.label(f"span_{column.name}") for column in current.c]
+    return select(*columns, *labelled).select_from(
+        owners.outerjoin(current, current.c.id == newest_id)
+    )
 
 
-def current_spans(
-    conn: Connection, query: Select[*tuple[Any, ...]], params: dict[str, Any], owner_column: str
-) -> dict[int, Any]:
-    """The rows of a ``latest_spans_query`` by owner id."""
-    return {row._mapping[owner_column]: row for row in conn.execute(query, params)}
+class CurrentSpan:
+    """The current span of a ``with_current_span`` row, read by its span columns' names."""
+
+    __slots__ = ("_row",)
+
+    def __init__(self, row: Any) -> None:
+        self._row = row
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._row, f"span_{name}")
+
+
+def current_span(row: Any) -> CurrentSpan | None:
+    """The row's current span, or None when the owner has no span yet."""
+    return None if row.span_id is None else CurrentSpan(row)
