@@ -329,7 +329,9 @@ def run_daemon(
             daemon.request_stop(reason)
 
     with stop_on_signals(request_stop):
-        daemon_or_code = _start(settings, clock, environ, build, time_scale, wall_clock)
+        daemon_or_code = _start(
+            settings, clock, environ, build, time_scale=time_scale, wall_clock=wall_clock
+        )
         if isinstance(daemon_or_code, int):
             return daemon_or_code
         daemon = daemon_or_code
@@ -363,6 +365,7 @@ def _start(
     clock: Clock,
     environ: Mapping[str, str],
     build: Callable[[Settings, Clock, Mapping[str, str]], Assembly],
+    *,
     time_scale: float = 1.0,
     wall_clock: Clock | None = None,
 ) -> Daemon | int:
