@@ -329,7 +329,9 @@ class AuditEventRow(Base):
     """Append-only history of every decision and action."""
 
     __tablename__ = "audit_events"
-    __table_args__ = (Index(None, "at"),)
+    # (kind, at): the fuse check of every tick looks up the latest fuse event by kind; through
+    # the ``at`` index alone it scanned the whole (never pruned) history when there was none.
+    __table_args__ = (Index(None, "at"), Index(None, "kind", "at"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[datetime]
