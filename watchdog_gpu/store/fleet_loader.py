@@ -29,13 +29,12 @@ from sqlalchemy.orm import Session
 from watchdog_gpu.fleet import AccountView, FleetView, InstanceView, VolumeView
 from watchdog_gpu.model import ActionStatus, InstanceState, StateSpan
 from watchdog_gpu.store import convert
-from watchdog_gpu.store.history import (
+from watchdog_gpu.store.history import FleetHistory, NewestIds
+from watchdog_gpu.store.history_rows import (
     PROBES_QUERY,
     SAMPLES_QUERY,
     Entry,
-    FleetHistory,
     InstanceKey,
-    NewestIds,
     probes_from,
     samples_from,
 )
@@ -158,13 +157,14 @@ def load_fleet_view(
     notification_lookback: timedelta,
     history: FleetHistory | None = None,
 ) -> FleetView:
-    """See ``Store.load_fleet_view``; ``history`` caches samples and probes between loads."""
+    """See ``Store.load_fleet_view``; ``history`` keeps samples, probe outcomes and account
+    snapshots between loads (None: read everything)."""
     newest = history.newest_ids(conn) if history is not None else None
     account_views = _account_views(conn, accounts, history, newest)
-    names = {"names": list(account_views)}
+    names = list(account_views)
     window_start = min(spend_since, now - lookback)
     instances = _instance_views(
-        conn, names["names"], now, window_start, now - lookback, history=history, newest=newest
+        conn, names, now, window_start, now - lookback, history=history, newest=newest
     )
     return FleetView(
         now=now,
@@ -176,9 +176,9 @@ def load_fleet_view(
                 first_seen=row.first_seen,
                 detached_since=row.detached_since,
             )
-            for row in conn.execute(_VOLUMES, names)
+            for row in conn.execute(_VOLUMES, {"names": names})
         ),
-        ssh_keys=tuple(convert.ssh_key(row) for row in conn.execute(_SSH_KEYS, names)),
+        ssh_keys=tuple(convert.ssh_key(row) for row in conn.execute(_SSH_KEYS, {"names": names})),
         protections=tuple(convert.protection(row) for row in conn.execute(_PROTECTIONS)),
         snoozes=tuple(convert.snooze(row) for row in conn.execute(_SNOOZES, {"now": now})),
         recent_actions=tuple(

@@ -1,4 +1,5 @@
-"""GPU samples and probe outcomes of the fleet view, kept in memory from one load to the next.
+"""GPU samples, probe outcomes and each account's latest snapshot for the fleet view, kept in
+memory from one load to the next.
 
 Every tick reads the same lookback window of samples and probes, and only a handful of rows are
 new each time; building thousands of GpuSample values from the database on every tick was most of
@@ -29,13 +30,18 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Connection, Select, bindparam, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
-from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.model import GpuSample, ProbeOutcome
+from watchdog_gpu.store.history_rows import (
+    PROBES_QUERY,
+    SAMPLES_QUERY,
+    Entry,
+    InstanceKey,
+    probes_from,
+    samples_from,
+)
 from watchdog_gpu.store.schema import AccountSnapshotRow, GpuSampleRow, ProbeOutcomeRow
 
 T = TypeVar("T")
-InstanceKey = tuple[str, str]  # (account, instance_id)
-# One row read: its instance, its ``at``, its place in the table's order, the value built from it.
-Entry = tuple[InstanceKey, datetime, tuple[Any, ...], T]
 Build = Callable[[Iterable[Any]], list[Entry[T]]]  # result rows → entries
 
 
@@ -166,113 +172,6 @@ class RecentRows(Generic[T]):
             if not series.ats:
                 del self._series[key]
         self._floor = since
-
-
-_VERDICTS = {verdict.value: verdict for verdict in Verdict}
-_SOURCES = {source.value: source for source in SampleSource}
-_STATUSES = {status.value: status for status in ProbeStatus}
-
-# Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects for
-# each was most of a tick's time (see bench/).
-SAMPLES_QUERY = select(
-    GpuSampleRow.id,
-    GpuSampleRow.account,
-    GpuSampleRow.instance_id,
-    GpuSampleRow.at,
-    GpuSampleRow.gpu_index,
-    GpuSampleRow.verdict,
-    GpuSampleRow.source,
-    GpuSampleRow.sm,
-    GpuSampleRow.mem,
-    GpuSampleRow.enc,
-    GpuSampleRow.dec,
-    GpuSampleRow.jpg,
-    GpuSampleRow.ofa,
-).order_by(GpuSampleRow.at, GpuSampleRow.gpu_index, GpuSampleRow.id)
-PROBES_QUERY = select(
-    ProbeOutcomeRow.id,
-    ProbeOutcomeRow.account,
-    ProbeOutcomeRow.instance_id,
-    ProbeOutcomeRow.at,
-    ProbeOutcomeRow.status,
-    ProbeOutcomeRow.duration_seconds,
-    ProbeOutcomeRow.detail,
-    ProbeOutcomeRow.interactive_login,
-).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
-
-
-def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
-    """Entries of the rows of SAMPLES_QUERY, in the fleet view's order (at, GPU, id)."""
-    verdicts, sources = _VERDICTS, _SOURCES
-    return [
-        (
-            (account, instance_id),
-            at,
-            (at, gpu, row_id),
-            GpuSample(
-                account=account,
-                instance_id=instance_id,
-                at=at,
-                gpu_index=gpu,
-                # An unreadable recorded verdict is unknown, never idle.
-                verdict=verdicts.get(verdict, Verdict.UNKNOWN),
-                source=sources.get(source, SampleSource.DMON),
-                sm=sm,
-                mem=mem,
-                enc=enc,
-                dec=dec,
-                jpg=jpg,
-                ofa=ofa,
-            ),
-        )
-        for (
-            row_id,
-            account,
-            instance_id,
-            at,
-            gpu,
-            verdict,
-            source,
-            sm,
-            mem,
-            enc,
-            dec,
-            jpg,
-            ofa,
-        ) in rows
-    ]
-
-
-def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
-    """Entries of the rows of PROBES_QUERY (outcomes without their samples), order (at, id)."""
-    statuses = _STATUSES
-    return [
-        (
-            (account, instance_id),
-            at,
-            (at, row_id),
-            ProbeOutcome(
-                account=account,
-                instance_id=instance_id,
-                at=at,
-                # An unknown stored status raises (ValueError), as ProbeStatus(status) does.
-                status=statuses.get(status) or ProbeStatus(status),
-                duration_seconds=duration,
-                detail=detail,
-                interactive_login=interactive,
-            ),
-        )
-        for (
-            row_id,
-            account,
-            instance_id,
-            at,
-            status,
-            duration,
-            detail,
-            interactive,
-        ) in rows
-    ]
 
 
 SNAPSHOT_COLUMNS = tuple(AccountSnapshotRow.__table__.columns)

@@ -1,0 +1,124 @@
+"""The rows the fleet view reads from the two append-only history tables — GPU samples and probe
+outcomes — and the domain values built from them (used by ``history`` and ``fleet_loader``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import select
+
+from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
+
+T = TypeVar("T")
+InstanceKey = tuple[str, str]  # (account, instance_id)
+# One row read: its instance, its ``at``, its place in the table's order, the value built from it.
+Entry = tuple[InstanceKey, datetime, tuple[Any, ...], T]
+
+_VERDICTS = {verdict.value: verdict for verdict in Verdict}
+_SOURCES = {source.value: source for source in SampleSource}
+_STATUSES = {status.value: status for status in ProbeStatus}
+
+# Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects for
+# each was most of a tick's time (see bench/).
+SAMPLES_QUERY = select(
+    GpuSampleRow.id,
+    GpuSampleRow.account,
+    GpuSampleRow.instance_id,
+    GpuSampleRow.at,
+    GpuSampleRow.gpu_index,
+    GpuSampleRow.verdict,
+    GpuSampleRow.source,
+    GpuSampleRow.sm,
+    GpuSampleRow.mem,
+    GpuSampleRow.enc,
+    GpuSampleRow.dec,
+    GpuSampleRow.jpg,
+    GpuSampleRow.ofa,
+).order_by(GpuSampleRow.at, GpuSampleRow.gpu_index, GpuSampleRow.id)
+PROBES_QUERY = select(
+    ProbeOutcomeRow.id,
+    ProbeOutcomeRow.account,
+    ProbeOutcomeRow.instance_id,
+    ProbeOutcomeRow.at,
+    ProbeOutcomeRow.status,
+    ProbeOutcomeRow.duration_seconds,
+    ProbeOutcomeRow.detail,
+    ProbeOutcomeRow.interactive_login,
+).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
+
+
+def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
+    """Entries of the rows of SAMPLES_QUERY, in the fleet view's order (at, GPU, id)."""
+    verdicts, sources = _VERDICTS, _SOURCES
+    return [
+        (
+            (account, instance_id),
+            at,
+            (at, gpu, row_id),
+            GpuSample(
+                account=account,
+                instance_id=instance_id,
+                at=at,
+                gpu_index=gpu,
+                # An unreadable recorded verdict is unknown, never idle.
+                verdict=verdicts.get(verdict, Verdict.UNKNOWN),
+                source=sources.get(source, SampleSource.DMON),
+                sm=sm,
+                mem=mem,
+                enc=enc,
+                dec=dec,
+                jpg=jpg,
+                ofa=ofa,
+            ),
+        )
+        for (
+            row_id,
+            account,
+            instance_id,
+            at,
+            gpu,
+            verdict,
+            source,
+            sm,
+            mem,
+            enc,
+            dec,
+            jpg,
+            ofa,
+        ) in rows
+    ]
+
+
+def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
+    """Entries of the rows of PROBES_QUERY (outcomes without their samples), order (at, id)."""
+    statuses = _STATUSES
+    return [
+        (
+            (account, instance_id),
+            at,
+            (at, row_id),
+            ProbeOutcome(
+                account=account,
+                instance_id=instance_id,
+                at=at,
+                # An unknown stored status raises (ValueError), as ProbeStatus(status) does.
+                status=statuses.get(status) or ProbeStatus(status),
+                duration_seconds=duration,
+                detail=detail,
+                interactive_login=interactive,
+            ),
+        )
+        for (
+            row_id,
+            account,
+            instance_id,
+            at,
+            status,
+            duration,
+            detail,
+            interactive,
+        ) in rows
+    ]
