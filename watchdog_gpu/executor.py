@@ -340,22 +340,7 @@ class Executor:
         episode = episode_key_of(row).removesuffix(DRY_RUN_SUFFIX)
         if episode in state.current:
             return True
-        note = render_resolution(
-            row_subject(row),
-            reason="the condition no longer held at the latest check",
-            now=state.now,
-            action_cancelled=True,
-            episode_key=episode_key_of(row),
-        )
-        self._step(
-            row,
-            state,
-            ActionStatus.CANCELLED,
-            audit_kind="action_cancelled",
-            message=f"{row.kind.value} cancelled: its condition cleared before the call",
-            notification=note,
-            result="cancelled",
-        )
+        self._cancel(row, state, "the condition no longer held at the latest check")
         return False
 
     def _cancelled_by_guard(self, row: ActionRow, state: _Pass) -> bool:
@@ -363,6 +348,11 @@ class Executor:
         reason = self.guard(row, state.now) if self.guard is not None else None
         if reason is None:
             return False
+        self._cancel(row, state, reason)
+        return True
+
+    def _cancel(self, row: ActionRow, state: _Pass, reason: str) -> None:
+        """End the action before (another) provider call, with the episode's resolution."""
         note = render_resolution(
             row_subject(row),
             reason=reason,
@@ -379,7 +369,6 @@ class Executor:
             notification=note,
             result="cancelled",
         )
-        return True
 
     def _salvage_allows(self, row: ActionRow, state: _Pass) -> bool:
         config = self.salvage_configs.get(row.rule)
