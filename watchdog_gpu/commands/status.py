@@ -251,15 +251,17 @@ def _instance_status(
     )
     snoozes = [s.until for s in view.snoozes if (s.account, s.instance_id) == mine]
     gone = instance.state is InstanceState.GONE
+    protected = None if gone else protection_for(latest, view.protections, context)
     return InstanceStatus(
         view=instance,
         since=state_since(instance),
         usd_per_hour=0.0 if gone else billed_rate(instance),
         gpu=gpu_activity(instance, threshold),
         pending=pending,
-        due=() if gone else _due(instance, view, findings, poll_interval),
+        # A protected instance has nothing due: the planner never acts on it.
+        due=() if gone or protected else _due(instance, view, findings, poll_interval),
         snoozed_until=max(snoozes, default=None),
-        protected=None if gone else protection_for(latest, view.protections, context),
+        protected=protected,
     )
 
 
