@@ -325,23 +325,29 @@ class Executor:
             next_attempt_at=state.now + self.safety.verify_interval,
         )
 
-    def _still_warranted(self, row: ActionRow, state: _Pass) -> bool:
-        """Does the condition behind ``row`` still hold? If not, the action is cancelled (or,
-        before this process evaluated anything, put back to wait for an evaluation)."""
+    def _condition_holds(self, row: ActionRow, state: _Pass) -> bool | None:
+        """Was the finding behind ``row`` present at the latest evaluation? None: this process
+        has not evaluated yet (nothing can be said)."""
         if self.current_episodes is None:
             return True
         if state.evaluated_at is None:
+            return None
+        if state.current is None:
+            state.current = set(self.current_episodes(state.evaluated_at))
+        return episode_key_of(row).removesuffix(DRY_RUN_SUFFIX) in state.current
+
+    def _still_warranted(self, row: ActionRow, state: _Pass) -> bool:
+        """Does the condition behind ``row`` still hold? If not, the action is cancelled (or,
+        before this process evaluated anything, put back to wait for an evaluation)."""
+        holds = self._condition_holds(row, state)
+        if holds is None:
             self.store.transition_action(
                 row.idempotency_key, ActionStatus.CLAIMED, _resume_status(row), state.now
             )
             return False
-        if state.current is None:
-            state.current = set(self.current_episodes(state.evaluated_at))
-        episode = episode_key_of(row).removesuffix(DRY_RUN_SUFFIX)
-        if episode in state.current:
-            return True
-        self._cancel(row, state, "the condition no longer held at the latest check")
-        return False
+        if not holds:
+            self._cancel(row, state, "the condition no longer held at the latest check")
+        return holds
 
     def _cancelled_by_guard(self, row: ActionRow, state: _Pass) -> bool:
         """Protection is absolute and a snooze postpones: both win over a planned action."""
@@ -486,20 +492,25 @@ class Executor:
         seen = current.state.value if current is not None else "absent"
         number = int(elapsed / escalate_after) if escalate_after > timedelta(0) else 0
         note: PlannedNotification | None = None
-        if number >= 1 and (
-            self._cancelled_by_guard(row, state) or not self._still_warranted(row, state)
-        ):
+        if number >= 1 and self._cancelled_by_guard(row, state):
             return
         if number >= 1:
+            # Money may still burn: always escalate. Repeat the call only while its condition
+            # still holds (a GPU busy again is never killed by a retry).
+            holds = self._condition_holds(row, state) is True
+            detail = f"provider lists it as {seen}"
+            if not holds:
+                detail += "; the call is not repeated: its condition no longer holds"
             note = render_escalation(
                 row_subject(row),
                 number=number,
                 acted_at=row.created_at,
                 now=state.now,
-                detail=f"provider lists it as {seen}",
+                detail=detail,
                 episode_key=episode_key_of(row),
             )
-            self._recall(row)
+            if holds:
+                self._recall(row)
         checks = max(row.attempts - 1, 0)
         delay = min(self.safety.verify_interval * (2 ** min(checks, 8)), MAX_VERIFY_BACKOFF)
         self._step(

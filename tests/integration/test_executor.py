@@ -271,3 +271,23 @@ def test_a_protection_or_snooze_added_after_planning_cancels_the_call(
     assert action is not None
     assert action.status == ActionStatus.CANCELLED
     assert "action_cancelled" in audit_kinds(store)
+
+
+def test_an_unverified_kill_whose_condition_cleared_is_escalated_but_not_called_again(
+    store: Store,
+) -> None:
+    enqueue(store)
+    provider = ScriptedProvider(gone_after_call=False)
+    episodes: set[str] = {KEY.removesuffix(":destroy")}
+    runner = executor(store, provider, current_episodes=lambda since: episodes)
+    runner.run(NOW, evaluated_at=NOW)
+    assert provider.calls == [("destroy", "9001")]
+    episodes.clear()  # the GPU got busy again: the idle finding is gone
+    instant = NOW
+    for _ in range(25):  # verification backs off; the escalation comes after 10 min
+        instant += timedelta(minutes=1)
+        runner.run(instant, evaluated_at=instant)
+    assert provider.calls == [("destroy", "9001")]  # never a second call on a busy GPU
+    escalation = store.get_notification(KEY.removesuffix(":destroy") + ":escalation:1")
+    assert escalation is not None  # but the human hears that it still bills
+    assert "not repeated" in escalation.notification.body
