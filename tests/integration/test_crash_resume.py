@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,8 +36,40 @@ CHILD = ROOT / "tests" / "support" / "crash_child.py"
 MAX_STARTS = 60
 
 
+def _progress(workdir: Path) -> str | None:
+    path = workdir / "progress"
+    return path.read_text() if path.exists() else None
+
+
+def _kill_moment(child: subprocess.Popen[bytes], workdir: Path, rng: random.Random) -> bool:
+    """Wait for a random moment to kill ``child``; False if it finished first.
+
+    A quarter of the kills land anywhere in start-up (imports, migrations, the first tick);
+    the rest land a random fraction of a second after the child has completed a new tick, so
+    every start makes progress and the kills fall inside ticks (record, decide, act, tell)."""
+    started = time.monotonic()
+    during_startup = rng.random() < 0.25
+    delay = rng.uniform(0.05, 1.5) if during_startup else rng.uniform(0.0, 0.6)
+    before = _progress(workdir)
+    ticking_since: float | None = started if during_startup else None
+    while True:
+        try:
+            child.wait(timeout=0.02)
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            return False
+        now = time.monotonic()
+        if ticking_since is None and _progress(workdir) != before:
+            ticking_since = now
+        if ticking_since is not None and now - ticking_since >= delay:
+            return True
+        if now - started > 120:
+            pytest.fail("the child made no progress for two minutes")
+
+
 def run_with_random_kills(workdir: Path, seed: int) -> int:
-    """Start the child, SIGKILL it after a random delay, again and again until it finishes.
+    """Start the child, SIGKILL it at a random moment, again and again until it finishes.
     Returns how many times it was killed."""
     rng = random.Random(seed)
     kills = 0
@@ -48,15 +81,12 @@ def run_with_random_kills(workdir: Path, seed: int) -> int:
             stderr=subprocess.PIPE,
             env=environment,
         )
-        # Start-up (imports, migrations) takes about a second; kill anywhere from during it to
-        # well into the night, so every phase of a tick gets hit across the runs.
-        try:
-            out, err = child.communicate(timeout=rng.uniform(0.3, 2.5))
-        except subprocess.TimeoutExpired:
+        if _kill_moment(child, workdir, rng):
             child.send_signal(signal.SIGKILL)
             child.communicate(timeout=30)
             kills += 1
             continue
+        out, err = child.communicate(timeout=30)
         assert child.returncode == 0, err.decode()[-3000:]
         assert b"DONE" in out
         return kills
