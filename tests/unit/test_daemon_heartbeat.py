@@ -12,7 +12,7 @@ from watchdog_gpu.errors import ConfigError
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.secrets import SecretReference
 
-TOKEN = "5f3c1d2e-ping-token-0042"
+TOKEN = "fake-ping-token-5f3c1d2e"
 
 
 def test_a_ping_gets_the_url_and_reports_success() -> None:
