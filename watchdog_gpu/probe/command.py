@@ -66,8 +66,8 @@ _MARK = "===WATCHDOG-GPU:"
 BEGIN_MARKER = f"{_MARK}BEGIN==="
 END_MARKER = f"{_MARK}END==="
 GPUS_MARKER = f"{_MARK}GPUS==="
-_DMON_EXIT = re.compile(rf"^{_MARK}DMON-EXIT:(\d+)===$", re.MULTILINE)
-_APPS_EXIT = re.compile(rf"^{_MARK}APPS-EXIT:(\d+)===$", re.MULTILINE)
+_DMON_EXIT = re.compile(rf"^{_MARK}DMON-EXIT:([0-9]+)===$", re.MULTILINE)
+_APPS_EXIT = re.compile(rf"^{_MARK}APPS-EXIT:([0-9]+)===$", re.MULTILINE)
 
 
 def _check_int(name: str, value: int, low: int, high: int) -> None:
@@ -194,7 +194,7 @@ def split_probe_output(stdout: str) -> ProbeSections | None:
     gpus_text, _, tty_text = tail.partition(f"{GPUS_MARKER}\n")
     complete = END_MARKER in tty_text
     tty_lines = tty_text.split(END_MARKER)[0].split()
-    numbers = [int(token) for token in tty_lines if token.isdigit()]
+    numbers = [int(token) for token in tty_lines if token.isascii() and token.isdigit()]
     return ProbeSections(
         dmon_text=dmon_text,
         dmon_exit=int(dmon_match.group(1)),

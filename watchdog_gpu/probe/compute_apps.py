@@ -42,8 +42,8 @@ _KNOWN_FIELDS = frozenset(
 )
 _UNAVAILABLE = frozenset({"", "n/a", "[n/a]", "[not supported]", "[unknown error]"})
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]$")
-_MEMORY = re.compile(r"(\d+)(?:\s*MiB)?", re.IGNORECASE)
-_GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: ([^)\s]+)\)")
+_MEMORY = re.compile(r"([0-9]+)(?:\s*MiB)?", re.IGNORECASE)
+_GPU_LINE = re.compile(r"^GPU ([0-9]+):.*\(UUID: ([^)\s]+)\)")
 _MIG_LINE = re.compile(r"^\s+MIG .*\(UUID: ([^)\s]+)\)")
 
 
@@ -146,7 +146,7 @@ def _optional_int(value: str | None) -> int | None:
     text = _optional_text(value)
     if text is None:
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValueError(f"not a process id: {snippet(text)}")
     return int(text)
 

@@ -55,8 +55,13 @@ _ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 _DEVICE_LIMIT_WARNING = re.compile(r"only monitoring up to \d+ gpus", re.IGNORECASE)
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
+# ASCII digits only: Python's ``\d``, ``int()`` and ``float()`` also accept full-width ``０`` and
+# Arabic-Indic ``٠``, which no nvidia-smi prints; such a token is unreadable, never a zero (idle).
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# The highest GPU index a row may carry: NVML enumerates far fewer devices per host; a larger
+# index is a garbled row, not a GPU (and must not make the rules expect thousands of GPUs).
+MAX_GPU_INDEX = 63
 _MAX_SNIPPET = 80
 _MAX_MESSAGE = 300
 
@@ -128,6 +133,8 @@ def parse_value(column: str, token: str) -> DmonValue:
     """One token of column ``column``: text for date/time, ``None`` for ``-``, else a number
     (``int`` when integral). Raises ``ValueError`` for anything else."""
     if column in TEXT_COLUMNS:
+        if not token.isascii():
+            raise ValueError(f"not ASCII: {snippet(token)}")
         return token
     if token.lower() in UNAVAILABLE_TOKENS:
         return None
@@ -222,7 +229,7 @@ def _read_data_line(state: _State, line: str, number: int, *, terminated: bool) 
         _skip(state, line, number, terminated=terminated, reason=str(error))
         return
     gpu = values["gpu"]
-    if not isinstance(gpu, int) or gpu < 0:
+    if not isinstance(gpu, int) or not 0 <= gpu <= MAX_GPU_INDEX:
         _skip(state, line, number, terminated=terminated, reason="no GPU index")
         return
     state.rows.append(DmonRow(line=number, values=values))

@@ -85,10 +85,12 @@ def _printed_times(rows: Sequence[DmonRow]) -> list[datetime] | None:
 
 
 def _parse_printed(date: str | None, clock: str, day: datetime) -> datetime | None:
+    if not clock.isascii():
+        return None  # int() would read full-width or Arabic-Indic digits
     try:
         hours, minutes, seconds = (int(part) for part in clock.split(":"))
         if date is not None:
-            if len(date) != 8 or not date.isdigit():
+            if len(date) != 8 or not (date.isascii() and date.isdigit()):
                 return None
             day = datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=UTC)
         return day.replace(hour=hours, minute=minutes, second=seconds)

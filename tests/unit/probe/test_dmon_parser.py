@@ -224,3 +224,48 @@ def test_metric_is_none_for_an_absent_column_and_a_dash() -> None:
     assert only.metric("sm") is None
     assert only.metric("enc") is None
     assert only.gpu == 0
+
+
+@pytest.mark.parametrize(
+    "zero",
+    [
+        "\uff10",  # full-width ０
+        "\u0660",  # Arabic-Indic ٠
+        "\u06f0",  # extended Arabic-Indic ۰
+        "\u0966",  # Devanagari ०
+    ],
+)
+def test_non_ascii_digits_are_unreadable_never_idle(zero: str) -> None:
+    """``int('０')`` is 0 in Python: a garbled row of such digits must not read as an idle GPU."""
+    with pytest.raises(ValueError, match="not a number"):
+        parse_value("sm", zero)
+    text = HEADER + row(0, zero, 0, 0, 0, 0, 0)
+    with pytest.raises(DmonError) as raised:
+        parse_dmon(text)
+    assert raised.value.kind == "unparseable"
+    mixed = parse_dmon(HEADER + row(0, 7, 0, 0, 0, 0, 0) + row(1, zero, 0, 0, 0, 0, 0))
+    assert [r.gpu for r in mixed.rows] == [0]
+    assert any("not a number" in note for note in mixed.notes)
+
+
+def test_a_gpu_index_in_non_ascii_digits_is_not_a_row() -> None:
+    text = HEADER + "    \uff11" + "".join(f"{0:>7}" for _ in range(6)) + " \n"
+    with pytest.raises(DmonError):
+        parse_dmon(text)
+
+
+@pytest.mark.parametrize("index", [64, 1000, 10**12])
+def test_an_absurd_gpu_index_is_not_a_row(index: int) -> None:
+    table = parse_dmon(HEADER + row(0, 1, 0, 0, 0, 0, 0) + row(index, 0, 0, 0, 0, 0, 0))
+    assert [r.gpu for r in table.rows] == [0]
+    assert any("no GPU index" in note for note in table.notes)
+
+
+def test_the_highest_plausible_gpu_index_is_a_row() -> None:
+    table = parse_dmon(HEADER + row(63, 1, 0, 0, 0, 0, 0))
+    assert [r.gpu for r in table.rows] == [63]
+
+
+def test_non_ascii_printed_times_are_not_read() -> None:
+    with pytest.raises(ValueError, match="not ASCII"):
+        parse_value("time", "\uff11\uff12:00:00")
