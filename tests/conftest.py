@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
+from tests.support.databases import fresh_database_url
+from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
 
 
 @pytest.fixture
 def store_engine(tmp_path: Path) -> Iterator[Engine]:
-    """An engine on a real SQLite file in ``tmp_path``, migrated with the real migrations."""
-    engine = create_engine_for(sqlite_url(tmp_path / "watchdog-gpu.db"))
+    """An engine on a real SQLite file in ``tmp_path`` (a new PostgreSQL database when the tests
+    run on PostgreSQL: ``tests/support/databases.py``), migrated with the real migrations."""
+    engine = create_engine_for(fresh_database_url(tmp_path))
     upgrade_to_head(engine)
     yield engine
     engine.dispose()

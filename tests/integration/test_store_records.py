@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -23,19 +22,24 @@ from tests.integration.store_builders import (
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.model import ActionKind, Finding, Severity
-from watchdog_gpu.store import NaiveDatetimeError, Store, create_engine_for, sqlite_url
+from watchdog_gpu.store import (
+    NaiveDatetimeError,
+    Store,
+    create_engine_for,
+    sqlite_url,
+    upgrade_to_head,
+)
 
 
-def _count(path: Path, table: str) -> int:
-    with sqlite3.connect(path) as connection:
-        (count,) = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
-        return int(count)
+def _count(engine: Engine, table: str) -> int:
+    with engine.connect() as connection:
+        return int(connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
 
 
 def test_prune_deletes_old_samples_probes_and_snapshots_and_keeps_all_history(
-    tmp_path: Path, store: Store
+    store_engine: Engine, store: Store
 ) -> None:
-    database = tmp_path / "watchdog-gpu.db"
+    database = store_engine
     old, recent = T0, T0 + timedelta(days=8)
     for at in (old, recent):
         store.record_observation(observation(instance("101", at=at), at=at), at)
@@ -190,7 +194,11 @@ def test_a_database_without_tables_raises_a_store_error(tmp_path: Path) -> None:
         store.notification_backlog()
 
 
-def test_writes_begin_immediate_and_reads_begin_deferred(store_engine: Engine) -> None:
+def test_writes_begin_immediate_and_reads_begin_deferred(tmp_path: Path) -> None:
+    # SQLite only (whatever engine the other store tests run on): BEGIN IMMEDIATE is its way
+    # of taking the write lock up front; PostgreSQL's row locks need no such statement.
+    store_engine = create_engine_for(sqlite_url(tmp_path / "begin.db"))
+    upgrade_to_head(store_engine)
     statements: list[str] = []
 
     @event.listens_for(store_engine, "before_cursor_execute")

@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.support.databases import backend, fresh_database_url
 from watchdog_gpu.config import Settings, load_settings
 from watchdog_gpu.durations import parse_duration
 from watchdog_gpu.model import PlannedNotification
@@ -89,7 +90,10 @@ def simulating(
 ) -> Iterator[Simulation]:
     """A ready :class:`Simulation` of ``scenario`` (see :func:`load`) under ``config``."""
     with simulation(
-        load(scenario), settings_from(config, tmp_path), database=_fresh_db(tmp_path)
+        load(scenario),
+        settings_from(config, tmp_path),
+        database=_fresh_db(tmp_path),
+        database_url=fresh_database_url(tmp_path) if backend() == "postgresql" else None,
     ) as sim:
         yield sim
 

@@ -166,11 +166,15 @@ def simulation(
     base: Settings | None = None,
     *,
     database: Path | None = None,
+    database_url: str | None = None,
 ) -> Iterator[Simulation]:
-    """A ready simulation (world, clock, engine on a SQLite file); closed on exit."""
+    """A ready simulation (world, clock, engine on a SQLite file, or on ``database_url`` — an
+    empty database of any supported engine, e.g. PostgreSQL); closed on exit."""
     with tempfile.TemporaryDirectory(prefix="watchdog-gpu-sim-") as scratch:
         path = database or Path(scratch) / "simulate.db"
-        sim = Simulation(scenario, simulation_settings(scenario, base), path)
+        sim = Simulation(
+            scenario, simulation_settings(scenario, base), path, database_url=database_url
+        )
         try:
             yield sim
         finally:
@@ -190,9 +194,11 @@ class Simulation:
         world: SimulatedWorld | None = None,
         delivery: Deliverer | None = None,
         first_tick: datetime | None = None,
+        database_url: str | None = None,
     ) -> None:
         """``clock``, ``world``, ``delivery`` and ``first_tick`` let a harness resume a run
-        after the process was killed (a world rebuilt from a journal, a later first tick)."""
+        after the process was killed (a world rebuilt from a journal, a later first tick);
+        ``database_url`` replaces the SQLite file ``database`` (PostgreSQL runs)."""
         self.scenario = scenario
         self.settings = settings
         self.database = database
@@ -202,7 +208,7 @@ class Simulation:
         self.dialects = {name: cls(self.world, faults) for name, cls in DIALECTS.items()}
         self.capture = CapturingDelivery(self.clock)
         self.delivery: Deliverer = delivery or self.capture
-        self.store: Store = open_store(sqlite_url(database))
+        self.store: Store = open_store(database_url or sqlite_url(database))
         self.assembly = self.build()
         self.next_tick = first_tick or scenario.start
 
