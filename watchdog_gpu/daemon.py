@@ -34,13 +34,14 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from watchdog_gpu import systemd_notify
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.config import Settings
-from watchdog_gpu.errors import ConfigError, StoreError
+from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.jobs import ACT, DELIVER, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs
+from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wiring import Assembly, assemble
@@ -55,6 +56,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 SHUTDOWN_CHECK_SECONDS = 10.0
+# How long a starting daemon waits for a `watchdog-gpu once` that holds the database's lock.
+ONCE_WAIT_SECONDS = 120.0
 MAX_SHUTDOWN_EXTENSION = timedelta(minutes=15)
 
 
@@ -312,13 +315,61 @@ def run_daemon(
 ) -> int:
     """Run until SIGTERM/SIGINT. Given valid settings (secrets checked), the clock and the
     environment. Returns 0 after a clean stop; 2 for a configuration problem found while
-    building (e.g. an unusable SSH key or notification URL; listed on stderr); 1 when the
+    building (e.g. an unusable SSH key or notification URL; listed on stderr), when another
+    daemon holds the database's lock or a newer watchdog-gpu wrote the database; 1 when the
     database cannot be opened or migrated or the metrics address cannot be bound.
 
     ``time_scale`` and ``wall_clock``: see :class:`Daemon` (the demo's accelerated night).
     ``on_started(daemon)`` is called once the jobs run, before the main thread supervises; it
     may keep the daemon to stop it later (``daemon.request_stop(reason)``)."""
     quiet_scheduler_logs()
+    try:
+        lock = hold_database_lock(settings.watchdog.effective_database_url(environ))
+    except DatabaseInUseError as error:
+        print(f"cannot start: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as error:
+        log.error("cannot start: %s", error)
+        return EXIT_FAILURE
+    try:
+        return _run_locked(
+            settings,
+            clock,
+            environ,
+            build=build,
+            time_scale=time_scale,
+            wall_clock=wall_clock,
+            on_started=on_started,
+        )
+    finally:
+        lock.release()
+
+
+def hold_database_lock(database_url: str) -> DatabaseLock:
+    """The database's lock, held by this daemon (see :mod:`watchdog_gpu.store.lock`). A
+    ``watchdog-gpu once`` holding it is waited for (up to :data:`ONCE_WAIT_SECONDS`: it ends
+    by itself); another daemon is not. Raises DatabaseInUseError or StoreError."""
+    lock = database_lock(database_url, role="run")
+    try:
+        lock.acquire()
+    except LockHeldError as error:
+        if error.holder.role != "once":
+            raise
+        log.info("waiting for `watchdog-gpu once` to finish pid=%s", error.holder.pid)
+        lock.acquire(wait_seconds=ONCE_WAIT_SECONDS)
+    return lock
+
+
+def _run_locked(
+    settings: Settings,
+    clock: Clock,
+    environ: Mapping[str, str],
+    *,
+    build: Callable[[Settings, Clock, Mapping[str, str]], Assembly],
+    time_scale: float,
+    wall_clock: Clock | None,
+    on_started: Callable[[Daemon], None] | None,
+) -> int:
     pending_stop: list[str] = []
     daemon: Daemon | None = None
 
@@ -386,6 +437,12 @@ def _start(
     except ConfigError as error:
         _close_all(opened)
         print_config_problems(error)
+        return EXIT_USAGE
+    except (SchemaTooNewError, DatabaseInUseError) as error:
+        _close_all(opened)
+        # Restarting cannot help (systemd: RestartPreventExitStatus=2): say it where the
+        # operator looks, the terminal or the journal.
+        print(f"cannot start: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (StoreError, OSError) as error:
         _close_all(opened)

@@ -5,6 +5,8 @@
     WatchdogError
     ├── ConfigError                 invalid configuration; carries every problem by dotted path
     ├── StoreError                  the database could not be opened, migrated or written
+    │   └── SchemaTooNewError       a newer watchdog-gpu wrote it (exit 2: upgrade the package)
+    ├── DatabaseInUseError          another daemon (or ``once``) holds the database's lock
     ├── ProviderError               a provider API call failed (never carries the API key)
     │   ├── AuthError               401/403: the key is wrong or revoked; not retried
     │   ├── RateLimitedError        429 after the retry budget; carries retry_after_seconds
@@ -50,6 +52,25 @@ class ConfigError(WatchdogError):
 
 class StoreError(WatchdogError):
     """The database could not be opened, migrated or written."""
+
+
+class SchemaTooNewError(StoreError):
+    """The database is at a revision this installation's migrations do not know: a newer
+    watchdog-gpu wrote it. Nothing was changed; the commands exit 2 (upgrade the package)."""
+
+    def __init__(self, revision: str, database: str) -> None:
+        self.revision = revision
+        self.database = database
+        super().__init__(
+            f"the database {database} was written by a newer watchdog-gpu (revision {revision}, "
+            "unknown to this version); upgrade the package (pip install -U watchdog-gpu) or "
+            "point --config/--db at another database"
+        )
+
+
+class DatabaseInUseError(WatchdogError):
+    """Another process holds the database's lock (see ``watchdog_gpu.store.lock``): a second
+    daemon, or ``once``, would act on the same fleet at the same time. The commands exit 2."""
 
 
 class ProviderError(WatchdogError):

@@ -17,8 +17,11 @@ daemon's working directory under systemd is its state directory, not where the c
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import stat
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -37,6 +40,13 @@ REFERENCE_KINDS: tuple[SecretKind, ...] = ("env", "file", "credential")
 
 # A secret file larger than this is a mistake (a path to a log, /dev/zero): refuse to read it all.
 MAX_SECRET_BYTES = 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+# Secret files found readable by group or others, each warned about once per process (a
+# reference is resolved at every use).
+_exposed_warned: set[Path] = set()
+_exposed_lock = threading.Lock()
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _base_directory: ContextVar[Path | None] = ContextVar("watchdog_gpu_config_dir", default=None)
@@ -149,7 +159,8 @@ class SecretReference:
             directory = env.get("CREDENTIALS_DIRECTORY")
             if not directory:
                 return SecretStatus(None, "missing: $CREDENTIALS_DIRECTORY is not set")
-            return _read_file(Path(directory) / self._name)
+            # systemd makes credentials readable by the service alone: no mode check.
+            return _read_file(Path(directory) / self._name, check_mode=False)
         return _read_file(Path(self._name))
 
     def _key(self) -> tuple[str, str, str]:
@@ -190,9 +201,38 @@ class SecretReference:
         return {"oneOf": [{"type": "string"}, reference]}
 
 
-def _read_file(path: Path) -> SecretStatus:
+def exposure(mode: int) -> str | None:
+    """Who besides the owner can read a file of permission bits ``mode`` ("group and others",
+    "group", "others"), or None when nobody else can."""
+    bits = (("group", stat.S_IRGRP), ("others", stat.S_IROTH))
+    readers = [who for who, bit in bits if mode & bit]
+    return " and ".join(readers) or None
+
+
+def warn_if_exposed(path: Path, mode: int) -> None:
+    """Log once per path that a secret file is readable by group or others, and the fix."""
+    readers = exposure(mode)
+    if readers is None:
+        return
+    with _exposed_lock:
+        if path in _exposed_warned:
+            return
+        _exposed_warned.add(path)
+    log.warning(
+        "secret file %s is readable by %s (mode %04o): anyone who can read it can use the key; "
+        "fix: chmod 600 %s",
+        path,
+        readers,
+        stat.S_IMODE(mode),
+        path,
+    )
+
+
+def _read_file(path: Path, *, check_mode: bool = True) -> SecretStatus:
     try:
         with path.open("rb") as handle:
+            if check_mode:
+                warn_if_exposed(path, os.fstat(handle.fileno()).st_mode)
             data = handle.read(MAX_SECRET_BYTES + 1)
     except FileNotFoundError:
         return SecretStatus(None, "missing")

@@ -219,3 +219,49 @@ def test_a_plain_dead_mans_switch_url_must_be_http(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"watchdog\.dead_mans_switch_url: must be an http"):
         load_settings(path, {})
+
+
+def _secret_file(path: Path, mode: int) -> Path:
+    path.write_text("key-7f3a\n", encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mode", "readers"),
+    [(0o644, "group and others"), (0o640, "group"), (0o604, "others")],
+)
+def test_a_secret_file_readable_by_others_is_warned_about_once_with_the_fix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, readers: str
+) -> None:
+    key = _secret_file(tmp_path / f"vast-{mode:o}", mode)
+    reference = SecretReference.file(key)
+
+    with caplog.at_level(logging.WARNING, logger="watchdog_gpu.secrets"):
+        assert reference.resolve({}) == SecretStr("key-7f3a")  # still usable
+        reference.resolve({})  # resolved at every use: warned only once
+
+    warnings = [r.getMessage() for r in caplog.records if r.name == "watchdog_gpu.secrets"]
+    assert warnings == [
+        f"secret file {key} is readable by {readers} (mode {mode:04o}): anyone who can read it "
+        f"can use the key; fix: chmod 600 {key}"
+    ]
+    assert "key-7f3a" not in caplog.text
+
+
+def test_a_private_secret_file_and_systemd_credentials_are_not_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    private = _secret_file(tmp_path / "private", 0o600)
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    _secret_file(credentials / "vast_api_key", 0o644)  # systemd's own directory: its business
+
+    with caplog.at_level(logging.WARNING, logger="watchdog_gpu.secrets"):
+        assert SecretReference.file(private).resolve({}) is not None
+        resolved = SecretReference.credential("vast_api_key").resolve(
+            {"CREDENTIALS_DIRECTORY": str(credentials)}
+        )
+        assert resolved is not None
+
+    assert not [r for r in caplog.records if r.name == "watchdog_gpu.secrets"]

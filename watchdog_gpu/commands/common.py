@@ -36,7 +36,7 @@ from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.config import Settings
 from watchdog_gpu.durations import parse_duration
-from watchdog_gpu.errors import ConfigError, StoreError
+from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.store import InstanceRecord, Store
@@ -66,7 +66,8 @@ def current_time() -> datetime:
 def reports_errors(
     handler: Callable[[argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
-    """Wrap a command handler: CommandError → its message and code; StoreError → exit 1."""
+    """Wrap a command handler: CommandError → its message and code; a database written by a
+    newer watchdog-gpu or locked by a daemon → exit 2; any other StoreError → exit 1."""
 
     def wrapped(args: argparse.Namespace) -> int:
         try:
@@ -76,6 +77,9 @@ def reports_errors(
             for line in error.details:
                 print(f"  {line}", file=sys.stderr)
             return error.code
+        except (SchemaTooNewError, DatabaseInUseError) as error:
+            print(str(error), file=sys.stderr)
+            return EXIT_USAGE
         except StoreError as error:
             print(f"database: {error}", file=sys.stderr)
             return EXIT_FAILURE

@@ -2,7 +2,9 @@
 
 Creates the tables of an empty database, or brings an older one to the newest revision; running
 it again changes nothing. The daemon migrates by itself at start-up too; this command is for
-doing it ahead (e.g. in a deploy step, after taking a copy of the file).
+doing it ahead (e.g. in a deploy step, after taking a copy of the file). Exit 2 while a daemon
+runs on the database (stop it first: it would run on tables changing under it) or when a newer
+watchdog-gpu wrote it; 1 when it cannot be opened or migrated.
 
 Which database: ``--database-url``, else ``[watchdog] database_url`` of the configuration
 (``--config PATH``, ``$WATCHDOG_GPU_CONFIG`` or the usual places), else — when there is no
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from watchdog_gpu.errors import ConfigError, StoreError
+from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,6 +52,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError
 
     from watchdog_gpu.store import create_engine_for, display_url, upgrade_to_head
+    from watchdog_gpu.store.lock import database_lock
 
     try:
         engine = create_engine_for(url)
@@ -60,12 +63,19 @@ def run_upgrade(args: argparse.Namespace) -> int:
     except OSError as error:  # the database's directory cannot be created
         print(f"cannot open the database {display_url(url)}: {error}", file=sys.stderr)
         return EXIT_FAILURE
+    # A migration under a running daemon could change tables it is using: refuse while one runs.
+    lock = database_lock(url, role="db upgrade")
     try:
+        lock.acquire()
         result = upgrade_to_head(engine)
+    except (SchemaTooNewError, DatabaseInUseError) as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_USAGE
     except StoreError as error:
         print(str(error), file=sys.stderr)
         return EXIT_FAILURE
     finally:
+        lock.release()
         engine.dispose()
     shown = display_url(url)
     if result.changed:

@@ -12,12 +12,15 @@ database and sends no notification: a dry-run decision recorded in the real data
 count as the episode's action and keep the daemon from enforcing it later. Actions planned
 earlier for real and not finished are left alone (the executor does not run at all then).
 
-Run it while the daemon is stopped: its executor, like the daemon's at start-up, takes over
-actions another process left ``claimed``, assuming that process is gone.
+It refuses to run (exit 2) while a daemon runs on the same database: its executor, like the
+daemon's at start-up, takes over actions another process left ``claimed``, assuming that
+process is gone. Both take the database's lock (:mod:`watchdog_gpu.store.lock`); a dry run on a
+copy needs none.
 
 Exit codes: 0 the tick was healthy; 1 an account could not be polled or a rule failed (the
 summary says which), or the database failed; 2 invalid configuration or missing secrets (each
-listed), or ``--dry-run`` of an enforcing configuration on a database that is not SQLite.
+listed), ``--dry-run`` of an enforcing configuration on a database that is not SQLite, a daemon
+holding the database, or a database written by a newer watchdog-gpu.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK
 from watchdog_gpu.commands import common
 from watchdog_gpu.commands.common import CommandError, print_lines, reports_errors, timestamp
 from watchdog_gpu.config import ConfigError, Settings, load_settings, resolve_secrets
-from watchdog_gpu.errors import WatchdogError
+from watchdog_gpu.errors import DatabaseInUseError, SchemaTooNewError, WatchdogError
 from watchdog_gpu.log import install_redaction
 from watchdog_gpu.model import ActionStatus, PlanStatus
 from watchdog_gpu.notify.render import format_clock
+from watchdog_gpu.store.lock import NoLock, database_lock
 from watchdog_gpu.tick import TickReport, Watchdog
 
 # Actions planned for real whose execution is not finished: a dry run must not touch them.
@@ -82,10 +86,20 @@ def run_once(args: argparse.Namespace) -> int:
     on_copy = args.dry_run and not all_monitor(settings)
     if args.dry_run:
         settings = monitor_only(settings)
-    with _database_for_run(settings, environ, copy=on_copy) as run_settings:
-        report, notes = _tick(run_settings, environ, dry_run=args.dry_run, on_copy=on_copy)
+    # On a copy nothing is written to the real database: no lock needed, a daemon may run.
+    lock = NoLock() if on_copy else database_lock(_url(settings, environ), role="once")
+    lock.acquire()  # DatabaseInUseError: exit 2 while a daemon runs (reports_errors)
+    try:
+        with _database_for_run(settings, environ, copy=on_copy) as run_settings:
+            report, notes = _tick(run_settings, environ, dry_run=args.dry_run, on_copy=on_copy)
+    finally:
+        lock.release()
     print_lines(summary_lines(report, notes, sent=not on_copy))
     return EXIT_OK if report.healthy else EXIT_FAILURE
+
+
+def _url(settings: Settings, environ: Mapping[str, str]) -> str:
+    return settings.watchdog.effective_database_url(environ)
 
 
 def _problems(title: str, error: ConfigError) -> CommandError:
@@ -165,6 +179,8 @@ def _tick(
         assembly = assemble(settings, common.clock, environ, claimer="once")
     except ConfigError as error:
         raise _problems("invalid configuration", error) from None
+    except (SchemaTooNewError, DatabaseInUseError):
+        raise  # exit 2 with its own message (reports_errors)
     except WatchdogError as error:
         raise CommandError(f"cannot start: {error}", code=EXIT_FAILURE) from None
     notes: list[str] = []

@@ -13,6 +13,7 @@ SQLite specifics, and why:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ def create_engine_for(url: str | URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIM
 
     For SQLite files: WAL, foreign keys on, ``busy_timeout_ms`` and a small connection pool that
     several threads share (each call of the repository takes its own connection); a missing
-    parent directory of the file is created (mode 0700: the database holds the fleet's history).
+    file is created 0600 and its missing parent directory 0700 (the database holds the fleet's
+    history; see :func:`create_private_file`).
     An in-memory SQLite URL gets one shared connection (tests only: it cannot serve several
     threads at once).
     """
@@ -44,12 +46,26 @@ def create_engine_for(url: str | URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIM
         options["poolclass"] = StaticPool
     else:
         if parsed.database and not parsed.query.get("uri"):
-            Path(parsed.database).expanduser().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            create_private_file(Path(parsed.database).expanduser())
         options["pool_size"] = 5
         options["max_overflow"] = 10
     engine = create_engine(parsed, **options)
     _install_sqlite_hooks(engine, busy_timeout_ms=busy_timeout_ms, wal=not in_memory)
     return engine
+
+
+def create_private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 (and its missing parent directories 0700) unless it
+    exists. An empty file is an empty SQLite database; SQLite creates the ``-wal`` and ``-shm``
+    files with the database file's permissions, so the fleet's history stays readable by its
+    owner alone whatever the umask (outside systemd's ``UMask=0077`` too). An existing file
+    keeps the mode its owner chose."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(descriptor)
 
 
 def writing(engine: Engine) -> Engine:

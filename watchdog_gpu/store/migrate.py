@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from watchdog_gpu.errors import StoreError
+from watchdog_gpu.errors import SchemaTooNewError, StoreError
 from watchdog_gpu.store.engine import display_url
 
 if TYPE_CHECKING:
@@ -88,12 +88,14 @@ def upgrade_to_head(engine: Engine) -> MigrationResult:
     On SQLite the migration runs with foreign keys OFF: batch mode recreates tables ("move and
     copy"), which would fail or cascade with them on; the pragma only works outside a
     transaction, so it is set on the raw connection before BEGIN, and a foreign-key check runs
-    before the commit. Raises StoreError when the database cannot be opened or migrated.
+    before the commit. Raises StoreError when the database cannot be opened or migrated, and
+    SchemaTooNewError (before touching anything) when a newer watchdog-gpu wrote it.
     """
     from alembic import command
 
     config = alembic_config()
     before = current_revision(engine)
+    refuse_newer_schema(before, engine, config)
     sqlite = engine.dialect.name == "sqlite"
     try:
         with engine.connect() as connection:
@@ -117,6 +119,20 @@ def upgrade_to_head(engine: Engine) -> MigrationResult:
     if before != after:
         logger.info("database migrated from_revision=%s to_revision=%s", before, after)
     return MigrationResult(before=before, after=after)
+
+
+def refuse_newer_schema(revision: str | None, engine: Engine, config: Config | None = None) -> None:
+    """Raise SchemaTooNewError when ``revision`` (the database's) is not one of the shipped
+    migrations: Alembic would fail with a long traceback ("Can't locate revision"), and
+    downgrading a newer schema is not ours to do."""
+    if revision is None:
+        return
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(config or alembic_config())
+    known = {script.revision for script in scripts.walk_revisions()}
+    if revision not in known:
+        raise SchemaTooNewError(revision, display_url(engine))
 
 
 def _check_foreign_keys(connection: Connection) -> None:
