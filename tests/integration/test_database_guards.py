@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli_support import Result, isolate, run
+from tests.integration.test_daemon_run import child_environment as daemon_environment
 from watchdog_gpu.daemon import hold_database_lock
 from watchdog_gpu.errors import DatabaseInUseError
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
@@ -234,15 +235,7 @@ def test_memory_and_server_databases_take_no_file_lock(tmp_path: Path) -> None:
 
 
 def child_environment(tmp_path: Path) -> dict[str, str]:
-    environ = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("WATCHDOG_GPU_")
-        and name not in {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "CREDENTIALS_DIRECTORY"}
-    }
-    environ["HOME"] = str(tmp_path / "home")
-    environ["WD_TEST_VAST_KEY"] = "key-for-a-closed-port"
-    return environ
+    return daemon_environment(tmp_path, WD_TEST_VAST_KEY="key-for-a-closed-port")
 
 
 def watchdog_gpu(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
