@@ -1,4 +1,5 @@
-"""``watchdog-gpu db upgrade [--database-url URL] [--config PATH]``: migrate the database.
+"""``watchdog-gpu db upgrade [--database-url URL] [--config PATH]``: migrate the database;
+``watchdog-gpu db copy --from URL --to URL``: move a whole history to another database.
 
 Creates the tables of an empty database, or brings an older one to the newest revision; running
 it again changes nothing. The daemon migrates by itself at start-up too; this command is for
@@ -39,6 +40,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     upgrade.add_argument("--config", type=Path, metavar="PATH", help="configuration file")
     upgrade.set_defaults(handler=run_upgrade)
+    copy = actions.add_parser(
+        "copy",
+        help="copy a whole database into a new, empty one (e.g. SQLite to PostgreSQL)",
+        description=(
+            "Copy every table and row of --from into the empty database --to (migrated first), "
+            "in one transaction: the way an installation moves its history from its SQLite "
+            "file to a team's PostgreSQL (docs/postgresql.md). --from is only read; stop the "
+            "daemon first so that nothing is written to it meanwhile. A password is best given "
+            "in $WATCHDOG_GPU_DATABASE_PASSWORD (for --to) rather than in the URL."
+        ),
+    )
+    copy.add_argument("--from", dest="source", required=True, metavar="URL", help="source URL")
+    copy.add_argument("--to", dest="target", required=True, metavar="URL", help="target URL")
+    copy.set_defaults(handler=run_copy)
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
@@ -82,6 +97,60 @@ def run_upgrade(args: argparse.Namespace) -> int:
         print(f"database {shown} migrated from {result.before or '(empty)'} to {result.after}")
     else:
         print(f"database {shown} is up to date (revision {result.after})")
+    return EXIT_OK
+
+
+PASSWORD_VARIABLE = "WATCHDOG_GPU_DATABASE_PASSWORD"  # noqa: S105 - a variable name
+
+
+def run_copy(args: argparse.Namespace) -> int:
+    """Copy --from into --to; print how many rows per table."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from watchdog_gpu.log import register_secret
+    from watchdog_gpu.store import create_engine_for, display_url
+    from watchdog_gpu.store.copy import copy_database
+
+    engines = []
+    for option, given in (("--from", args.source), ("--to", args.target)):
+        try:
+            url = make_url(given)
+        except (ArgumentError, ValueError):
+            # Not the URL itself in the message: it may carry a password.
+            print(f"{option}: not a database URL (e.g. sqlite:////path/to.db)", file=sys.stderr)
+            return EXIT_USAGE
+        if url.password:
+            register_secret(str(url.password))
+        password = os.environ.get(PASSWORD_VARIABLE)
+        if option == "--to" and password and url.password is None:
+            register_secret(password)
+            url = url.set(password=password)
+        if option == "--from" and url.get_backend_name() == "sqlite":
+            database = url.database or ""
+            if database in ("", ":memory:") or not Path(database).expanduser().is_file():
+                print(f"--from: no database file at {display_url(url)}", file=sys.stderr)
+                return EXIT_USAGE
+        try:
+            engines.append(create_engine_for(url))
+        except (ArgumentError, ValueError, ImportError) as error:
+            print(f"{option}: cannot use {display_url(url)}: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        except OSError as error:
+            print(f"cannot open the database {display_url(url)}: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+    source, target = engines
+    try:
+        result = copy_database(source, target)
+    except StoreError as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        source.dispose()
+        target.dispose()
+    for table, count in result.rows:
+        print(f"  {table:<20} {count:>9} rows")
+    print(f"copied {result.total} rows from {display_url(source)} to {display_url(target)}")
     return EXIT_OK
 
 

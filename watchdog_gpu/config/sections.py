@@ -94,6 +94,10 @@ class WatchdogSection(StrictModel):
         repr=False,  # may carry a database password
         description="SQLAlchemy URL; unset = sqlite file watchdog-gpu.db in the state directory",
     )
+    database_password: SecretReference | None = Field(
+        default=None,
+        description="the database password (PostgreSQL), kept out of database_url",
+    )
     sample_retention: PositiveDuration = Field(
         default=timedelta(days=7), description="GPU samples older than this are deleted"
     )
@@ -136,8 +140,28 @@ class WatchdogSection(StrictModel):
         return value
 
     def effective_database_url(self, environ: Mapping[str, str] | None = None) -> str:
-        """``database_url``, or :func:`default_database_url` when unset."""
-        return self.database_url or default_database_url(environ)
+        """``database_url``, or :func:`default_database_url` when unset, with
+        ``database_password`` (resolved now, registered with the log scrubber) filled in.
+
+        Raises ConfigError when the password reference cannot be resolved."""
+        url = self.database_url or default_database_url(environ)
+        if self.database_password is None:
+            return url
+        secret = self.database_password.resolve(environ)
+        if secret is None:
+            from watchdog_gpu.errors import ConfigError, ConfigProblem
+
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "watchdog.database_password", self.database_password.describe(environ)
+                    )
+                ]
+            )
+        from sqlalchemy.engine import make_url
+
+        with_password = make_url(url).set(password=secret.get_secret_value())
+        return with_password.render_as_string(hide_password=False)
 
 
 class MetricsSection(StrictModel):

@@ -1,0 +1,212 @@
+"""The store on a real PostgreSQL server (started by the tests on 127.0.0.1): migrations from a
+populated database, compare-and-set claims across two engines, and ``db copy`` from SQLite.
+
+These tests always use PostgreSQL (whatever ``WATCHDOG_GPU_TEST_DATABASE`` says); they skip on a
+laptop without the ``postgresql`` package and fail in CI (``tests/support/postgres.py``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import Engine, inspect, select
+
+from tests.integration.store_builders import (
+    T0,
+    instance,
+    minutes,
+    observation,
+    planned_action,
+    planned_notification,
+    probe,
+    sample,
+)
+from tests.scenarios.helpers import load
+from tests.support.databases import postgres_server
+from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.sim.simulate import simulation
+from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
+from watchdog_gpu.store.migrate import alembic_config, current_revision, head_revision
+from watchdog_gpu.store.schema import metadata
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    server = postgres_server()
+    url = server.create_database()
+    yield url
+    server.drop_database(url)
+
+
+@pytest.fixture
+def pg_engine(pg_url: str) -> Iterator[Engine]:
+    engine = create_engine_for(pg_url)
+    yield engine
+    engine.dispose()
+
+
+def _counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as connection:
+        return {
+            table.name: len(connection.execute(select(table)).all())
+            for table in metadata.sorted_tables
+        }
+
+
+def _populate(store: Store) -> None:
+    for step in range(3):
+        at = T0 + minutes(step)
+        store.record_observation(observation(instance("101", at=at), at=at), at)
+        store.record_probe(probe("101", at, sample("101", at, 0), sample("101", at, 1)))
+        store.add_audit_event("action.executed", at, message=f"event {step}")
+        store.enqueue_action(planned_action(f"action-{step}", at=at))
+        store.enqueue_notification(planned_notification(f"note-{step}", at=at))
+
+
+def test_the_migrations_create_the_schema_on_postgresql_and_agree_with_the_models(
+    pg_engine: Engine,
+) -> None:
+    result = upgrade_to_head(pg_engine)
+
+    assert (result.before, result.after) == (None, head_revision())
+    assert set(inspect(pg_engine).get_table_names()) == {
+        *(table.name for table in metadata.sorted_tables),
+        "alembic_version",
+    }
+    config = alembic_config()
+    with pg_engine.connect() as connection:
+        config.attributes["connection"] = connection
+        command.check(config)  # raises when a model and the migrations disagree on PostgreSQL
+    assert upgrade_to_head(pg_engine).changed is False
+
+
+def test_a_populated_postgresql_database_keeps_its_rows_through_a_downgrade_and_upgrade(
+    pg_engine: Engine,
+) -> None:
+    upgrade_to_head(pg_engine)
+    _populate(Store(pg_engine))
+    before = _counts(pg_engine)
+    config = alembic_config()
+    with pg_engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0001")
+    assert current_revision(pg_engine) == "0001"
+
+    upgrade_to_head(pg_engine)
+
+    assert current_revision(pg_engine) == head_revision()
+    assert _counts(pg_engine) == before
+    assert before["audit_events"] == 3
+    assert before["actions"] == 3
+
+
+def test_two_daemons_engines_claiming_at_once_never_get_the_same_action(
+    pg_url: str,
+) -> None:
+    first_engine = create_engine_for(pg_url)
+    second_engine = create_engine_for(pg_url)
+    upgrade_to_head(first_engine)
+    first, second = Store(first_engine), Store(second_engine)
+    for index in range(60):
+        first.enqueue_action(planned_action(f"k{index}", at=T0))
+    claims: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def claim(store: Store, name: str) -> None:
+        while True:
+            rows = store.claim_actions(T0 + minutes(1), name, limit=3)
+            if not rows:
+                return
+            with lock:
+                claims.update(row.idempotency_key for row in rows)
+
+    threads = [
+        threading.Thread(target=claim, args=(store, f"node-{index}"))
+        for index, store in enumerate((first, second, first, second))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert len(claims) == 60
+    assert set(claims.values()) == {1}
+    claimed = first.list_actions(statuses=[ActionStatus.CLAIMED])
+    assert len(claimed) == 60
+    assert {row.claimed_by for row in claimed} <= {"node-0", "node-1", "node-2", "node-3"}
+    first_engine.dispose()
+    second_engine.dispose()
+
+
+def _watchdog_gpu(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog_gpu", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_db_copy_moves_a_whole_sqlite_history_to_postgresql(tmp_path: Path, pg_url: str) -> None:
+    sqlite_file = tmp_path / "laptop.db"
+    with simulation(load("forgotten_idle"), database=sqlite_file) as sim:
+        sim.run()
+    source = create_engine_for(sqlite_url(sqlite_file))
+    expected = _counts(source)
+    assert expected["actions"] >= 1  # the forgotten instance was destroyed: a history to move
+    assert expected["audit_events"] >= 3
+    assert expected["gpu_samples"] > 10
+
+    copied = _watchdog_gpu("db", "copy", "--from", sqlite_url(sqlite_file), "--to", pg_url)
+
+    assert copied.returncode == 0, copied.stderr
+    assert f"copied {sum(expected.values())} rows" in copied.stdout
+    target = create_engine_for(pg_url)
+    assert _counts(target) == expected
+    sqlite_store, pg_store = Store(source), Store(target)
+    assert pg_store.list_audit_events() == sqlite_store.list_audit_events()
+    assert pg_store.list_actions() == sqlite_store.list_actions()
+    # The serial sequences moved past the copied ids: the daemon goes on writing on PostgreSQL.
+    pg_store.add_audit_event("after.copy", T0 + minutes(600), message="new row")
+    assert "after.copy" in {event.kind for event in pg_store.list_audit_events()}
+
+    again = _watchdog_gpu("db", "copy", "--from", sqlite_url(sqlite_file), "--to", pg_url)
+
+    assert again.returncode == 1
+    assert "is not empty" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert _counts(target)["audit_events"] == expected["audit_events"] + 1
+    source.dispose()
+    target.dispose()
+
+
+def test_db_copy_hides_the_password_and_refuses_a_missing_source(tmp_path: Path) -> None:
+    server = postgres_server()
+    url_with_password = server.url("nowhere").replace("postgres@", "postgres:hunter2-canary@")
+
+    missing = _watchdog_gpu(
+        "db", "copy", "--from", sqlite_url(tmp_path / "absent.db"), "--to", url_with_password
+    )
+
+    assert missing.returncode == 2
+    assert "no database file" in missing.stderr
+    source = tmp_path / "empty.db"
+    empty = create_engine_for(sqlite_url(source))
+    upgrade_to_head(empty)
+    empty.dispose()
+    unreachable = _watchdog_gpu(
+        "db", "copy", "--from", sqlite_url(source), "--to", url_with_password
+    )
+    assert unreachable.returncode == 1
+    assert "hunter2-canary" not in unreachable.stderr + unreachable.stdout
+    assert "***" in unreachable.stderr  # the URL is named, its password hidden
