@@ -1,7 +1,8 @@
 """Spend accounting from recorded state spans (pure).
 
 Spend is the rate the provider reports it bills (``StateSpan.billed_usd_per_hour``) integrated
-over time — never a catalogue price — and "cost unknown" stays distinct from $0.
+over time — never a catalogue price — and "cost unknown" stays distinct from $0. The exact
+semantics are in ``docs/safety.md`` ("Unknown cost").
 
 How a span bills (the integration model):
 
@@ -9,12 +10,13 @@ How a span bills (the integration model):
   change happened somewhere between the last sighting of the old span and the first sighting of
   the new one, and we charge the old rate for that whole stretch (the provider billed *something*
   then; the old rate is the last one we know).
-- The last span bills until its own ``last_seen`` plus ``extend_last_by`` (default nothing): we
-  do not extrapolate into time nobody observed. From there until the end of the period, an
-  instance whose last state still bills (anything but ``gone``) counts as *unknown* time — a
-  failing poll must not look like a free hour.
+- The last span of an instance that is not ``gone`` keeps billing at its rate from its
+  ``last_seen`` until the end of the period: nobody has listed the instance since (a failing
+  poll, an outage of hours), and until a listing says otherwise we assume it still bills what it
+  billed when last seen — pessimistic, never a free hour. Those dollars are counted in ``usd``
+  and also reported apart as ``estimated_usd``.
 - A span whose rate is ``None`` (unknown state, a missing storage price) adds its time to
-  ``unknown_seconds`` and nothing to ``usd``.
+  ``unknown_seconds`` and nothing to ``usd``: there is no rate to extrapolate.
 
 Day and month boundaries are computed in a :class:`zoneinfo.ZoneInfo` zone and returned in UTC; a
 day around a DST change is 23 or 25 hours long, exactly as the wall clock says.
@@ -36,10 +38,15 @@ SECONDS_PER_HOUR = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class SpendFigure:
-    """Dollars known to be spent, and how many instance-seconds had an unknown cost."""
+    """Dollars spent, and how many instance-seconds had an unknown cost.
+
+    ``usd`` includes ``estimated_usd``: the part billed at an instance's last known rate after
+    its last listing (see the module docstring).
+    """
 
     usd: float = 0.0
     unknown_seconds: float = 0.0
+    estimated_usd: float = 0.0
 
     @property
     def complete(self) -> bool:
@@ -47,7 +54,11 @@ class SpendFigure:
         return self.unknown_seconds == 0
 
     def __add__(self, other: SpendFigure) -> SpendFigure:
-        return SpendFigure(self.usd + other.usd, self.unknown_seconds + other.unknown_seconds)
+        return SpendFigure(
+            self.usd + other.usd,
+            self.unknown_seconds + other.unknown_seconds,
+            self.estimated_usd + other.estimated_usd,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,37 +78,34 @@ class RateFigure:
 
 @dataclass(frozen=True, slots=True)
 class BillingPiece:
-    """``[start, end)`` billed at ``usd_per_hour`` (``None``: unknown)."""
+    """``[start, end)`` billed at ``usd_per_hour`` (``None``: unknown). ``estimated``: the time
+    after the instance's last listing, billed at its last known rate."""
 
     start: datetime
     end: datetime
     usd_per_hour: float | None
+    estimated: bool = False
 
 
 def billing_pieces(
-    spans: Sequence[StateSpan],
-    *,
-    until: datetime | None = None,
-    extend_last_by: timedelta = timedelta(0),
+    spans: Sequence[StateSpan], *, until: datetime | None = None
 ) -> list[BillingPiece]:
     """The stretches of time ``spans`` (oldest first) bill, by the model in the module docstring.
 
-    ``until`` (the end of the period being looked at) adds a final unknown piece from the end
-    of the last span to ``until`` when the instance was last seen in a billing state; without it
-    the pieces stop at the last span.
+    ``until`` (the end of the period being looked at) adds a final *estimated* piece from the
+    last sighting to ``until`` at the last known rate when the instance was last seen in a state
+    other than ``gone``; without it the pieces stop at the last span's ``last_seen``.
     """
     pieces: list[BillingPiece] = []
     for index, span in enumerate(spans):
-        if index + 1 < len(spans):
-            end = spans[index + 1].first_seen
-        else:
-            end = span.last_seen + extend_last_by
+        end = spans[index + 1].first_seen if index + 1 < len(spans) else span.last_seen
         if end > span.first_seen:
             pieces.append(BillingPiece(span.first_seen, end, span.billed_usd_per_hour))
     if spans and until is not None and spans[-1].state is not InstanceState.GONE:
-        tail_start = max(spans[-1].last_seen + extend_last_by, spans[-1].first_seen)
+        last = spans[-1]
+        tail_start = max(last.last_seen, last.first_seen)
         if until > tail_start:
-            pieces.append(BillingPiece(tail_start, until, None))
+            pieces.append(BillingPiece(tail_start, until, last.billed_usd_per_hour, estimated=True))
     return pieces
 
 
@@ -107,38 +115,32 @@ def _overlap_seconds(piece: BillingPiece, start: datetime, end: datetime) -> flo
     return max(0.0, (high - low).total_seconds())
 
 
-def instance_spend(
-    spans: Sequence[StateSpan],
-    start: datetime,
-    end: datetime,
-    *,
-    extend_last_by: timedelta = timedelta(0),
-) -> SpendFigure:
+def instance_spend(spans: Sequence[StateSpan], start: datetime, end: datetime) -> SpendFigure:
     """What one instance's ``spans`` billed within ``[start, end]``."""
     usd = 0.0
     unknown = 0.0
-    for piece in billing_pieces(spans, until=end, extend_last_by=extend_last_by):
+    estimated = 0.0
+    for piece in billing_pieces(spans, until=end):
         seconds = _overlap_seconds(piece, start, end)
         if seconds == 0:
             continue
         if piece.usd_per_hour is None:
             unknown += seconds
-        else:
-            usd += piece.usd_per_hour * seconds / SECONDS_PER_HOUR
-    return SpendFigure(usd, unknown)
+            continue
+        dollars = piece.usd_per_hour * seconds / SECONDS_PER_HOUR
+        usd += dollars
+        if piece.estimated:
+            estimated += dollars
+    return SpendFigure(usd, unknown, estimated)
 
 
 def instances_spend(
-    instances: Iterable[InstanceView],
-    start: datetime,
-    end: datetime,
-    *,
-    extend_last_by: timedelta = timedelta(0),
+    instances: Iterable[InstanceView], start: datetime, end: datetime
 ) -> SpendFigure:
     """The sum of :func:`instance_spend` over ``instances``."""
     total = SpendFigure()
     for instance in instances:
-        total += instance_spend(instance.spans, start, end, extend_last_by=extend_last_by)
+        total += instance_spend(instance.spans, start, end)
     return total
 
 
@@ -174,20 +176,14 @@ def current_rate(instances: Iterable[InstanceView]) -> RateFigure:
 
 
 def _rate_steps(
-    instances: Iterable[InstanceView], start: datetime, end: datetime, *, current: bool
+    instances: Iterable[InstanceView], start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime, float]]:
     """The summed *known* rate of ``instances`` as consecutive constant steps over
-    ``[start, end]``; unknown rates count as 0. ``current``: each instance's last span is taken
-    to last until ``end`` (its current rate); otherwise pieces end as in :func:`billing_pieces`.
-    """
+    ``[start, end]``, pieces as in :func:`billing_pieces` up to ``end`` (the last known rate
+    included); unknown rates count as 0."""
     changes: dict[datetime, float] = {}
     for instance in instances:
-        spans = instance.spans
-        if not spans:
-            continue
-        extend = max(timedelta(0), end - spans[-1].last_seen) if current else timedelta(0)
-        pieces = billing_pieces(spans, extend_last_by=extend)
-        for piece in pieces:
+        for piece in billing_pieces(instance.spans, until=end):
             if piece.usd_per_hour is None or piece.usd_per_hour == 0:
                 continue
             low, high = max(piece.start, start), min(piece.end, end)
@@ -208,13 +204,15 @@ def _rate_steps(
 def spend_crossing_time(
     instances: Iterable[InstanceView], start: datetime, end: datetime, amount_usd: float
 ) -> datetime | None:
-    """The first instant in ``[start, end]`` at which the known spend of ``instances`` since
-    ``start`` reached ``amount_usd``; ``None`` if it did not. Deterministic for recorded data, so
-    a rule can use it as a stable episode start."""
+    """The first instant in ``[start, end]`` at which the spend of ``instances`` since ``start``
+    (known rates, the last known one after the last listing) reached ``amount_usd``; ``None`` if
+    it did not. Deterministic for recorded data, so a rule can use it as a stable episode
+    start: the listing that ends an outage does not move it (the old rate bills until the next
+    span's first sighting either way)."""
     if amount_usd <= 0:
         return start
     spent = 0.0
-    for low, high, rate in _rate_steps(instances, start, end, current=False):
+    for low, high, rate in _rate_steps(instances, start, end):
         seconds = (high - low).total_seconds()
         step_usd = rate * seconds / SECONDS_PER_HOUR
         if rate > 0 and spent + step_usd >= amount_usd:
@@ -233,7 +231,7 @@ def rate_exceeded_since(
     """When the summed known rate of ``instances`` last rose above ``ceiling_usd_per_hour``
     (searching back to ``lookback``); ``None`` when it is not above the ceiling at ``end``.
     Returns ``lookback`` when it has been above the ceiling for the whole lookback."""
-    steps = _rate_steps(instances, lookback, end, current=True)
+    steps = _rate_steps(instances, lookback, end)
     if not steps or steps[-1][2] <= ceiling_usd_per_hour:
         return None
     since = steps[-1][0]

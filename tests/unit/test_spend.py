@@ -53,28 +53,48 @@ def test_a_span_bills_until_the_next_span_was_first_seen() -> None:
     assert figure.complete
 
 
-def test_the_last_span_is_not_extrapolated_past_its_last_sighting() -> None:
+def test_the_last_span_keeps_billing_its_last_known_rate_after_its_last_sighting() -> None:
+    # Not listed since 60 (an outage): the last known rate keeps accruing, as an estimate.
     spans = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
     figure = instance_spend(spans, at(0), at(90))
-    assert figure.usd == pytest.approx(1.0)
-    assert figure.unknown_seconds == pytest.approx(30 * 60)
+    assert figure.usd == pytest.approx(1.5)
+    assert figure.estimated_usd == pytest.approx(0.5)
+    assert figure.complete
 
 
-def test_an_instance_last_seen_gone_has_no_unknown_tail() -> None:
+def test_an_instance_last_seen_gone_has_no_estimated_tail() -> None:
     spans = [
         span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
         span(GONE, at(61), at(61)),
     ]
     figure = instance_spend(spans, at(0), at(600))
     assert figure.usd == pytest.approx(61 / 60)
+    assert figure.estimated_usd == 0
     assert figure.complete
 
 
-def test_the_last_span_may_be_extended_by_one_poll_interval() -> None:
-    spans = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
-    figure = instance_spend(spans, at(0), at(90), extend_last_by=timedelta(minutes=1))
-    assert figure.usd == pytest.approx(61 / 60)
-    assert figure.unknown_seconds == pytest.approx(29 * 60)
+def test_an_unknown_last_rate_is_unknown_time_after_the_last_sighting() -> None:
+    spans = [
+        span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
+        span(UNKNOWN, at(60), at(90), compute=1.0, storage=0.0),
+    ]
+    figure = instance_spend(spans, at(0), at(120))
+    assert figure.usd == pytest.approx(1.0)
+    assert figure.unknown_seconds == pytest.approx(60 * 60)
+    assert figure.estimated_usd == 0
+
+
+def test_the_listing_after_an_outage_keeps_the_estimate_of_the_outage() -> None:
+    # Seen running until 60, listed again at 120 as stopped: the stretch 60..120 was estimated
+    # at the running rate, and stays billed at it once the listing says otherwise.
+    during = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
+    after = [*during, span(STOPPED, at(120), at(150), compute=1.0, storage=0.1)]
+    assert instance_spend(during, at(0), at(120)).usd == pytest.approx(2.0)
+    figure = instance_spend(after, at(0), at(150))
+    assert figure.usd == pytest.approx(2.0 + 0.1 * 0.5)
+    assert figure.estimated_usd == 0
+    assert spend_crossing_time([instance(*during)], at(0), at(120), 1.5) == at(90)
+    assert spend_crossing_time([instance(*after)], at(0), at(150), 1.5) == at(90)
 
 
 @pytest.mark.parametrize(

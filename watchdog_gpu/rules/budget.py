@@ -26,8 +26,13 @@ How it decides:
   (providers do not pool money), so ``min_balance_usd`` is a floor for *each* account, which an
   account's own ``min_balance_usd`` overrides.
 - **Spend** is the billed $/h integrated over recorded state spans (``watchdog_gpu.spend``) from
-  the start of the local day / month in ``timezone`` until now. Time with an unknown rate adds
-  nothing and is reported in the evidence: unknown cost is never treated as $0 — nor guessed.
+  the start of the local day / month in ``timezone`` until now. An instance not listed since
+  its last sighting (its account's polls fail) keeps billing at its last known rate until a
+  listing says otherwise: unknown spend is estimated pessimistically, never treated as $0, and
+  the estimate is named in the evidence. Time with no known rate at all (an unmapped state)
+  adds nothing and is reported in the evidence. When a ceiling is reached, every account that
+  can be acted on is: the planner holds the actions of an account whose listing fails (its
+  states are stale), the others go ahead. Exact semantics: ``docs/safety.md``.
 - **Rate** is, per account, the larger of the sum of the billed rates of its instances and the
   spend rate the provider reports for the account.
 - **Findings.** When any ceiling of a scope is reached, every billing instance of the scope (any
@@ -84,7 +89,7 @@ class BudgetLimits(StrictModel):
         default=None, gt=0, description="ceiling on the current spend rate"
     )
     min_balance_usd: float | None = Field(
-        default=None, ge=0, description="destroy when the balance falls under this floor"
+        default=None, ge=0, description="destroy when the balance is at or under this floor"
     )
 
 
@@ -175,19 +180,19 @@ def _spend_breaches(
     zone: ZoneInfo,
 ) -> list[Breach]:
     breaches: list[Breach] = []
+    accounts = tuple(accounts)
     periods = (("daily", limits.daily_usd, day_start), ("monthly", limits.monthly_usd, month_start))
     for kind, ceiling, period_start in periods:
         if ceiling is None:
             continue
         start = period_start(now, zone)
-        # The last observed state keeps billing until the next poll sees otherwise: count it up
-        # to now (a few minutes at most) rather than call those minutes unknown.
-        spent = instances_spend(instances, start, now, extend_last_by=RECENT_BILLING)
+        spent = instances_spend(instances, start, now)
         if spent.usd >= ceiling:
             reached = spend_crossing_time(instances, start, now, ceiling) or start
+            unread = instances_spend(_unreadable(instances, accounts), start, now)
             text = (
                 f"{scope} {kind} spend ${spent.usd:.2f} reached the ${ceiling:.2f} ceiling"
-                f"{_unknown_note(spent)}"
+                f"{_unknown_note(spent, unread.estimated_usd)}"
             )
             breaches.append(Breach(scope, kind, text, reached, not spent.complete))
     if limits.max_usd_per_hour is not None:
@@ -197,14 +202,28 @@ def _spend_breaches(
     return breaches
 
 
-RECENT_BILLING = timedelta(minutes=5)
+def _unreadable(
+    instances: Iterable[InstanceView], accounts: Iterable[AccountView]
+) -> list[InstanceView]:
+    """The instances of accounts whose last poll failed (their spend is being estimated)."""
+    failing = {view.account for view in accounts if view.last_poll_error_kind is not None}
+    return [instance for instance in instances if instance.latest.account in failing]
 
 
-def _unknown_note(spent: SpendFigure) -> str:
-    if spent.complete:
-        return ""
-    hours = spent.unknown_seconds / 3600
-    return f" (plus {hours:.1f} instance-hours of unknown cost, not counted)"
+def _unknown_note(spent: SpendFigure, estimated_usd: float) -> str:
+    """What the spend figure holds besides listed facts: dollars estimated for accounts that
+    cannot be read, time with no known rate."""
+    notes: list[str] = []
+    if estimated_usd > 0:
+        notes.append(
+            f"including ${estimated_usd:.2f} estimated at the last known rates of accounts "
+            "that cannot be listed now"
+        )
+    if not spent.complete:
+        hours = spent.unknown_seconds / 3600
+        notes.append(f"plus {hours:.1f} instance-hours of unknown cost, not counted")
+    return f" ({'; '.join(notes)})" if notes else ""
+
 
 
 def _rate_breach(
@@ -241,9 +260,10 @@ def _rate_breach(
 
 def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:
     balance = account.latest.balance_usd if account.latest is not None else None
-    if floor is None or balance is None or balance >= floor:
+    # At or under: a balance equal to the floor has reached it.
+    if floor is None or balance is None or balance > floor:
         return None
-    text = f"account {account.account} balance ${balance:.2f} is under the ${floor:.2f} floor"
+    text = f"account {account.account} balance ${balance:.2f} is at or under the ${floor:.2f} floor"
     return Breach(f"account {account.account}", "balance", text, None)
 
 

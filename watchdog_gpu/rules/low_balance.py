@@ -27,7 +27,7 @@ CRITICAL_RUNWAY_HOURS = 1.0
 
 class LowBalanceConfig(RuleConfig):
     min_balance_usd: float | None = Field(
-        default=5.0, ge=0, description="warn when the balance is under this"
+        default=5.0, ge=0, description="warn when the balance is at or under this"
     )
     min_runway_hours: float | None = Field(
         default=6.0, gt=0, description="warn when balance ÷ spend rate is under this many hours"
@@ -65,8 +65,8 @@ def _account_finding(
     rate = max(instances_rate.usd_per_hour, latest.spend_usd_per_hour or 0.0)
     runway = max(balance, 0.0) / rate if rate > 0 else None
     reasons: list[str] = []
-    if config.min_balance_usd is not None and balance < config.min_balance_usd:
-        reasons.append(f"balance ${balance:.2f} is under ${config.min_balance_usd:.2f}")
+    if config.min_balance_usd is not None and balance <= config.min_balance_usd:
+        reasons.append(f"balance ${balance:.2f} is at or under ${config.min_balance_usd:.2f}")
     short = config.min_runway_hours
     if runway is not None and short is not None and runway < short:
         reasons.append(f"runway {runway:.1f} h at ${rate:.2f}/h is under {short:g} h")

@@ -3,6 +3,7 @@ unknown cost."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from tests.unit.rules.builders import account_view, at, fleet, instance, running, span
@@ -124,7 +125,43 @@ def test_a_balance_under_the_floor_concerns_that_account() -> None:
     )
     findings = judge(at(60), vast(), runpod(), config=config, accounts=accounts)
     assert set(findings) == {"vast-main/1"}
-    assert "balance $0.50 is under the $1.00 floor" in findings["vast-main/1"].summary
+    assert "balance $0.50 is at or under the $1.00 floor" in findings["vast-main/1"].summary
+
+
+def test_a_balance_equal_to_the_floor_has_reached_it() -> None:
+    config = BudgetConfig(min_balance_usd=1.0)
+    accounts = (account_view("vast-main", balance=1.0),)
+    findings = judge(at(60), vast(), config=config, accounts=accounts)
+    assert set(findings) == {"vast-main/1"}
+    assert "balance $1.00 is at or under the $1.00 floor" in findings["vast-main/1"].summary
+    above = (account_view("vast-main", balance=1.01),)
+    assert judge(at(60), vast(), config=config, accounts=above) == {}
+
+
+def test_an_unreadable_account_keeps_billing_its_last_known_rate() -> None:
+    # Vast was last listed at 60 minutes ($6/h) and its polls fail since; RunPod is listed
+    # every minute ($2/h). $10 is reached at 75 minutes only if Vast keeps counting.
+    config = BudgetConfig(daily_usd=10.0)
+    failing = replace(
+        account_view("vast-main"),
+        last_poll_ok_at=at(60),
+        last_poll_error_kind="transient",
+        last_poll_error_at=at(90),
+    )
+    accounts = (failing, account_view("rp-main", provider="runpod"))
+    listed_until = at(60)
+    findings = judge(
+        at(90),
+        vast(until=listed_until, rate=6.0),
+        runpod(until=at(90)),
+        config=config,
+        accounts=accounts,
+    )
+    assert set(findings) == {"vast-main/1", "rp-main/a"}
+    finding = findings["rp-main/a"]
+    assert finding.episode_started_at == at(75)
+    assert "estimated at the last known rates" in finding.summary
+    assert "$3.00 estimated" in finding.summary  # 30 minutes at $6/h
 
 
 def test_an_account_floor_overrides_the_global_floor() -> None:

@@ -30,6 +30,8 @@ CASES = [
     Case("a healthy balance", account_view(balance=100.0), (billing(1.0),), None),
     Case("no balance reported (postpaid)", account_view(balance=None), (billing(1.0),), None),
     Case("balance under the threshold", account_view(balance=4.0), (), Severity.WARNING),
+    Case("balance at the threshold", account_view(balance=5.0), (), Severity.WARNING),
+    Case("balance just above the threshold", account_view(balance=5.01), (), None),
     Case(
         "runway under 6 h from the instances",
         account_view(balance=20.0),
