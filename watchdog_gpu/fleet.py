@@ -69,6 +69,15 @@ class AccountView:
     # an errors.ProviderError.kind; None when the last poll worked
     last_poll_error_kind: str | None = None
     last_poll_error_at: datetime | None = None
+    first_seen: datetime | None = None  # the account's first poll, whether it worked or not
+
+    @property
+    def unreadable_since(self) -> datetime | None:
+        """Since when the account cannot be listed: its last poll that worked (or its first
+        poll, when none ever did); ``None`` while the latest poll works."""
+        if self.last_poll_error_kind is None:
+            return None
+        return self.last_poll_ok_at or self.first_seen or self.last_poll_error_at
 
 
 @dataclass(frozen=True, slots=True)

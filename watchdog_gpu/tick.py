@@ -45,7 +45,7 @@ from watchdog_gpu.notify.render import (
 from watchdog_gpu.plan import BUDGET_RULE, Decision, Plan, PlanContext, plan
 from watchdog_gpu.probe.condense import condense_samples
 from watchdog_gpu.providers.base import Provider
-from watchdog_gpu.rules import evaluate_rules, minimum_sample_lookback
+from watchdog_gpu.rules import account_health, evaluate_rules, minimum_sample_lookback
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
 from watchdog_gpu.store import Store
@@ -429,6 +429,8 @@ def _idle_cleared_reason(instance: InstanceView) -> str:
 
 
 def _cleared_reason(finding: Finding, view: FleetView) -> str:
+    if finding.rule == account_health.NAME:
+        return account_health.cleared_reason(view, finding.account)
     if finding.instance_id is None:
         return "condition no longer holds"
     instance = view.instances.get(f"{finding.account}/{finding.instance_id}")

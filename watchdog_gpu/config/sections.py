@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from watchdog_gpu.durations import Duration
+from watchdog_gpu.rules.account_health import AccountHealthConfig
 from watchdog_gpu.rules.base import RuleConfig, StrictModel
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.hygiene import HygieneConfig
@@ -303,6 +304,7 @@ class RulesConfig(StrictModel):
     max_runtime: MaxRuntimeConfig = Field(default_factory=MaxRuntimeConfig)
     low_balance: LowBalanceConfig = Field(default_factory=LowBalanceConfig)
     unobserved: UnobservedConfig = Field(default_factory=UnobservedConfig)
+    account_health: AccountHealthConfig = Field(default_factory=AccountHealthConfig)
     volume_storage: VolumeStorageConfig = Field(default_factory=VolumeStorageConfig)
     hygiene: HygieneConfig = Field(default_factory=HygieneConfig)
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import Finding
 from watchdog_gpu.rules import (
+    account_health,
     budget,
     hygiene,
     idle_gpu,
@@ -42,6 +43,7 @@ RULES: dict[str, Rule] = {
         max_runtime.RULE,
         low_balance.RULE,
         unobserved.RULE,
+        account_health.RULE,
         volume_storage.RULE,
         hygiene.RULE,
     )

@@ -225,7 +225,6 @@ def _unknown_note(spent: SpendFigure, estimated_usd: float) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-
 def _rate_breach(
     scope: str,
     ceiling: float,

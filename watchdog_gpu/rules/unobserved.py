@@ -1,8 +1,12 @@
-"""unobserved: a running instance had no usable GPU data for ``after`` (blind time).
+"""unobserved: a running instance had no usable GPU data for ``after`` (blind time), or an
+instance has been in a state the provider reports but watchdog-gpu does not map (``unknown``)
+for ``after``.
 
 Intent: not knowing is a state. When SSH is down or the output cannot be read, the idle rule
-cannot act; this rule says so, so the user knows the time-limit and budget layers are what
-protects the money now. Notifies only.
+cannot act; when the provider reports a state we do not know (``actual_status = "exploded"``),
+no rule acts on the instance at all and its cost is unknown. This rule says so, so the user
+knows the time-limit and budget layers are what protects the money now — or that nothing does.
+Notifies only (a warning on the phone, not only a metric).
 
 ```toml
 [rules.unobserved]
@@ -18,9 +22,9 @@ from pydantic import Field
 
 from watchdog_gpu.durations import Duration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
-from watchdog_gpu.model import ActionKind, Finding, ProbeStatus, Severity
+from watchdog_gpu.model import ActionKind, Finding, InstanceState, ProbeStatus, Severity
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
-from watchdog_gpu.rules.windows import billed_rate, running_since, usable_sample
+from watchdog_gpu.rules.windows import billed_rate, running_since, state_since, usable_sample
 
 NAME = "unobserved"
 DETAIL_LIMIT = 160
@@ -38,14 +42,48 @@ def evaluate(view: FleetView, now: datetime, config: UnobservedConfig) -> list[F
     Usable data is a GPU sample (dmon or provider API) that says busy, or idle with a real
     ``sm`` value; MIG samples without processes, failed probes and missing samples are not. Blind
     time starts at the last usable sample of the current run (or when the run started);
-    ``due_at`` is that plus ``after``.
+    ``due_at`` is that plus ``after``. An instance in the ``unknown`` state is blind since it
+    entered that state.
     """
     findings: list[Finding] = []
     for instance in view.instances.values():
-        finding = _instance_finding(instance, now, config)
+        if instance.state is InstanceState.UNKNOWN:
+            finding = _unknown_state_finding(instance, now, config)
+        else:
+            finding = _instance_finding(instance, now, config)
         if finding is not None:
             findings.append(finding)
     return findings
+
+
+def _unknown_state_finding(
+    instance: InstanceView, now: datetime, config: UnobservedConfig
+) -> Finding | None:
+    since = state_since(instance)
+    if now - since < config.after:
+        return None
+    latest = instance.latest
+    rate = billed_rate(instance)
+    return Finding(
+        rule=NAME,
+        account=latest.account,
+        instance_id=latest.instance_id,
+        severity=Severity.WARNING,
+        action=ActionKind.NOTIFY,
+        summary=(
+            f"in a provider state watchdog-gpu does not know ({latest.raw_state[:40]!r}) for "
+            f"{format_duration(max(now - since, timedelta(0)))}: no rule can act on it and "
+            "what it bills is unknown; check it at the provider"
+        ),
+        episode_started_at=since,
+        due_at=since + config.after,
+        evidence={
+            "instance_name": latest.name,
+            "provider_state": latest.raw_state[:DETAIL_LIMIT],
+            "unknown_state_since": since.isoformat(),
+        },
+        usd_per_hour_at_stake=rate,
+    )
 
 
 def _instance_finding(

@@ -9,7 +9,9 @@ Each account has an API mode (scripted with ``api = ...`` account events, or set
 - ``timeout``: the server stalls for ``stall_seconds`` (long enough for the client's timeout)
   and then drops the connection without an answer; nothing is changed;
 - ``malformed``: the request is handled (a destroy *does* happen) but the JSON body is cut in
-  half, so it cannot be decoded — the case of a proxy truncating a response.
+  half, so it cannot be decoded — the case of a proxy truncating a response;
+- ``revoked``: the account's key is refused as the dialect refuses an unknown key (HTTP 401 or
+  the provider's own variant); nothing is changed — a key revoked or rotated at the provider.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class FaultBodies(Protocol):
 
     def rate_limited(self, retry_after_seconds: int) -> SimResponse: ...
 
+    def unauthorized(self, *, key_given: bool) -> SimResponse: ...
+
 
 def apply_fault(
     mode: ApiMode,
@@ -56,6 +60,8 @@ def apply_fault(
         return SimResponse(status=0, body=b"", stall_seconds=settings.stall_seconds)
     if mode == "malformed":
         return truncate(handle())
+    if mode == "revoked":
+        return dialect.unauthorized(key_given=True)
     return handle()
 
 

@@ -63,6 +63,7 @@ class InstanceRecord:
     state_since: datetime | None = None
     destroy_due: datetime | None = None
     label: str | None = None
+    provider_state: str | None = None  # a scripted raw state the provider lists instead
     compute_spend_usd: float = 0.0
     storage_spend_usd: float = 0.0
 
@@ -171,6 +172,7 @@ class InstanceView:
     state_since: datetime
     gpu: GpuState
     spend_usd: float
+    provider_state: str | None = None  # a scripted raw state listed instead of the usual one
 
     @property
     def billed_usd_per_hour(self) -> float:

@@ -25,7 +25,7 @@ from watchdog_gpu.errors import ConfigProblem, ScenarioError
 
 Provider = Literal["vast", "runpod", "lambda"]
 ScriptedState = Literal["starting", "running", "paused", "stopped", "gone"]
-ApiMode = Literal["ok", "error500", "timeout", "ratelimit", "malformed"]
+ApiMode = Literal["ok", "error500", "timeout", "ratelimit", "malformed", "revoked"]
 SshMode = Literal["up", "down", "refused", "hostkey_changed", "garbage"]
 # Strict numbers: a quoted "95" or a boolean in a TOML file is a mistake, not a percentage.
 Percent = Annotated[int, Field(ge=0, le=100, strict=True)]
@@ -63,6 +63,9 @@ class InstanceEvent(_Frozen):
     mig: bool | None = None
     ssh: SshMode | None = None
     interactive_login: bool | None = None
+    # An addition: the provider lists the instance with this raw state string (one no state
+    # table maps, e.g. "exploded") until the next `state` event; billing follows the state.
+    provider_state: Annotated[str, Field(min_length=1, max_length=40)] | None = None
 
 
 class AccountEvent(_Frozen):
@@ -384,7 +387,7 @@ def _check_event(
             ConfigProblem(
                 path,
                 "an instance event needs at least one of state, gpu_util, gpu_pattern, enc, mig, "
-                "ssh, interactive_login",
+                "ssh, interactive_login, provider_state",
             )
         )
     if event.gpu_util is not None and event.gpu_pattern is not None:

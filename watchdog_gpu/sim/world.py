@@ -355,6 +355,10 @@ class SimulatedWorld:
                     self._schedule(
                         self.origin + event.at, self._scripted_state(spec.name, item, event.state)
                     )
+                if event.provider_state is not None:
+                    self._schedule(
+                        self.origin + event.at, _scripted_provider_state(item, event.provider_state)
+                    )
         for volume in spec.volumes:
             record.volumes[volume.id] = VolumeRecord(volume, spec.provider, self.origin)
         for number, key in enumerate(spec.ssh_keys):
@@ -501,6 +505,7 @@ class SimulatedWorld:
             record.started_at = at
         record.state = state
         record.state_since = at
+        record.provider_state = None
         record.history.append((at, state))
 
     def _begin_destroy(
@@ -569,4 +574,13 @@ class SimulatedWorld:
             state_since=record.state_since,
             gpu=gpu,
             spend_usd=record.spend_usd,
+            provider_state=record.provider_state,
         )
+
+
+def _scripted_provider_state(record: InstanceRecord, raw: str) -> Callable[[datetime], None]:
+    def apply(at: datetime) -> None:
+        if record.exists and record.destroy_due is None:
+            record.provider_state = raw
+
+    return apply

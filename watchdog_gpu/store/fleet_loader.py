@@ -243,6 +243,7 @@ def account_view(
         last_poll_ok_at=account.last_poll_ok_at if account else None,
         last_poll_error_kind=account.last_poll_error_kind if account else None,
         last_poll_error_at=account.last_poll_error_at if account else None,
+        first_seen=account.first_seen if account else None,
     )
 
 

@@ -36,6 +36,7 @@ EXPECTED = {
     "max_runtime",
     "low_balance",
     "unobserved",
+    "account_health",
     "volume_storage",
     "hygiene",
 }

@@ -108,3 +108,19 @@ def test_the_evidence_says_what_the_probe_saw() -> None:
     assert finding.evidence["last_usable_sample_at"] == at(100).isoformat()
     assert finding.evidence["failed_probes"] == 100
     assert "last probe: unreachable" in finding.summary
+
+
+def test_an_instance_in_an_unmapped_state_is_told_after_the_blind_window() -> None:
+    exploded = instance(
+        span(InstanceState.RUNNING, at(0), at(10)),
+        span(InstanceState.UNKNOWN, at(11), at(120), raw_state="exploded"),
+    )
+    assert evaluate(fleet(at(40), exploded), at(40), CONFIG) == []
+    (finding,) = evaluate(fleet(at(41), exploded), at(41), CONFIG)
+    assert finding.action is ActionKind.NOTIFY
+    assert finding.episode_started_at == at(11)
+    assert "'exploded'" in finding.summary
+    assert finding.evidence["provider_state"] == "exploded"
+    # The same episode while it lasts.
+    (later,) = evaluate(fleet(at(120), exploded), at(120), CONFIG)
+    assert later.episode_key == finding.episode_key

@@ -317,6 +317,7 @@ class VastDialect(Dialect):
 def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
     """A Vast instance row (``GET /instances``) for ``view`` at ``now``."""
     actual, intended, current, following = _STATUS[view.state]
+    actual = view.provider_state or actual
     running = view.state == "running"
     billing_compute = view.state in ("starting", "running")
     storage = view.storage_usd_per_hour

@@ -1,0 +1,32 @@
+"""Scenario: a balance exactly at the budget's floor (balance_at_floor.toml).
+
+``[rules.budget] min_balance_usd = 10``; the balance is set to $10.00 at 1h. A balance equal to
+the floor has reached it ("at or under"): the destroy comes at the first tick that lists
+$10.00 — before this fix the strict comparison acted a tick late.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.scenarios.helpers import ENFORCE, offset, run_scenario, scenario_data
+
+NAME = "balance_at_floor"
+CONFIG = f"{ENFORCE}\n[rules.budget]\nmin_balance_usd = 10.0\n"
+AT_FLOOR = offset("1h")
+
+
+def test_a_balance_equal_to_the_floor_acts_at_the_tick_that_sees_it(tmp_path: Path) -> None:
+    run = run_scenario(NAME, tmp_path, CONFIG)
+    (action,) = run.actions_for("vast-main/9601")
+    assert (action["rule"], action["action"], action["result"]) == ("budget", "destroy", "verified")
+    assert action["offset_s"] == AT_FLOOR
+    assert run.instances["vast-main/9601"]["final_state"] == "gone"
+
+
+def test_a_balance_above_the_floor_is_left_alone(tmp_path: Path) -> None:
+    data = scenario_data(NAME)
+    data["accounts"][0]["events"][0]["balance_usd"] = 10.5  # above $10 for 15 minutes
+    data["duration"] = "1h10m"
+    run = run_scenario(data, tmp_path, CONFIG)
+    assert run.actions == []

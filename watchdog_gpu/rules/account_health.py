@@ -1,0 +1,125 @@
+"""account_health: a provider account that cannot be read is told — a rejected key at once, any
+other failure once it has lasted ``outage_after`` — and told again once it can be read.
+
+Intent: while an account cannot be listed, nothing about it can be protected: no rule sees its
+instances change, no action on it can be verified, and its spend is only an estimate (the last
+known rates keep accruing, see ``watchdog_gpu.spend``). The user must hear it, with what is at
+risk meanwhile. Notifies only; exact semantics in ``docs/safety.md`` ("Outage alerts").
+
+```toml
+[rules.account_health]
+outage_after = "10m"
+```
+
+How it decides, per configured account whose latest poll failed:
+
+- **Since when.** The account is unreadable since its last poll that worked (or its first
+  poll, when none ever did): that instant starts the episode, so the whole outage is one
+  episode — one message when it is told, one resolution ("can be listed again") when a poll
+  works again, both keyed by the episode in the outbox (a restart does not repeat them).
+- **A rejected key** (the last error is ``auth``: HTTP 401/403 or a body saying the key is
+  invalid) is critical at once: it does not heal by waiting.
+- **Any other failure** (5xx, timeouts, rate limits past the retry budget, a listing we cannot
+  read) is a warning once the account has been unreadable for ``outage_after``.
+- **At risk**: the instances of the account not last seen gone, and what they billed per hour
+  at their last listing (instances whose rate was unknown are counted apart).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import Field
+
+from watchdog_gpu.durations import Duration, format_duration
+from watchdog_gpu.fleet import AccountView, FleetView
+from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
+from watchdog_gpu.rules.base import RuleConfig, RuleSpec
+from watchdog_gpu.spend import current_rate
+
+NAME = "account_health"
+AUTH_ERROR_KIND = "auth"
+# Topics (part of the episode key): a rejected key and an outage are told separately.
+BAD_KEY = "bad_key"
+OUTAGE = "outage"
+
+
+class AccountHealthConfig(RuleConfig):
+    outage_after: Duration = Field(
+        default=timedelta(minutes=10),
+        description="an account that cannot be listed this long is told (a rejected key: at once)",
+    )
+
+
+def evaluate(view: FleetView, now: datetime, config: AccountHealthConfig) -> list[Finding]:
+    """One finding per account that cannot be read: critical for a rejected key, a warning for
+    an outage that lasted ``outage_after``."""
+    findings: list[Finding] = []
+    for account in sorted(view.accounts.values(), key=lambda item: item.account):
+        finding = _account_finding(view, account, now, config)
+        if finding is not None:
+            findings.append(finding)
+    return findings
+
+
+def _account_finding(
+    view: FleetView, account: AccountView, now: datetime, config: AccountHealthConfig
+) -> Finding | None:
+    since = account.unreadable_since
+    kind = account.last_poll_error_kind
+    if since is None or kind is None:
+        return None
+    bad_key = kind == AUTH_ERROR_KIND
+    if not bad_key and now - since < config.outage_after:
+        return None
+    at_risk = [i for i in view.instances_of(account.account) if i.state is not InstanceState.GONE]
+    rate = current_rate(at_risk)
+    unknown = f" (+{rate.unknown_instances} at an unknown rate)" if rate.unknown_instances else ""
+    risk = f"{len(at_risk)} instance(s) at ${rate.usd_per_hour:.2f}/h{unknown}"
+    lasted = format_duration(max(now - since, timedelta(0)))
+    if bad_key:
+        summary = (
+            f"the provider rejects the API key: {risk} unprotected — fix or replace the key; "
+            "nothing in this account can be watched or stopped meanwhile"
+        )
+    else:
+        summary = (
+            f"cannot be listed for {lasted} ({kind}): {risk} unprotected — its instances cannot "
+            "be watched or stopped meanwhile; their spend is estimated at the last known rates"
+        )
+    return Finding(
+        rule=NAME,
+        account=account.account,
+        instance_id=None,
+        severity=Severity.CRITICAL if bad_key else Severity.WARNING,
+        action=ActionKind.NOTIFY,
+        summary=summary,
+        episode_started_at=since,
+        due_at=since if bad_key else since + config.outage_after,
+        evidence={
+            "error_kind": kind,
+            "unreadable_since": since.isoformat(),
+            "last_error_at": account.last_poll_error_at.isoformat()
+            if account.last_poll_error_at
+            else None,
+            "instances_at_risk": len(at_risk),
+            "usd_per_hour_at_risk": round(rate.usd_per_hour, 4),
+            "instances_at_unknown_rate": rate.unknown_instances,
+        },
+        usd_per_hour_at_stake=rate.usd_per_hour,
+        topic=BAD_KEY if bad_key else OUTAGE,
+    )
+
+
+def cleared_reason(view: FleetView, account: str) -> str:
+    """Why an account_health episode ended, for its resolution message."""
+    current = view.accounts.get(account)
+    if current is None:
+        return "account no longer configured"
+    if current.last_poll_error_kind is None:
+        return f"recovered: account {account} can be listed again"
+    kind = current.last_poll_error_kind
+    return f"account {account} still cannot be listed, now failing with {kind}"
+
+
+RULE = RuleSpec(NAME, AccountHealthConfig, evaluate)
