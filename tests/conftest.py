@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.support.databases import fresh_database_url
+from watchdog_gpu.log import QUIET_LOGGERS
 from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
 
 
@@ -26,3 +28,19 @@ def store_engine(tmp_path: Path) -> Iterator[Engine]:
 def store(store_engine: Engine) -> Store:
     """A ``Store`` on a real, migrated SQLite file (one per test)."""
     return Store(store_engine)
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """``configure_logging`` changes the root logger and the quiet libraries' levels: put them
+    back after the test."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    quiet = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    for name, previous in quiet.items():
+        logging.getLogger(name).setLevel(previous)

@@ -21,7 +21,7 @@ import httpx
 
 from watchdog_gpu.config import Settings
 from watchdog_gpu.errors import ConfigError, ConfigProblem
-from watchdog_gpu.log import register_secret
+from watchdog_gpu.log import register_url_secret
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class DeadMansSwitch:
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        register_secret(url)
+        register_url_secret(url)  # the ping URL holds its check token in the path
         if not _is_http_url(url):
             # Never the value: it is a secret.
             raise ConfigError([ConfigProblem(SETTING_PATH, "must be an http:// or https:// URL")])

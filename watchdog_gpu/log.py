@@ -1,5 +1,11 @@
 """Logging set-up: ``key=value`` lines (journald friendly) or JSON lines, and secret redaction.
 
+Under systemd (stderr is the journal stream named by ``$JOURNAL_STREAM``) every line starts with
+the sd-daemon priority prefix ``<N>`` (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>``
+debug; see sd-daemon(3)), so ``journalctl -p warning`` shows warnings and worse; journald strips
+the prefix and stamps the time itself. On a terminal or a file the lines stay plain text with
+their own time.
+
 Every resolved secret (API keys, passphrases, notification URLs) is registered here with
 :func:`register_secret`. From then on every log record created in the process has those values
 masked in its message, arguments and exception text — whichever handler receives it — and the
@@ -17,6 +23,7 @@ import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import SecretStr
 
@@ -27,10 +34,30 @@ LogFormat = Literal["text", "json"]
 # real API key, token or passphrase is that short.
 MIN_SECRET_LENGTH = 4
 
-# Third-party loggers that are chatty at INFO/DEBUG (paramiko prints banner tracebacks at ERROR,
-# httpx logs every request URL at INFO, pydantic_settings can dump every loaded value at DEBUG):
-# they only speak up from WARNING on.
-QUIET_LOGGERS = ("paramiko", "httpx", "httpcore", "apprise", "pydantic_settings")
+# Third-party loggers that are chatty at INFO/DEBUG or see secrets there: they only speak up from
+# WARNING on, whatever log_level says. paramiko prints banner tracebacks; httpx/httpcore log every
+# request URL at INFO; urllib3 (under Apprise's requests) logs ``POST /<path>`` at DEBUG, and
+# Apprise services keep their tokens in URL paths; apprise
+# itself logs URLs while it parses them; pydantic_settings can dump every loaded value; alembic
+# logs a dozen INFO lines per start (the daemon logs the migration it ran itself).
+QUIET_LOGGERS = (
+    "paramiko",
+    "httpx",
+    "httpcore",
+    "urllib3",
+    "requests",
+    "requests_oauthlib",
+    "oauthlib",
+    "apprise",
+    "markdown",
+    "pydantic_settings",
+    "alembic",
+)
+
+# sd-daemon(3) priorities for the ``<N>`` prefix journald reads from a service's stderr.
+JOURNAL_PRIORITIES = ((logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
+_DEBUG_PRIORITY = 7
+_CRITICAL_PRIORITY = 2
 
 
 class _Registry:
@@ -57,6 +84,38 @@ def register_secret(value: str | SecretStr) -> None:
     with _registry.lock:
         _registry.secrets = _registry.secrets | {text}
     install_redaction()
+
+
+# Parts of a URL at least this long are treated as secrets (tokens, passwords, webhook ids).
+URL_PART_MIN_LENGTH = 6
+# Loopback hosts are not secrets, and masking them would hide useful detail.
+_PUBLIC_HOSTS = frozenset({"127.0.0.1", "localhost"})
+
+
+def url_secret_parts(url: str) -> frozenset[str]:
+    """The parts of a URL that may be secrets: its user and password, the host
+    (Apprise's ``tgram://BOT_TOKEN/CHAT`` keeps a token there), every path segment and query
+    value long enough to be a token. Text that is not even URL-shaped is one secret whole."""
+    try:
+        split = urlsplit(url)
+        candidates = [split.username, split.password, split.hostname]
+        if split.hostname not in _PUBLIC_HOSTS:  # "BOT_ID:TOKEN" parses as a host and a port
+            candidates.append(split.netloc)
+        candidates.extend(unquote(segment) for segment in split.path.split("/"))
+        candidates.extend(value for _, value in parse_qsl(split.query))
+    except ValueError:
+        return frozenset({url})
+    parts = {part for part in candidates if part and len(part) >= URL_PART_MIN_LENGTH}
+    return frozenset(parts - _PUBLIC_HOSTS)
+
+
+def register_url_secret(url: str | SecretStr) -> None:
+    """Mask a URL that embeds secrets (a notification route, a heartbeat URL) and each of its
+    token-like parts: a library that logs only the request path (urllib3's ``POST /<token>``)
+    or the host must not leak what the whole URL would."""
+    text = url.get_secret_value() if isinstance(url, SecretStr) else url
+    for part in {text} | url_secret_parts(text):
+        register_secret(part)
 
 
 def redact(text: str) -> str:
@@ -189,6 +248,31 @@ class JsonFormatter(logging.Formatter):
         return redact(json.dumps(document, default=str, ensure_ascii=False))
 
 
+def journal_priority(levelno: int) -> int:
+    """The syslog priority of a logging level: CRITICAL 2, ERROR 3, WARNING 4, INFO 6, DEBUG 7
+    (custom levels take the priority of the standard level at or below them)."""
+    if levelno >= logging.CRITICAL:
+        return _CRITICAL_PRIORITY
+    for threshold, priority in JOURNAL_PRIORITIES:
+        if levelno >= threshold:
+            return priority
+    return _DEBUG_PRIORITY
+
+
+class JournalFormatter(logging.Formatter):
+    """Wraps another formatter for a stream journald reads: every line of the record (a
+    traceback's lines too, which journald stores as separate entries) starts with ``<N>``, the
+    record's priority, so no part of an error is filed as info."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{journal_priority(record.levelno)}>"
+        return "\n".join(prefix + line for line in self.inner.format(record).split("\n"))
+
+
 def stream_is_journal(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
     """True when ``stream`` is the journald stream systemd connected (``$JOURNAL_STREAM`` holds
     its ``device:inode``, see systemd.exec(5))."""
@@ -217,10 +301,11 @@ def configure_logging(
         raise ValueError(f"unknown log level {level!r}")
     target = sys.stderr if stream is None else stream
     handler = logging.StreamHandler(target)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(KeyValueFormatter(with_time=not stream_is_journal(target, environ)))
+    journal = stream_is_journal(target, environ)
+    formatter: logging.Formatter = (
+        JsonFormatter() if fmt == "json" else KeyValueFormatter(with_time=not journal)
+    )
+    handler.setFormatter(JournalFormatter(formatter) if journal else formatter)
     handler.addFilter(RedactionFilter())
     setattr(handler, _HANDLER_MARK, True)
     root = logging.getLogger()

@@ -18,7 +18,7 @@ from watchdog_gpu.clock import Clock
 from watchdog_gpu.config import AccountConfig, Settings
 from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.executor import Executor
-from watchdog_gpu.log import register_secret
+from watchdog_gpu.log import register_secret, register_url_secret
 from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, routes_from_config
 from watchdog_gpu.plan import PlanContext, protection_for
 from watchdog_gpu.probe.command import ProbeCommandSpec
@@ -148,7 +148,7 @@ def build_delivery(settings: Settings, environ: Mapping[str, str]) -> AppriseDel
     """Apprise delivery for the configured routes (None when there are none)."""
     routes = routes_from_config(settings.notify, environ)
     for route in routes:
-        register_secret(route.url)  # URLs embed tokens: never let one reach a log line
+        register_url_secret(route.url)  # tokens in hosts, paths, queries: never in a log line
     if not routes:
         return None
     return AppriseDelivery(routes, timeout_seconds=settings.notify.timeout.total_seconds())

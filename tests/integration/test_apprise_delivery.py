@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from tests.support.http_receiver import HttpReceiver, free_port
 from tests.support.memory_outbox import MemoryOutbox
+from watchdog_gpu.config import load_settings
+from watchdog_gpu.log import configure_logging
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, Route, deliver_due, notify_test
 from watchdog_gpu.store import Store
+from watchdog_gpu.wiring import build_delivery
 
 NOW = datetime(2026, 12, 2, 22, 20, tzinfo=UTC)
 BACKOFF = Backoff(initial=timedelta(seconds=30), maximum=timedelta(minutes=10))
@@ -203,3 +208,40 @@ def test_with_the_real_store_a_failed_message_waits_in_sqlite_and_is_delivered_l
     assert store.notification_backlog() == 0
     [request] = back.received("/phone")
     assert json.loads(request.body)["type"] == "failure"
+
+
+PATH_TOKEN = "canary-path-token-4d2b9"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_at_debug_level_no_library_logs_a_notification_url_token(
+    receiver: HttpReceiver, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Apprise services keep tokens in URL paths and urllib3 logs ``POST /<path>`` at DEBUG: the
+    daemon's own set-up (log level debug, the route built by wiring) must leak it nowhere."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[watchdog]\nlog_level = "debug"\n'
+        '[[notify.routes]]\nurl = { env = "WD_TEST_NOTIFY_URL" }\nseverities = ["warning"]\n',
+        encoding="utf-8",
+    )
+    environ = {"WD_TEST_NOTIFY_URL": f"json://127.0.0.1:{receiver.port}/{PATH_TOKEN}"}
+    settings = load_settings(config, environ)
+    stream = io.StringIO()
+    configure_logging(settings.watchdog.log_level, "text", stream=stream, environ={})
+    delivery = build_delivery(settings, environ)
+    assert delivery is not None
+
+    with caplog.at_level(logging.DEBUG):
+        quiet = delivery.deliver(message(Severity.WARNING))
+        # A user who turns urllib3's logger up anyway still gets the path masked.
+        logging.getLogger("urllib3").setLevel(logging.DEBUG)
+        loud = delivery.deliver(message(Severity.WARNING))
+
+    assert quiet.ok
+    assert loud.ok
+    assert len(receiver.received(f"/{PATH_TOKEN}")) == 2  # the token really was in the path
+    urllib3_lines = [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")]
+    assert any('"POST /*** HTTP/1.1" 200' in line for line in urllib3_lines)  # the loud one
+    assert PATH_TOKEN not in stream.getvalue()
+    assert PATH_TOKEN not in caplog.text

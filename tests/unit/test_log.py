@@ -6,30 +6,26 @@ import io
 import json
 import logging
 import os
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
-from watchdog_gpu.log import QUIET_LOGGERS, configure_logging, redact, register_secret
+from watchdog_gpu.log import (
+    JournalFormatter,
+    KeyValueFormatter,
+    configure_logging,
+    journal_priority,
+    redact,
+    register_secret,
+    register_url_secret,
+)
 
 CANARY = "canary-secret-7f3a9"
 
 
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """configure_logging changes the root logger: put it back after each test."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    quiet = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
-    yield
-    for handler in list(root.handlers):
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    for name, previous in quiet.items():
-        logging.getLogger(name).setLevel(previous)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def test_text_lines_are_key_value_with_extras() -> None:
@@ -63,19 +59,79 @@ def test_json_lines_are_one_object_each() -> None:
     assert document["time"].endswith("Z")
 
 
-def test_under_journald_the_time_is_left_to_the_journal(tmp_path: Path) -> None:
+def journal_environ(stream: io.TextIOWrapper) -> dict[str, str]:
+    """``$JOURNAL_STREAM`` as systemd sets it when ``stream`` is the journal."""
+    status = os.fstat(stream.fileno())
+    return {"JOURNAL_STREAM": f"{status.st_dev}:{status.st_ino}"}
+
+
+def test_under_journald_lines_carry_the_priority_and_leave_the_time_to_the_journal(
+    tmp_path: Path,
+) -> None:
     with (tmp_path / "journal").open("w") as stream:
-        status = os.fstat(stream.fileno())
-        environ = {"JOURNAL_STREAM": f"{status.st_dev}:{status.st_ino}"}
-        configure_logging("info", "text", stream=stream, environ=environ)
-        logging.getLogger("watchdog_gpu.y").info("hello")
-    assert (tmp_path / "journal").read_text() == "level=info logger=watchdog_gpu.y msg=hello\n"
+        configure_logging("debug", "text", stream=stream, environ=journal_environ(stream))
+        logger = logging.getLogger("watchdog_gpu.y")
+        logger.debug("detail")
+        logger.info("hello")
+        logger.warning("careful")
+        logger.error("broken")
+        logger.critical("fuse tripped")
+
+    assert (tmp_path / "journal").read_text().splitlines() == [
+        "<7>level=debug logger=watchdog_gpu.y msg=detail",
+        "<6>level=info logger=watchdog_gpu.y msg=hello",
+        "<4>level=warning logger=watchdog_gpu.y msg=careful",
+        "<3>level=error logger=watchdog_gpu.y msg=broken",
+        '<2>level=critical logger=watchdog_gpu.y msg="fuse tripped"',
+    ]
+
+
+def test_json_lines_under_journald_carry_the_priority_before_the_object(tmp_path: Path) -> None:
+    with (tmp_path / "journal").open("w") as stream:
+        configure_logging("info", "json", stream=stream, environ=journal_environ(stream))
+        logging.getLogger("watchdog_gpu.y").warning("careful")
+
+    line = (tmp_path / "journal").read_text().rstrip("\n")
+    assert line.startswith("<4>{")
+    assert json.loads(line.removeprefix("<4>"))["msg"] == "careful"
+
+
+def test_every_line_of_a_traceback_keeps_the_error_priority() -> None:
+    formatter = JournalFormatter(KeyValueFormatter(with_time=False))
+    try:
+        raise RuntimeError("provider said no")
+    except RuntimeError:
+        record = logging.getLogger("watchdog_gpu.t").makeRecord(
+            "watchdog_gpu.t", logging.ERROR, __file__, 1, "poll failed", (), sys.exc_info()
+        )
+
+    lines = formatter.format(record).split("\n")
+
+    assert len(lines) > 3
+    assert all(line.startswith("<3>") for line in lines)
+    assert lines[-1] == "<3>RuntimeError: provider said no"
+
+
+def test_priorities_follow_sd_daemon_levels() -> None:
+    levels = [logging.DEBUG, logging.INFO, 25, logging.WARNING, logging.ERROR, logging.CRITICAL]
+
+    assert [journal_priority(level) for level in levels] == [7, 6, 6, 4, 3, 2]
+
+
+def test_on_a_terminal_or_a_file_lines_stay_plain_with_their_time(tmp_path: Path) -> None:
+    with (tmp_path / "log").open("w") as stream:
+        configure_logging("info", "text", stream=stream, environ={"JOURNAL_STREAM": "1:2"})
+        logging.getLogger("watchdog_gpu.y").warning("careful")
+
+    line = (tmp_path / "log").read_text()
+    assert line.startswith("time=")
+    assert "<4>" not in line
 
 
 def test_chatty_libraries_only_speak_from_warning() -> None:
     configure_logging("debug", "text", stream=io.StringIO(), environ={})
 
-    for name in ("paramiko", "httpx", "apprise"):
+    for name in ("paramiko", "httpx", "apprise", "urllib3", "alembic"):
         assert logging.getLogger(name).getEffectiveLevel() == logging.WARNING
     assert logging.getLogger("watchdog_gpu").getEffectiveLevel() == logging.DEBUG
 
@@ -137,3 +193,14 @@ def test_very_short_values_are_not_registered() -> None:
     register_secret("abc")
 
     assert redact("abc abc") == "abc abc"
+
+
+def test_a_url_secret_is_masked_in_its_parts_too() -> None:
+    url = "tgram://123456789:AAbbCCdd-token/987654321/?format=text&secret=q-value-77"
+    register_url_secret(url)
+
+    assert redact(f"sending to {url}") == "sending to ***"
+    assert redact("POST /987654321 HTTP/1.1") == "POST /*** HTTP/1.1"
+    assert redact("host 123456789:AAbbCCdd-token") == "host ***"
+    assert redact("secret=q-value-77") == "secret=***"
+    assert redact("format=text") == "format=text"  # short words stay readable

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import apprise
 
 from watchdog_gpu.config import NotifySection
 from watchdog_gpu.errors import ConfigError, ConfigProblem
+from watchdog_gpu.log import url_secret_parts
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.render import render_test
 
@@ -40,8 +40,6 @@ _NOTIFY_TYPES = {
 }
 _DETAIL_LIMIT = 500
 _LOG_LINES_LIMIT = 3
-# URL parts at least this long are treated as secrets when scrubbing (tokens, passwords, ids).
-_SECRET_MIN_LENGTH = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,21 +319,8 @@ def _invalid_url_message(url: str) -> str:
 
 
 def _secret_parts(urls: Iterable[str]) -> frozenset[str]:
-    """The parts of raw URLs that may be secrets: user, password, host-as-token, path segments,
-    query values — anything long enough to be a token."""
-    parts: set[str] = set()
-    for url in urls:
-        try:
-            split = urlsplit(url)
-            candidates = [split.username, split.password, split.hostname]
-            candidates.extend(unquote(segment) for segment in split.path.split("/"))
-            candidates.extend(value for _, value in parse_qsl(split.query))
-        except ValueError:  # not even URL-shaped: the whole text is the secret
-            parts.add(url)
-            continue
-        parts.update(c for c in candidates if c and len(c) >= _SECRET_MIN_LENGTH)
-    # Loopback hosts are not secrets and scrubbing them would hide useful detail.
-    return frozenset(parts - {"127.0.0.1", "localhost"})
+    """The parts of raw URLs that may be secrets (:func:`watchdog_gpu.log.url_secret_parts`)."""
+    return frozenset(part for url in urls for part in url_secret_parts(url))
 
 
 def _scrub(text: str, secrets: frozenset[str]) -> str:
