@@ -40,7 +40,7 @@ from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_setting
 from watchdog_gpu.jobs import ACT, DELIVER, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
-from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs
+from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs, phase_intervals
 from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.tick import TickReport
@@ -277,7 +277,10 @@ class MetricsObserver:
             self.metrics.record_delivery(report)
 
     def on_job_event(self, job_id: str, event: str) -> None:
-        pass  # no metric for job events yet: they are logged
+        self.metrics.record_job_event(job_id, event)
+
+    def on_job_done(self, job_id: str, seconds: float) -> None:
+        self.metrics.record_job(job_id, seconds)
 
 
 def start_metrics(
@@ -294,11 +297,10 @@ def start_metrics(
     )
 
     registry = new_registry()
-    metrics = Metrics(
-        registry, MetricsConfig.from_settings(settings), store=assembly.store, clock=clock
-    )
-    config = settings.metrics
-    server, thread = serve_metrics(config.listen_address, config.port, registry)
+    config = MetricsConfig.from_settings(settings, phase_intervals(settings))
+    metrics = Metrics(registry, config, store=assembly.store, clock=clock)
+    endpoint = settings.metrics
+    server, thread = serve_metrics(endpoint.listen_address, endpoint.port, registry)
     providers = {account.name: account.provider for account in settings.accounts}
     return MetricsObserver(metrics, providers), lambda: stop_metrics(server, thread)
 

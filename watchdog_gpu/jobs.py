@@ -146,6 +146,9 @@ class DaemonObserver(Protocol):
     def on_job_event(self, job_id: str, event: str) -> None:
         """``event``: ``error`` (the job raised), ``missed`` or ``skipped``."""
 
+    def on_job_done(self, job_id: str, seconds: float) -> None:
+        """A run of ``job_id`` finished (worked or failed) after ``seconds``."""
+
 
 class NullObserver:
     """Reports nowhere (metrics disabled)."""
@@ -166,6 +169,9 @@ class NullObserver:
         pass
 
     def on_job_event(self, job_id: str, event: str) -> None:
+        pass
+
+    def on_job_done(self, job_id: str, seconds: float) -> None:
         pass
 
 
@@ -227,6 +233,7 @@ class Jobs:
             log.debug("job skipped, stopping job=%s", job_id)
             return None
         self.progress.started(job_id)
+        started = self.clock.monotonic()
         now = self.clock.now()
         try:
             result = body(now)
@@ -234,10 +241,16 @@ class Jobs:
             kind = str(getattr(error, "kind", "")) or type(error).__name__
             log.exception("job failed job=%s error_kind=%s", job_id, kind)
             self.progress.failed(job_id, kind)
+            self._observe_done(job_id, started)
             self._observe(lambda: self.observer.on_job_event(job_id, "error"))
             return None
         self.progress.succeeded(job_id, now)
+        self._observe_done(job_id, started)
         return result
+
+    def _observe_done(self, job_id: str, started: float) -> None:
+        seconds = self.clock.monotonic() - started
+        self._observe(lambda: self.observer.on_job_done(job_id, seconds))
 
     def _observe(self, call: Callable[[], None]) -> None:
         # Metrics must never break a job: a failing collector is logged, nothing more.

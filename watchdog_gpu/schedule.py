@@ -45,6 +45,19 @@ PRUNE_FIRST_DELAY = timedelta(minutes=5)
 MAX_POLL_WORKERS = 8
 
 
+def phase_intervals(settings: Settings) -> dict[str, timedelta]:
+    """How often each kind of job runs (the engine's time); a poll job per account is "poll"."""
+    poll = settings.watchdog.poll_interval
+    return {
+        "poll": poll,
+        PROBE: settings.watchdog.probe_interval,
+        EVALUATE: poll,
+        ACT: poll,
+        DELIVER: DELIVER_INTERVAL,
+        PRUNE: PRUNE_INTERVAL,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One scheduled job: what runs, how often, where, and when first."""
@@ -82,8 +95,8 @@ def job_specs(
     def wall(interval: timedelta) -> timedelta:
         return interval / time_scale
 
-    poll = settings.watchdog.poll_interval
-    probe = settings.watchdog.probe_interval
+    every = phase_intervals(settings)
+    poll = every["poll"]
     evaluate_offset = min(poll / 2, timedelta(seconds=30))
     specs = [
         JobSpec(poll_job_id(name), jobs.poll, (name,), wall(poll), start, "poll")
@@ -92,16 +105,23 @@ def job_specs(
     probe_offset = min(poll / 4, timedelta(seconds=15))
     act_offset = evaluate_offset + poll / 2
     specs += [
-        JobSpec(PROBE, jobs.probe, (), wall(probe), start + wall(probe_offset), "probe"),
-        JobSpec(EVALUATE, jobs.evaluate, (), wall(poll), start + wall(evaluate_offset), "default"),
+        JobSpec(PROBE, jobs.probe, (), wall(every[PROBE]), start + wall(probe_offset), "probe"),
+        JobSpec(
+            EVALUATE,
+            jobs.evaluate,
+            (),
+            wall(every[EVALUATE]),
+            start + wall(evaluate_offset),
+            "default",
+        ),
         # Woken by each evaluation; the interval is the fallback when evaluations fail.
-        JobSpec(ACT, jobs.act, (), wall(poll), start + wall(act_offset), "act"),
-        JobSpec(DELIVER, jobs.deliver, (), wall(DELIVER_INTERVAL), start, "notify"),
+        JobSpec(ACT, jobs.act, (), wall(every[ACT]), start + wall(act_offset), "act"),
+        JobSpec(DELIVER, jobs.deliver, (), wall(every[DELIVER]), start, "notify"),
         JobSpec(
             PRUNE,
             jobs.prune,
             (),
-            wall(PRUNE_INTERVAL),
+            wall(every[PRUNE]),
             start + wall(PRUNE_FIRST_DELAY),
             "default",
         ),

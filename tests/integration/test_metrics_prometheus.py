@@ -107,6 +107,8 @@ def record_events(metrics: Metrics) -> None:
     metrics.record_executor(
         ExecutorReport((("idle_gpu:vast-main/99:2026:destroy", "idle_gpu", "verified"),))
     )
+    metrics.record_job("poll:vast-main", 0.4)
+    metrics.record_job("evaluate", 0.2)
 
 
 @dataclass
@@ -126,7 +128,11 @@ def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
     store = Store(engine)
     record_fleet(store)
     registry = new_registry()
-    config = MetricsConfig(accounts={ACCOUNT: PROVIDER}, budget=BudgetConfig(daily_usd=1.0))
+    config = MetricsConfig(
+        accounts={ACCOUNT: PROVIDER},
+        budget=BudgetConfig(daily_usd=1.0),
+        job_intervals={"poll": minutes(1), "evaluate": minutes(1), "probe": minutes(1)},
+    )
     metrics = Metrics(registry, config, store=store, clock=VirtualClock(NOW))
     record_events(metrics)
     server, thread = serve_metrics("127.0.0.1", 0, registry)
@@ -277,7 +283,7 @@ def test_the_shipped_alert_rules_evaluate_against_the_live_metrics(
     rules = wait_for("every alert rule to be evaluated", evaluated)
     by_name = {rule["name"]: rule for rule in rules}
 
-    assert len(by_name) == 10
+    assert len(by_name) == 11
     assert {rule["health"] for rule in rules} == {"ok"}
     # 103 has never been probed: the blind-instances alert matches real series (pending: for 30m)
     assert wait_for(
@@ -333,6 +339,41 @@ def test_every_dashboard_query_runs_on_prometheus_and_shows_data(
     result = wait_for(f"data for panel {title!r}", lambda: prometheus.query(expression))
 
     assert result, title
+
+
+def test_the_dashboard_asks_for_its_data_source_and_marks_thresholds() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = list(dashboard_panels(dashboard["panels"]))
+
+    assert [i["name"] for i in dashboard["__inputs"]] == ["DS_PROMETHEUS"]
+    sources = [panel["datasource"] for panel in panels]
+    sources += [target["datasource"] for panel in panels for target in panel["targets"]]
+    assert {source["uid"] for source in sources} == {"${DS_PROMETHEUS}"}
+    for panel in panels:
+        if panel["type"] in {"stat", "gauge", "bargauge"}:
+            steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            assert len(steps) >= 2, panel["title"]
+        if panel["type"] == "table":  # a top-k of now, not a top-k per moment of the range
+            assert all(t["instant"] and not t["range"] for t in panel["targets"]), panel["title"]
+
+
+ACCOUNT_METRICS = (
+    "watchdog_gpu_actions_total",
+    "watchdog_gpu_ssh_errors_total",
+    "watchdog_gpu_provider_errors_total",
+    "watchdog_gpu_instances",
+    "watchdog_gpu_spend_rate_usd_per_hour",
+    "watchdog_gpu_balance_usd",
+    "watchdog_gpu_instance_state_seconds",
+    "watchdog_gpu_last_successful_poll_timestamp_seconds",
+)
+
+
+def test_every_query_of_a_metric_with_an_account_label_honours_the_account_variable() -> None:
+    for title, expression in dashboard_queries():
+        for metric in ACCOUNT_METRICS:
+            for match in re.finditer(rf"{metric}(\{{[^}}]*\}})?", expression):
+                assert 'account=~".*"' in (match.group(1) or ""), (title, expression)
 
 
 def test_the_dashboard_account_variable_lists_the_accounts(prometheus: PrometheusServer) -> None:

@@ -71,6 +71,7 @@ class RecordingObserver:
     executor: list[ExecutorReport] = field(default_factory=list)
     deliveries: list[DeliveryReport | None] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
+    done: list[tuple[str, float]] = field(default_factory=list)
 
     def on_poll(self, account: str, result: str, now: datetime) -> None:
         self.polls.append((account, result))
@@ -89,6 +90,9 @@ class RecordingObserver:
 
     def on_job_event(self, job_id: str, event: str) -> None:
         self.events.append((job_id, event))
+
+    def on_job_done(self, job_id: str, seconds: float) -> None:
+        self.done.append((job_id, seconds))
 
 
 @dataclass
@@ -179,6 +183,34 @@ def test_an_unexpected_exception_in_one_poll_is_caught_logged_and_counted(
     assert harness.jobs.polled()["vast-down"] == "RuntimeError"
     assert harness.observer.events == [(poll_job_id("vast-down"), "error")]
     assert "job failed job=poll:vast-down error_kind=RuntimeError" in caplog.text
+    # a failed run's duration is reported like a good one's
+    assert [job for job, _ in harness.observer.done] == [
+        poll_job_id("vast-down"),
+        poll_job_id("vast-ok"),
+    ]
+
+
+def test_every_run_reports_how_long_it_took_on_the_monotonic_clock(harness: Harness) -> None:
+    class SlowClock:
+        """The harness clock, whose monotonic time jumps 2.5 s at each read."""
+
+        def __init__(self) -> None:
+            self.ticks = 0.0
+
+        def now(self) -> datetime:
+            return harness.clock.now()
+
+        def monotonic(self) -> float:
+            self.ticks += 2.5
+            return self.ticks
+
+        def sleep(self, seconds: float) -> None:
+            harness.clock.sleep(seconds)
+
+    harness.jobs.clock = SlowClock()
+    harness.jobs.prune()
+
+    assert harness.observer.done == [(PRUNE, 2.5)]
 
 
 def test_each_job_reads_the_clock_once_and_works_at_that_instant(harness: Harness) -> None:

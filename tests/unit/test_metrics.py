@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from watchdog_gpu import __version__
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import load_settings
+from watchdog_gpu.config.sections import RulesConfig
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.metrics import (
@@ -42,8 +43,9 @@ from watchdog_gpu.model import (
     VolumeSnapshot,
 )
 from watchdog_gpu.notify.delivery import DeliveryReport
-from watchdog_gpu.plan import Decision, Plan
+from watchdog_gpu.plan import Decision, Plan, action_key
 from watchdog_gpu.rules.budget import BudgetConfig, BudgetLimits
+from watchdog_gpu.rules.hygiene import HygieneConfig
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 from watchdog_gpu.tick import TickReport
 
@@ -488,13 +490,86 @@ def test_each_action_is_counted_once_per_outcome_it_reaches(store: Store) -> Non
 
     def actions(rule: str, action: str, outcome: str) -> float | None:
         return value(
-            registry, "watchdog_gpu_actions_total", rule=rule, action=action, outcome=outcome
+            registry,
+            "watchdog_gpu_actions_total",
+            account=VAST,
+            rule=rule,
+            action=action,
+            outcome=outcome,
         )
 
     assert actions("idle_gpu", "destroy", "unverified") == 1
     assert actions("idle_gpu", "destroy", "verified") == 1
     assert actions("paused_interruptible", "stop", "dry_run") == 1
     assert actions("idle_gpu", "destroy", "pending") is None
+
+
+def test_known_label_sets_start_at_zero_so_panels_and_increase_see_the_first_event() -> None:
+    registry = CollectorRegistry()
+    Metrics(registry, MetricsConfig(accounts=ACCOUNTS, rules=RulesConfig().by_name()))
+
+    def actions(rule: str, action: str, outcome: str) -> float | None:
+        labels = {"account": RUNPOD, "rule": rule, "action": action, "outcome": outcome}
+        return value(registry, "watchdog_gpu_actions_total", **labels)
+
+    assert actions("idle_gpu", "destroy", "verified") == 0
+    assert actions("idle_gpu", "destroy", "dry_run") == 0
+    assert actions("low_balance", "notify", "notified") == 0
+    assert value(registry, "watchdog_gpu_rule_errors_total", rule="budget") == 0
+    assert value(registry, "watchdog_gpu_ssh_errors_total", account=VAST, kind="other") == 0
+    labels = {"account": VAST, "provider": "vast", "kind": "other"}
+    assert value(registry, "watchdog_gpu_provider_errors_total", **labels) == 0
+    assert value(registry, "watchdog_gpu_job_errors_total", phase="evaluate", kind="skipped") == 0
+    # a disabled rule gets no series
+    disabled = RulesConfig().by_name() | {"hygiene": HygieneConfig(enabled=False)}
+    other = CollectorRegistry()
+    Metrics(other, MetricsConfig(accounts=ACCOUNTS, rules=disabled))
+    assert other.get_sample_value("watchdog_gpu_rule_errors_total", {"rule": "hygiene"}) is None
+
+
+def test_action_outcomes_are_counted_for_the_account_of_the_planners_key() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    instance = Finding("idle_gpu", RUNPOD, "9", Severity.WARNING, ActionKind.DESTROY, "s", T0, T0)
+    account = Finding("budget", VAST, None, Severity.WARNING, ActionKind.STOP, "s", T0, T0)
+    metrics.record_executor(
+        ExecutorReport(
+            (
+                (action_key(instance, ActionKind.DESTROY), "idle_gpu", "verified"),
+                (action_key(account, ActionKind.STOP, dry_run=True), "budget", "dry_run"),
+            )
+        )
+    )
+
+    def actions(account: str, rule: str, action: str, outcome: str) -> float | None:
+        labels = {"account": account, "rule": rule, "action": action, "outcome": outcome}
+        return value(registry, "watchdog_gpu_actions_total", **labels)
+
+    assert actions(RUNPOD, "idle_gpu", "destroy", "verified") == 1
+    assert actions(VAST, "budget", "stop", "dry_run") == 1
+
+
+def test_job_runs_fill_the_duration_histogram_and_errors_are_counted_by_phase() -> None:
+    registry = CollectorRegistry()
+    intervals = {"poll": timedelta(seconds=60), "evaluate": timedelta(seconds=60)}
+    metrics = Metrics(registry, MetricsConfig(job_intervals=intervals))
+
+    metrics.record_job("poll:vast-main", 0.4)
+    metrics.record_job("poll:runpod-lab", 1.6)
+    metrics.record_job("evaluate", 75.0)
+    metrics.record_job_event("evaluate", "skipped")
+    metrics.record_job_event("poll:vast-main", "error")
+    metrics.record_job_event("a-job-from-the-future", "exploded")
+
+    histogram = "watchdog_gpu_job_duration_seconds"
+    assert value(registry, f"{histogram}_count", phase="poll") == 2
+    assert value(registry, f"{histogram}_sum", phase="poll") == pytest.approx(2.0)
+    assert value(registry, f"{histogram}_bucket", phase="evaluate", le="60.0") == 0
+    assert value(registry, "watchdog_gpu_job_errors_total", phase="evaluate", kind="skipped") == 1
+    assert value(registry, "watchdog_gpu_job_errors_total", phase="poll", kind="error") == 1
+    assert value(registry, "watchdog_gpu_job_errors_total", phase="other", kind="other") == 1
+    assert value(registry, "watchdog_gpu_job_interval_seconds", phase="evaluate") == 60
+    assert "account" not in scraped(registry).split("watchdog_gpu_job_duration")[1][:200]
 
 
 def finding(rule: str, instance_id: str, action: ActionKind) -> Finding:
@@ -516,7 +591,12 @@ def test_blocked_notified_and_protected_decisions_are_counted_once_per_episode()
 
     def actions(rule: str, action: str, outcome: str) -> float | None:
         return value(
-            registry, "watchdog_gpu_actions_total", rule=rule, action=action, outcome=outcome
+            registry,
+            "watchdog_gpu_actions_total",
+            account=VAST,
+            rule=rule,
+            action=action,
+            outcome=outcome,
         )
 
     assert actions("idle_gpu", "destroy", "blocked") == 1
@@ -571,16 +651,20 @@ def test_probes_fill_the_latency_histogram_and_failed_ones_count_as_ssh_errors()
         ProbeOutcome(VAST, "103", NOW, ProbeStatus.HOST_KEY_CHANGED, 0.2),
     ]
     metrics.record_probes(outcomes)
-    metrics.record_ssh_error("a_kind_from_the_future")
+    metrics.record_ssh_error("a_kind_from_the_future", RUNPOD)
 
     histogram = "watchdog_gpu_probe_duration_seconds"
     assert value(registry, f"{histogram}_count") == 3
     assert value(registry, f"{histogram}_sum") == pytest.approx(31.0)
     assert value(registry, f"{histogram}_bucket", le="1.0") == 2
-    assert value(registry, "watchdog_gpu_ssh_errors_total", kind="timeout") == 1
-    assert value(registry, "watchdog_gpu_ssh_errors_total", kind="host_key_changed") == 1
-    assert value(registry, "watchdog_gpu_ssh_errors_total", kind="unreachable") == 0
-    assert value(registry, "watchdog_gpu_ssh_errors_total", kind="other") == 1
+
+    def errors(account: str, kind: str) -> float | None:
+        return value(registry, "watchdog_gpu_ssh_errors_total", account=account, kind=kind)
+
+    assert errors(VAST, "timeout") == 1
+    assert errors(VAST, "host_key_changed") == 1
+    assert errors(VAST, "unreachable") is None  # no accounts configured: nothing initialised
+    assert errors(RUNPOD, "other") == 1
 
 
 def test_a_tick_report_records_every_phase() -> None:
@@ -594,7 +678,9 @@ def test_a_tick_report_records_every_phase() -> None:
             (Decision(finding("low_balance", "1", ActionKind.NOTIFY), PlanStatus.NOTIFY, False),)
         ),
         failed_rules={"hygiene": "KeyError: 'x'"},
-        executed=ExecutorReport((("e:stop", "max_runtime", "verified"),)),
+        executed=ExecutorReport(
+            ((f"max_runtime:{RUNPOD}/7:2026-12-01T00:00:00+00:00:stop", "max_runtime", "verified"),)
+        ),
         delivered=DeliveryReport(delivered=2, failed=1),
     )
 
@@ -614,11 +700,12 @@ def test_a_tick_report_records_every_phase() -> None:
         )
         == 1
     )
-    assert value(registry, "watchdog_gpu_ssh_errors_total", kind="unreachable") == 1
+    assert value(registry, "watchdog_gpu_ssh_errors_total", account=VAST, kind="unreachable") == 1
     assert (
         value(
             registry,
             "watchdog_gpu_actions_total",
+            account=VAST,
             rule="low_balance",
             action="notify",
             outcome="notified",
@@ -629,6 +716,7 @@ def test_a_tick_report_records_every_phase() -> None:
         value(
             registry,
             "watchdog_gpu_actions_total",
+            account=RUNPOD,
             rule="max_runtime",
             action="stop",
             outcome="verified",

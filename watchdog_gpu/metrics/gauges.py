@@ -16,6 +16,7 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import InstanceState, Verdict
 from watchdog_gpu.rules import unobserved
+from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
@@ -41,6 +42,10 @@ class MetricsConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     idle: IdleGpuConfig = field(default_factory=IdleGpuConfig)
     unobserved: UnobservedConfig = field(default_factory=UnobservedConfig)
+    # Every rule's config by name (their action and error series start at 0) and each job
+    # phase's interval (``watchdog_gpu_job_interval_seconds``, which the tick-behind alert reads).
+    rules: Mapping[str, RuleConfig] = field(default_factory=dict)
+    job_intervals: Mapping[str, timedelta] = field(default_factory=dict)
 
     @property
     def lookback(self) -> timedelta:
@@ -50,14 +55,18 @@ class MetricsConfig:
         return max(self.unobserved.after, idle, timedelta(minutes=30)) * 2
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> MetricsConfig:
-        """The configured accounts and the budget, idle_gpu and unobserved rules' settings."""
+    def from_settings(
+        cls, settings: Settings, job_intervals: Mapping[str, timedelta] | None = None
+    ) -> MetricsConfig:
+        """The configured accounts, every rule's settings and the jobs' intervals."""
         rules = settings.rules
         return cls(
             accounts={account.name: account.provider for account in settings.accounts},
             budget=rules.budget,
             idle=rules.idle_gpu,
             unobserved=rules.unobserved,
+            rules=rules.by_name(),
+            job_intervals=dict(job_intervals or {}),
         )
 
 

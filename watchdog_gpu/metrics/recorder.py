@@ -13,7 +13,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.executor import ExecutorReport
@@ -22,6 +28,7 @@ from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.model import ActionKind, ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Plan
+from watchdog_gpu.rules.base import DestructiveRuleConfig
 from watchdog_gpu.tick import TickReport
 
 OTHER = "other"
@@ -38,6 +45,18 @@ EXECUTOR_OUTCOMES = frozenset(
         ActionStatus.DRY_RUN.value,
     }
 )
+# Outcomes whose series start at 0 for every account and enabled rule (the Actions panel and
+# increase() need a sample before the first event); the rarer ones appear when they happen.
+INITIAL_ACTION_OUTCOMES = (
+    ActionStatus.VERIFIED.value,
+    ActionStatus.FAILED.value,
+    ActionStatus.DRY_RUN.value,
+)
+NOTIFIED = "notified"
+# The jobs of the daemon (jobs.py); a poll job per account is counted as phase "poll".
+JOB_PHASES = ("poll", "probe", "evaluate", "act", "deliver", "prune")
+JOB_EVENTS = ("error", "missed", "skipped")
+JOB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 PROBE_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0)
 REMEMBERED = 10_000  # (action, outcome) pairs kept to count each once; old ones are forgotten
 
@@ -80,8 +99,8 @@ class Metrics:
         self._first_time = _FirstTime(REMEMBERED)
         self.actions = Counter(
             "watchdog_gpu_actions",
-            "stop/destroy/notify decisions by rule, action and outcome (incl. dry_run)",
-            ["rule", "action", "outcome"],
+            "stop/destroy/notify decisions by account, rule, action and outcome (incl. dry_run)",
+            ["account", "rule", "action", "outcome"],
             registry=registry,
         )
         self.polls = Counter(
@@ -97,7 +116,10 @@ class Metrics:
             registry=registry,
         )
         self.ssh_errors = Counter(
-            "watchdog_gpu_ssh_errors", "failed SSH probes by kind", ["kind"], registry=registry
+            "watchdog_gpu_ssh_errors",
+            "failed SSH probes by account and kind",
+            ["account", "kind"],
+            registry=registry,
         )
         self.probe_duration = Histogram(
             "watchdog_gpu_probe_duration_seconds",
@@ -117,6 +139,28 @@ class Metrics:
             ["rule"],
             registry=registry,
         )
+        # The label is "phase", not "job": Prometheus gives every series the scrape job's "job"
+        # label and would rename ours to "exported_job".
+        self.job_duration = Histogram(
+            "watchdog_gpu_job_duration_seconds",
+            "duration of one run of a daemon job (poll, probe, evaluate, act, deliver, prune)",
+            ["phase"],
+            buckets=JOB_BUCKETS,
+            registry=registry,
+        )
+        self.job_errors = Counter(
+            "watchdog_gpu_job_errors",
+            "job runs that raised (error), came too late to run (missed) or were skipped because "
+            "the previous run still went on (skipped)",
+            ["phase", "kind"],
+            registry=registry,
+        )
+        self.job_interval = Gauge(
+            "watchdog_gpu_job_interval_seconds",
+            "the configured interval of each job (a job slower than this falls behind)",
+            ["phase"],
+            registry=registry,
+        )
         self._initialise_series()
         if store is not None:
             registry.register(StoreCollector(store, clock or SystemClock(), self.config))
@@ -124,15 +168,27 @@ class Metrics:
     def _initialise_series(self) -> None:
         """Known label sets start at 0, so the first error is an increase Prometheus can see
         (``increase()`` needs a sample before it)."""
+        rule_actions = _rule_actions(self.config)
         for account, provider in self._providers.items():
             for outcome in ("ok", "failed"):
                 self.polls.labels(account, provider, outcome)
-            for kind in PROVIDER_ERROR_KINDS:
+            for kind in (*PROVIDER_ERROR_KINDS, OTHER):
                 self.provider_errors.labels(account, provider, kind)
-        for kind in SSH_ERROR_KINDS:
-            self.ssh_errors.labels(kind)
+            for kind in (*SSH_ERROR_KINDS, OTHER):
+                self.ssh_errors.labels(account, kind)
+            for rule, action in rule_actions.items():
+                outcomes = INITIAL_ACTION_OUTCOMES if action != ActionKind.NOTIFY else (NOTIFIED,)
+                for outcome in outcomes:
+                    self.actions.labels(account, rule, action.value, outcome)
+        for rule in rule_actions:
+            self.rule_errors.labels(rule)
         for outcome in ("delivered", "failed", "unrouted"):
             self.notifications.labels(outcome)
+        for phase in JOB_PHASES:
+            for event in JOB_EVENTS:
+                self.job_errors.labels(phase, event)
+        for phase, interval in self.config.job_intervals.items():
+            self.job_interval.labels(phase).set(interval.total_seconds())
 
     # -- a whole tick ------------------------------------------------------------------------
 
@@ -169,15 +225,23 @@ class Metrics:
         """One SSH probe: its duration, and its failure kind unless it worked."""
         self.probe_duration.observe(max(0.0, outcome.duration_seconds))
         if outcome.status is not ProbeStatus.OK:
-            self.record_ssh_error(outcome.status.value)
+            self.record_ssh_error(outcome.status.value, outcome.account)
 
     def record_probes(self, outcomes: Iterable[ProbeOutcome]) -> None:
         for outcome in outcomes:
             self.record_probe(outcome)
 
-    def record_ssh_error(self, kind: str) -> None:
+    def record_ssh_error(self, kind: str, account: str = OTHER) -> None:
         """A failed probe outside :meth:`record_probe` (``kind``: a ProbeStatus value)."""
-        self.ssh_errors.labels(kind if kind in SSH_ERROR_KINDS else OTHER).inc()
+        self.ssh_errors.labels(account, kind if kind in SSH_ERROR_KINDS else OTHER).inc()
+
+    def record_job(self, job_id: str, seconds: float) -> None:
+        """One finished run of a daemon job (``poll:ACCOUNT`` counts as phase ``poll``)."""
+        self.job_duration.labels(job_phase(job_id)).observe(max(0.0, seconds))
+
+    def record_job_event(self, job_id: str, event: str) -> None:
+        """A job run that raised (``error``), was ``missed`` or ``skipped``."""
+        self.job_errors.labels(job_phase(job_id), event if event in JOB_EVENTS else OTHER).inc()
 
     def record_plan(self, plan: Plan) -> None:
         """The planner's decisions that end in no executor step: ``blocked`` (the fuse held a
@@ -194,13 +258,13 @@ class Metrics:
             else:
                 continue
             if self._first_time(f"{finding.episode_key}|{outcome}"):
-                self.actions.labels(finding.rule, action, outcome).inc()
+                self.actions.labels(finding.account, finding.rule, action, outcome).inc()
 
     def record_executor(self, report: ExecutorReport) -> None:
         """The executor's outcomes: each action counted once per outcome it reaches."""
         for key, rule, status in report.outcomes:
             if status in EXECUTOR_OUTCOMES and self._first_time(f"{key}|{status}"):
-                self.actions.labels(rule, _action_kind(key), status).inc()
+                self.actions.labels(_account_of(key, rule), rule, _action_kind(key), status).inc()
 
     def record_rule_failures(self, failed: Mapping[str, str]) -> None:
         """Rules that raised this tick (rule name → error text; the text is not exposed)."""
@@ -212,6 +276,35 @@ class Metrics:
         self.notifications.labels("delivered").inc(report.delivered)
         self.notifications.labels("failed").inc(report.failed)
         self.notifications.labels("unrouted").inc(report.unrouted)
+
+
+def job_phase(job_id: str) -> str:
+    """The metric label of a job: its id without the account of a poll job."""
+    phase = job_id.split(":", 1)[0]
+    return phase if phase in JOB_PHASES else OTHER
+
+
+def _rule_actions(config: MetricsConfig) -> dict[str, ActionKind]:
+    """Every enabled rule and what it does: its configured stop/destroy, or notify."""
+    return {
+        name: ActionKind(rule.action)
+        if isinstance(rule, DestructiveRuleConfig)
+        else ActionKind.NOTIFY
+        for name, rule in config.rules.items()
+        if rule.enabled
+    }
+
+
+def _account_of(key: str, rule: str) -> str:
+    """The account of an action, from its idempotency key (``plan.action_key``:
+    ``{rule}:{account}[/{instance}][[topic]]:{episode start}:{kind}``; account names hold no
+    ``/``, ``:`` or ``[``)."""
+    subject = key.removeprefix(f"{rule}:")
+    if subject == key:
+        return OTHER
+    for separator in ("/", "[", ":"):
+        subject = subject.split(separator, 1)[0]
+    return subject or OTHER
 
 
 def _action_kind(key: str) -> str:
