@@ -283,7 +283,7 @@ def test_the_shipped_alert_rules_evaluate_against_the_live_metrics(
     rules = wait_for("every alert rule to be evaluated", evaluated)
     by_name = {rule["name"]: rule for rule in rules}
 
-    assert len(by_name) == 11
+    assert len(by_name) == ALERTS.read_text().count("- alert: ") >= 11
     assert {rule["health"] for rule in rules} == {"ok"}
     # 103 has never been probed: the blind-instances alert matches real series (pending: for 30m)
     assert wait_for(
