@@ -191,6 +191,14 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
     return registry.get_sample_value(name, labels)
 
 
+def actions(
+    registry: CollectorRegistry, rule: str, action: str, outcome: str, *, account: str = VAST
+) -> float | None:
+    """``watchdog_gpu_actions_total`` of one account, rule, action and outcome."""
+    labels = {"account": account, "rule": rule, "action": action, "outcome": outcome}
+    return value(registry, "watchdog_gpu_actions_total", **labels)
+
+
 def collect_once(
     registry: CollectorRegistry,
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -490,33 +498,19 @@ def test_each_action_is_counted_once_per_outcome_it_reaches(store: Store) -> Non
     metrics.record_executor(first)
     metrics.record_executor(later)
 
-    def actions(rule: str, action: str, outcome: str) -> float | None:
-        return value(
-            registry,
-            "watchdog_gpu_actions_total",
-            account=VAST,
-            rule=rule,
-            action=action,
-            outcome=outcome,
-        )
-
-    assert actions("idle_gpu", "destroy", "unverified") == 1
-    assert actions("idle_gpu", "destroy", "verified") == 1
-    assert actions("paused_interruptible", "stop", "dry_run") == 1
-    assert actions("idle_gpu", "destroy", "pending") is None
+    assert actions(registry, "idle_gpu", "destroy", "unverified") == 1
+    assert actions(registry, "idle_gpu", "destroy", "verified") == 1
+    assert actions(registry, "paused_interruptible", "stop", "dry_run") == 1
+    assert actions(registry, "idle_gpu", "destroy", "pending") is None
 
 
 def test_known_label_sets_start_at_zero_so_panels_and_increase_see_the_first_event() -> None:
     registry = CollectorRegistry()
     Metrics(registry, MetricsConfig(accounts=ACCOUNTS, rules=RulesConfig().by_name()))
 
-    def actions(rule: str, action: str, outcome: str) -> float | None:
-        labels = {"account": RUNPOD, "rule": rule, "action": action, "outcome": outcome}
-        return value(registry, "watchdog_gpu_actions_total", **labels)
-
-    assert actions("idle_gpu", "destroy", "verified") == 0
-    assert actions("idle_gpu", "destroy", "dry_run") == 0
-    assert actions("low_balance", "notify", "notified") == 0
+    assert actions(registry, "idle_gpu", "destroy", "verified", account=RUNPOD) == 0
+    assert actions(registry, "idle_gpu", "destroy", "dry_run", account=RUNPOD) == 0
+    assert actions(registry, "low_balance", "notify", "notified", account=RUNPOD) == 0
     assert value(registry, "watchdog_gpu_rule_errors_total", rule="budget") == 0
     assert value(registry, "watchdog_gpu_ssh_errors_total", account=VAST, kind="other") == 0
     labels = {"account": VAST, "provider": "vast", "kind": "other"}
@@ -543,12 +537,8 @@ def test_action_outcomes_are_counted_for_the_account_of_the_planners_key() -> No
         )
     )
 
-    def actions(account: str, rule: str, action: str, outcome: str) -> float | None:
-        labels = {"account": account, "rule": rule, "action": action, "outcome": outcome}
-        return value(registry, "watchdog_gpu_actions_total", **labels)
-
-    assert actions(RUNPOD, "idle_gpu", "destroy", "verified") == 1
-    assert actions(VAST, "budget", "stop", "dry_run") == 1
+    assert actions(registry, "idle_gpu", "destroy", "verified", account=RUNPOD) == 1
+    assert actions(registry, "budget", "stop", "dry_run") == 1
 
 
 def test_job_runs_fill_the_duration_histogram_and_errors_are_counted_by_phase() -> None:
@@ -591,19 +581,9 @@ def test_blocked_notified_and_protected_decisions_are_counted_once_per_episode()
     for _tick in range(3):  # every tick re-plans the same episodes
         metrics.record_plan(Plan(decisions))
 
-    def actions(rule: str, action: str, outcome: str) -> float | None:
-        return value(
-            registry,
-            "watchdog_gpu_actions_total",
-            account=VAST,
-            rule=rule,
-            action=action,
-            outcome=outcome,
-        )
-
-    assert actions("idle_gpu", "destroy", "blocked") == 1
-    assert actions("low_balance", "notify", "notified") == 1
-    assert actions("budget", "stop", "protected") == 1
+    assert actions(registry, "idle_gpu", "destroy", "blocked") == 1
+    assert actions(registry, "low_balance", "notify", "notified") == 1
+    assert actions(registry, "budget", "stop", "protected") == 1
     assert 'outcome="wait"' not in scraped(registry)
 
 
