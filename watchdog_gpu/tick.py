@@ -45,9 +45,8 @@ from watchdog_gpu.notify.render import (
 from watchdog_gpu.plan import BUDGET_RULE, Decision, Plan, PlanContext, plan
 from watchdog_gpu.probe.condense import condense_samples
 from watchdog_gpu.providers.base import Provider
-from watchdog_gpu.rules import account_health, evaluate_rules, minimum_sample_lookback
+from watchdog_gpu.rules import account_health, evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
-from watchdog_gpu.rules.unobserved import UnobservedConfig
 from watchdog_gpu.store import Store
 
 log = logging.getLogger(__name__)
@@ -96,17 +95,6 @@ class TickReport:
     def healthy(self) -> bool:
         """Every account polled and no rule failed (for the dead-man's switch and WATCHDOG=1)."""
         return all(result == "ok" for result in self.polled.values()) and not self.failed_rules
-
-
-def lookback_for(rules: Mapping[str, RuleConfig]) -> timedelta:
-    """How much sample and probe history the rules need: what the idle rule asks for (its window
-    plus arming, see ``rules.minimum_sample_lookback``) or the unobserved rule's blind window,
-    with a margin for the sample gap at the window's start."""
-    needed = minimum_sample_lookback(rules)
-    unobserved = rules.get("unobserved")
-    if isinstance(unobserved, UnobservedConfig):
-        needed = max(needed, unobserved.after)
-    return needed + timedelta(minutes=10)
 
 
 def month_start(now: datetime, zone: str) -> datetime:

@@ -25,9 +25,10 @@ from watchdog_gpu.probe.command import ProbeCommandSpec
 from watchdog_gpu.probe.prober import Prober
 from watchdog_gpu.probe.runner import AccountRunners, CommandRunner
 from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_http_client
+from watchdog_gpu.rules import lookback_for
 from watchdog_gpu.rules.base import DestructiveRuleConfig, SalvageConfig
 from watchdog_gpu.store import ActionRow, Store, create_engine_for, upgrade_to_head
-from watchdog_gpu.tick import TickSettings, Watchdog, lookback_for
+from watchdog_gpu.tick import TickSettings, Watchdog
 
 log = logging.getLogger(__name__)
 

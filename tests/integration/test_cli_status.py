@@ -28,9 +28,8 @@ from watchdog_gpu.model import (
     Severity,
 )
 from watchdog_gpu.notify.render import format_duration
-from watchdog_gpu.rules import default_configs
+from watchdog_gpu.rules import default_configs, lookback_for
 from watchdog_gpu.store import Store
-from watchdog_gpu.tick import lookback_for
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.config import (
     ConfigError,
     Settings,
@@ -31,12 +31,12 @@ from watchdog_gpu.rules.base import RuleConfig
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``config check`` to the command line."""
-    config = subparsers.add_parser("config", help="inspect the configuration")
+    config = subparsers.add_parser("config", help=summary("config"))
     actions = config.add_subparsers(dest="config_action", metavar="{check}", required=True)
     check = actions.add_parser(
         "check",
         help="validate the configuration and summarise it",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=doc_paragraph(__doc__),
     )
     check.add_argument(
         "--config",

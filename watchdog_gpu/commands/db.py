@@ -20,18 +20,18 @@ import os
 import sys
 from pathlib import Path
 
-from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``db upgrade`` to the command line."""
-    db = subparsers.add_parser("db", help="manage the database")
+    db = subparsers.add_parser("db", help=summary("db"))
     actions = db.add_subparsers(dest="db_action", metavar="ACTION", required=True)
     upgrade = actions.add_parser(
         "upgrade",
         help="create or migrate the database to the newest schema",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=doc_paragraph(__doc__),
     )
     upgrade.add_argument(
         "--database-url",

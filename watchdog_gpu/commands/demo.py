@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.errors import StoreError
 
 DEFAULT_DATABASE = Path("watchdog-gpu-demo.db")
@@ -34,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``demo`` to the command line."""
     parser = subparsers.add_parser(
         "demo",
-        help="a simulated night against the built-in provider simulator (under a minute)",
-        description=(__doc__ or "").split("\n\n")[1],
+        help=summary("demo"),
+        description=doc_paragraph(__doc__),
     )
     parser.add_argument(
         "--speed",

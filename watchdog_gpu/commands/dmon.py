@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from watchdog_gpu.cli import EXIT_DMON_ERROR, EXIT_OK, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_DMON_ERROR, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.probe.dmon import DmonTable, parse_dmon
 from watchdog_gpu.probe.verdicts import GpuSummary, check_threshold, summarise
@@ -43,12 +43,12 @@ _BOMS = (
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dmon parse`` to the command line."""
-    dmon = subparsers.add_parser("dmon", help="read nvidia-smi dmon output")
+    dmon = subparsers.add_parser("dmon", help=summary("dmon"))
     actions = dmon.add_subparsers(dest="dmon_action", metavar="ACTION", required=True)
     parse = actions.add_parser(
         "parse",
         help="parse saved nvidia-smi dmon output and judge each GPU",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=doc_paragraph(__doc__),
     )
     parse.add_argument("file", metavar="FILE", help="a file of dmon output, or - for stdin")
     parse.add_argument("--json", action="store_true", help="print one JSON object")
@@ -138,5 +138,5 @@ def _print_table(table: DmonTable, summaries: dict[int, GpuSummary]) -> None:
     if not table.rows:
         print("(no rows)")
     print()
-    for gpu, summary in summaries.items():
-        print(f"GPU {gpu}: {summary.verdict.value} ({summary.samples} samples)")
+    for gpu, gpu_summary in summaries.items():
+        print(f"GPU {gpu}: {gpu_summary.verdict.value} ({gpu_summary.samples} samples)")

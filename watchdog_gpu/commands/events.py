@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from watchdog_gpu.cli import EXIT_OK
+from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     add_source_arguments,
     current_time,
@@ -50,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``events`` to the command line."""
     parser = subparsers.add_parser(
         "events",
-        help="the audit history of decisions and actions",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        help=summary("events"),
+        description=doc_paragraph(__doc__),
     )
     parser.add_argument("--since", metavar="WHEN", help="a duration back (2h, 7d) or an ISO time")
     parser.add_argument(

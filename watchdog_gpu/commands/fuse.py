@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 
-from watchdog_gpu.cli import EXIT_OK
+from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     add_source_arguments,
     current_time,
@@ -39,8 +39,8 @@ _NOT_ACTED = (ActionStatus.BLOCKED, ActionStatus.CANCELLED, ActionStatus.HELD)
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``fuse status`` and ``fuse reset`` to the command line."""
-    description = __doc__.split("\n\n")[1] if __doc__ else None
-    fuse = subparsers.add_parser("fuse", help="the blast-radius fuse", description=description)
+    description = doc_paragraph(__doc__)
+    fuse = subparsers.add_parser("fuse", help=summary("fuse"), description=description)
     actions = fuse.add_subparsers(dest="fuse_action", metavar="{status,reset}", required=True)
     status = actions.add_parser("status", help="is the fuse tripped, and what does it hold")
     add_source_arguments(status)

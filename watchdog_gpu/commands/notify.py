@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.config import ConfigError, load_settings
 from watchdog_gpu.model import Severity
@@ -23,12 +23,12 @@ from watchdog_gpu.notify.delivery import AppriseDelivery, Route, notify_test, ro
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``notify test`` to the command line."""
-    notify = subparsers.add_parser("notify", help="notification routes")
+    notify = subparsers.add_parser("notify", help=summary("notify"))
     actions = notify.add_subparsers(dest="notify_action", metavar="{test}", required=True)
     test = actions.add_parser(
         "test",
         help="send a test message to every route",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=doc_paragraph(__doc__),
     )
     source = test.add_mutually_exclusive_group()
     source.add_argument("--config", type=Path, metavar="PATH", help="config file")

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands import common
 from watchdog_gpu.commands.common import CommandError, print_lines, reports_errors, timestamp
 from watchdog_gpu.config import ConfigError, Settings, load_settings, resolve_secrets
@@ -59,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``once`` to the command line."""
     parser = subparsers.add_parser(
         "once",
-        help="run one full tick (poll, probe, decide, act, notify) and exit",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        help=summary("once"),
+        description=doc_paragraph(__doc__),
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="monitor mode for this run: change nothing"

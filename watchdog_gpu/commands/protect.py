@@ -23,7 +23,7 @@ import argparse
 import fnmatch
 from dataclasses import dataclass
 
-from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     CommandError,
     Source,
@@ -43,19 +43,25 @@ from watchdog_gpu.model import InstanceState
 PROTECTION_ADDED = "protection_added"
 PROTECTION_REMOVED = "protection_removed"
 
+UNPROTECT_DESCRIPTION = (
+    "Removes a protection added with `watchdog-gpu protect` (the same ID, --name GLOB or "
+    "--account NAME it was added with); the rules may act on the instance again, after their "
+    "usual warning. Recorded with a `protection_removed` audit event. Protections written in the "
+    "configuration cannot be removed here, only by editing the file."
+)
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``protect`` and ``unprotect`` to the command line."""
-    description = __doc__.split("\n\n")[1] if __doc__ else None
     protect = subparsers.add_parser(
-        "protect", help="never stop or destroy an instance", description=description
+        "protect", help=summary("protect"), description=doc_paragraph(__doc__)
     )
     _add_target(protect)
     protect.add_argument("--reason", default="", metavar="TEXT", help="why (kept in the audit)")
     add_source_arguments(protect)
     protect.set_defaults(handler=run_protect)
     unprotect = subparsers.add_parser(
-        "unprotect", help="remove a protection added with protect", description=description
+        "unprotect", help=summary("unprotect"), description=UNPROTECT_DESCRIPTION
     )
     _add_target(unprotect)
     add_source_arguments(unprotect)

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from watchdog_gpu.cli import EXIT_USAGE
+from watchdog_gpu.cli import EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.config import ConfigError, load_settings, resolve_secrets
 
 
@@ -22,8 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``run`` to the command line."""
     run = subparsers.add_parser(
         "run",
-        help="run the daemon (until SIGTERM/SIGINT)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        help=summary("run"),
+        description=doc_paragraph(__doc__),
     )
     run.add_argument(
         "--config",

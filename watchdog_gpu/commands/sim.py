@@ -22,7 +22,7 @@ import threading
 from importlib import resources
 from types import FrameType
 
-from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import ScenarioError
 from watchdog_gpu.sim.clock import AcceleratedClock
@@ -36,12 +36,12 @@ logger = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``sim serve`` to the command line."""
-    sim = subparsers.add_parser("sim", help="the simulated provider world")
+    sim = subparsers.add_parser("sim", help=summary("sim"))
     actions = sim.add_subparsers(dest="sim_action", metavar="ACTION", required=True)
     serve = actions.add_parser(
         "serve",
         help="serve simulated Vast/RunPod/Lambda APIs on 127.0.0.1",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=doc_paragraph(__doc__),
     )
     serve.add_argument("--scenario", metavar="FILE", help="scenario TOML (default: built-in)")
     serve.add_argument(

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE
+from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.config import ConfigError, Settings, load_settings
 from watchdog_gpu.errors import ScenarioError
 from watchdog_gpu.sim.scenario import load_scenario
@@ -30,8 +30,8 @@ from watchdog_gpu.sim.simulate import SimulationResult, simulation
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "simulate",
-        help="run your rules against a scripted scenario on a virtual clock",
-        description=(__doc__ or "").split("\n\n")[1],
+        help=summary("simulate"),
+        description=doc_paragraph(__doc__),
     )
     parser.add_argument("--scenario", type=Path, required=True, metavar="FILE")
     parser.add_argument("--config", type=Path, metavar="FILE", help="take rules/safety/mode")

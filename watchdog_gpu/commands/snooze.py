@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 
-from watchdog_gpu.cli import EXIT_OK
+from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     CommandError,
     add_source_arguments,
@@ -48,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``snooze`` to the command line."""
     parser = subparsers.add_parser(
         "snooze",
-        help="postpone destructive actions for an instance",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        help=summary("snooze"),
+        description=doc_paragraph(__doc__),
     )
     parser.add_argument("instance", metavar="ID", help="ACCOUNT/INSTANCE_ID or a unique bare id")
     parser.add_argument(

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from watchdog_gpu.cli import EXIT_OK
+from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     Source,
     add_source_arguments,
@@ -67,11 +67,10 @@ from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceVie
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
 from watchdog_gpu.plan import PlanContext, protection_for
-from watchdog_gpu.rules import default_configs
+from watchdog_gpu.rules import default_configs, lookback_for
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.store import AccountRecord, FindingRecord
-from watchdog_gpu.tick import lookback_for
 
 # Outbox statuses of an action that is not finished (shown as "pending").
 OPEN_STATUSES = frozenset(
@@ -90,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``status`` to the command line."""
     parser = subparsers.add_parser(
         "status",
-        help="accounts and instances with state, $/h, idle time, pending actions",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        help=summary("status"),
+        description=doc_paragraph(__doc__),
     )
     parser.add_argument("--json", action="store_true", help="one JSON object (stable keys)")
     add_source_arguments(parser)

@@ -79,6 +79,17 @@ def minimum_sample_lookback(configs: Mapping[str, RuleConfig]) -> timedelta:
     return max(idle_gpu.minimum_sample_lookback(idle_config), blind_config.after)
 
 
+def lookback_for(rules: Mapping[str, RuleConfig]) -> timedelta:
+    """How much sample and probe history the rules need: what the idle rule asks for (its window
+    plus arming, see ``rules.minimum_sample_lookback``) or the unobserved rule's blind window,
+    with a margin for the sample gap at the window's start."""
+    needed = minimum_sample_lookback(rules)
+    blind = rules.get(unobserved.NAME)
+    if isinstance(blind, unobserved.UnobservedConfig):
+        needed = max(needed, blind.after)
+    return needed + timedelta(minutes=10)
+
+
 def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleConfig]) -> Evaluation:
     """Run every enabled rule over ``view`` as of ``now``.
 

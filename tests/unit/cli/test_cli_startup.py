@@ -1,0 +1,102 @@
+"""The command line starts fast: ``--help`` and each command import only what they run.
+
+Checked in a fresh interpreter (a subprocess), since this test process has long imported
+everything; the speed itself is measured in ``bench/`` (see bench/README.md), not asserted here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from watchdog_gpu.cli import COMMANDS, build_parser, doc_paragraph
+
+HEAVY = ("sqlalchemy", "alembic", "apprise", "paramiko", "httpx", "rich", "pydantic")
+
+
+def imported_after(argv: list[str]) -> set[str]:
+    """The top-level packages imported by ``watchdog-gpu ARGV`` in a fresh interpreter."""
+    script = (
+        "import json, sys\n"
+        "from watchdog_gpu.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    names: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return set(names)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], []])
+def test_top_level_help_imports_no_heavy_library(argv: list[str]) -> None:
+    assert not imported_after(argv) & set(HEAVY)
+
+
+def test_dmon_help_imports_neither_the_database_nor_the_network() -> None:
+    loaded = imported_after(["dmon", "parse", "--help"])
+    assert not loaded & {"sqlalchemy", "alembic", "apprise", "paramiko", "httpx"}
+
+
+def test_status_does_not_import_the_daemon_the_network_or_apprise(tmp_path: object) -> None:
+    # status reads the database: SQLAlchemy yes; providers (httpx), SSH, Apprise no.
+    loaded = imported_after(["status", "--db", "/nonexistent/watchdog-gpu.db"])
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"apprise", "paramiko", "httpx", "rich"}
+
+
+def commands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
+    (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return subparsers
+
+
+def test_every_command_in_the_table_is_registered_by_its_module() -> None:
+    subparsers = commands_of(build_parser(everything=True))
+    assert set(subparsers.choices) == set(COMMANDS)
+    helps = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    assert helps == {name: text for name, (_, text) in COMMANDS.items()}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_placeholder_and_the_real_parser_list_the_same_summary(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lazy = build_parser(command, everything=False).format_help()
+    full = build_parser(everything=True).format_help()
+    assert lazy == full
+
+
+def test_help_text_shows_no_rst_markup() -> None:
+    parser = build_parser(everything=True)
+    texts = [parser.format_help()]
+    for sub in commands_of(parser).choices.values():
+        texts.append(sub.format_help())
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                texts.extend(p.format_help() for p in action.choices.values())
+    assert not [text for text in texts if "``" in text]
+
+
+def test_doc_paragraph_turns_rst_literals_into_single_backticks() -> None:
+    doc = "title\n\nRun ``watchdog-gpu run`` then\n``status``.\n\nmore"
+    assert doc_paragraph(doc) == "Run `watchdog-gpu run` then\n`status`."
+    assert doc_paragraph(doc, 5) is None
+    assert doc_paragraph(None) is None
+
+
+def test_unprotect_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
+    subparsers = commands_of(build_parser(everything=True))
+    protect = subparsers.choices["protect"].format_help()
+    unprotect = subparsers.choices["unprotect"].format_help()
+    assert "Removes a protection" in unprotect
+    assert "No rule stops or destroys a protected instance" in protect
+    assert "No rule stops or destroys" not in unprotect
