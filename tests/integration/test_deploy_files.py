@@ -174,13 +174,14 @@ def test_the_alert_rules_use_only_metric_names_from_the_contract() -> None:
     # a histogram is read through its _sum/_count/_bucket series
     used = {re.sub(r"_seconds_(sum|count|bucket)$", "_seconds", name) for name in named}
 
-    assert len(contract) == 18
+    assert len(contract) == 19
     assert used - contract == set()
     assert {
         "watchdog_gpu_up",
         "watchdog_gpu_last_successful_poll_timestamp_seconds",
         "watchdog_gpu_unverified_kills",
         "watchdog_gpu_blind_instances",
+        "watchdog_gpu_unwatched_usd_per_hour",
         "watchdog_gpu_notification_backlog",
         "watchdog_gpu_period_spend_usd",
         "watchdog_gpu_period_ceiling_usd",

@@ -316,6 +316,22 @@ def test_the_last_successful_poll_survives_a_failed_poll_and_is_0_before_any(
     assert value(registry, name, account="lambda-new", provider="lambda") == 0
 
 
+def test_unwatched_spend_is_the_last_listed_rate_of_an_account_that_cannot_be_listed(
+    store: Store,
+) -> None:
+    poll(store, 0, VAST, snapshot("101", InstanceState.RUNNING, 0, compute=2.0))
+    poll(store, 10, VAST, snapshot("101", InstanceState.RUNNING, 10, compute=2.0))
+    poll(store, 10, RUNPOD, snapshot("201", InstanceState.RUNNING, 10, account=RUNPOD))
+    store.record_poll_failure(VAST, "vast", "transient", "HTTP 500", at(20))
+    registry = CollectorRegistry()
+    Metrics(registry, MetricsConfig(accounts=ACCOUNTS), store=store, clock=VirtualClock(at(20)))
+    name = "watchdog_gpu_unwatched_usd_per_hour"
+
+    listed = value(registry, name, account=RUNPOD, provider="runpod")
+    assert value(registry, name, account=VAST, provider="vast") == pytest.approx(2.0)
+    assert listed == 0
+
+
 def test_period_spend_is_known_dollars_with_unknown_time_apart_and_ceilings_only_when_set(
     fleet_registry: CollectorRegistry,
 ) -> None:

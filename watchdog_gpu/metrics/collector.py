@@ -164,6 +164,10 @@ def _fill_fleet(
         families["watchdog_gpu_instance_state_seconds"].add_metric(labels, time_row.seconds)
     blind = gauges.blind_instances(view, now, config.unobserved)
     families["watchdog_gpu_blind_instances"].add_metric([], blind)
+    for unwatched in gauges.unwatched_rates(view):
+        families["watchdog_gpu_unwatched_usd_per_hour"].add_metric(
+            [unwatched.account, unwatched.provider], unwatched.usd_per_hour
+        )
 
 
 def _empty_families() -> dict[str, Family]:
@@ -226,7 +230,14 @@ def _empty_families() -> dict[str, Family]:
         ),
         GaugeMetricFamily(
             "watchdog_gpu_blind_instances",
-            "running instances without usable GPU data for the unobserved rule's window",
+            "running instances without usable GPU data for the unobserved rule's window, and "
+            "instances in an unmapped provider state for as long",
+        ),
+        GaugeMetricFamily(
+            "watchdog_gpu_unwatched_usd_per_hour",
+            "what an account that cannot be listed billed per hour at its last listing "
+            "(0 while it can be listed)",
+            labels=account,
         ),
         GaugeMetricFamily(
             "watchdog_gpu_notification_backlog", "notifications waiting in the outbox"

@@ -21,7 +21,13 @@ from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
 from watchdog_gpu.rules.windows import expected_gpus, running_since, sample_verdict, state_since
-from watchdog_gpu.spend import SpendFigure, day_start, instances_spend, month_start
+from watchdog_gpu.spend import (
+    SpendFigure,
+    current_rate,
+    day_start,
+    instances_spend,
+    month_start,
+)
 
 GLOBAL_SCOPE = "global"
 # Every state an instance can be counted in (gone ones are not counted).
@@ -240,6 +246,28 @@ def idle_since(instance: InstanceView, now: datetime, config: IdleGpuConfig) -> 
 
 
 def blind_instances(view: FleetView, now: datetime, config: UnobservedConfig) -> int:
-    """Running instances without usable GPU data for the unobserved rule's ``after`` (the same
-    judgement as the rule, which alerts about each of them)."""
+    """Running instances without usable GPU data for the unobserved rule's ``after``, and
+    instances in an unmapped provider state for as long (the same judgement as the rule, which
+    alerts about each of them)."""
     return len(unobserved.evaluate(view, now, config))
+
+
+@dataclass(frozen=True, slots=True)
+class UnwatchedRow:
+    account: str
+    provider: str
+    usd_per_hour: float
+
+
+def unwatched_rates(view: FleetView) -> list[UnwatchedRow]:
+    """Per configured account: what its instances billed per hour at its last listing while it
+    cannot be listed now (its latest poll failed), 0 while it can — the money the
+    account_health rule says is unprotected (known rates only)."""
+    rows: list[UnwatchedRow] = []
+    for name, account in sorted(view.accounts.items()):
+        rate = 0.0
+        if account.unreadable_since is not None:
+            billing = [i for i in view.instances_of(name) if i.state is not InstanceState.GONE]
+            rate = current_rate(billing).usd_per_hour
+        rows.append(UnwatchedRow(name, account.provider, rate))
+    return rows
