@@ -47,7 +47,10 @@ def fresh_database_url(directory: Path, stem: str = "watchdog-gpu") -> str:
     database when the tests run on PostgreSQL."""
     if backend() == "postgresql":
         return postgres_server().create_database()
+    # The first one is ``STEM.db``: the CLI tests open ``tmp_path / "watchdog-gpu.db"`` by path.
+    path = directory / f"{stem}.db"
     index = 0
-    while (directory / f"{stem}-{index}.db").exists():
+    while path.exists():
         index += 1
-    return sqlite_url(directory / f"{stem}-{index}.db")
+        path = directory / f"{stem}-{index}.db"
+    return sqlite_url(path)
