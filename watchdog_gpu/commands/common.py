@@ -161,19 +161,37 @@ def _choose_database(
         location = find_config_file(config, environ)
     except ConfigError as error:
         if named:
-            raise _config_error(error) from None
+            raise config_error(error) from None
         return None, default_database_url(environ)
     try:
         settings = load_settings(location.path, environ)
     except ConfigError as error:
-        raise _config_error(error) from None
+        raise config_error(error) from None
     return settings, settings.watchdog.effective_database_url(environ)
 
 
-def _config_error(error: ConfigError) -> CommandError:
+def settings_to_act(config: Path | None, environ: Mapping[str, str], purpose: str) -> Settings:
+    """The configuration of a command that talks to the providers (``once``, ``doctor``): valid,
+    every secret available, at least one account. Raises CommandError (exit 2) listing every
+    problem; ``purpose`` ends the no-accounts message ("nothing to poll")."""
+    from watchdog_gpu.config import load_settings, resolve_secrets
+
+    try:
+        settings = load_settings(config, environ)
+    except ConfigError as error:
+        raise config_error(error) from None
+    missing = resolve_secrets(settings, environ)
+    if missing:
+        raise config_error(ConfigError(missing), "secrets not available")
+    if not settings.accounts:
+        raise CommandError(f"no accounts configured ([[accounts]]): {purpose}")
+    return settings
+
+
+def config_error(error: ConfigError, title: str = "invalid configuration") -> CommandError:
     count = len(error.problems)
     return CommandError(
-        f"invalid configuration ({count} problem{'s' if count != 1 else ''}):",
+        f"{title} ({count} problem{'s' if count != 1 else ''}):",
         details=[str(problem) for problem in error.problems],
     )
 

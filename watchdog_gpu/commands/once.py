@@ -38,7 +38,7 @@ from pathlib import Path
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands import common
 from watchdog_gpu.commands.common import CommandError, print_lines, reports_errors, timestamp
-from watchdog_gpu.config import ConfigError, Settings, load_settings, resolve_secrets
+from watchdog_gpu.config import ConfigError, Settings
 from watchdog_gpu.errors import DatabaseInUseError, SchemaTooNewError, WatchdogError
 from watchdog_gpu.log import install_redaction
 from watchdog_gpu.model import ActionStatus, PlanStatus
@@ -74,15 +74,7 @@ def run_once(args: argparse.Namespace) -> int:
     """Run the tick and print its summary; 0 when healthy."""
     environ = os.environ
     install_redaction()
-    try:
-        settings = load_settings(args.config, environ)
-    except ConfigError as error:
-        raise _problems("invalid configuration", error) from None
-    missing = resolve_secrets(settings, environ)
-    if missing:
-        raise _problems("secrets not available", ConfigError(missing))
-    if not settings.accounts:
-        raise CommandError("no accounts configured ([[accounts]]): nothing to poll")
+    settings = common.settings_to_act(args.config, environ, "nothing to poll")
     on_copy = args.dry_run and not all_monitor(settings)
     if args.dry_run:
         settings = monitor_only(settings)
@@ -100,14 +92,6 @@ def run_once(args: argparse.Namespace) -> int:
 
 def _url(settings: Settings, environ: Mapping[str, str]) -> str:
     return settings.watchdog.effective_database_url(environ)
-
-
-def _problems(title: str, error: ConfigError) -> CommandError:
-    count = len(error.problems)
-    return CommandError(
-        f"{title} ({count} problem{'s' if count != 1 else ''}):",
-        details=[str(problem) for problem in error.problems],
-    )
 
 
 def all_monitor(settings: Settings) -> bool:
@@ -178,7 +162,7 @@ def _tick(
     try:
         assembly = assemble(settings, common.clock, environ, claimer="once")
     except ConfigError as error:
-        raise _problems("invalid configuration", error) from None
+        raise common.config_error(error) from None
     except (SchemaTooNewError, DatabaseInUseError):
         raise  # exit 2 with its own message (reports_errors)
     except WatchdogError as error:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from watchdog_gpu.sim import graphql
 from watchdog_gpu.sim.faults import FaultSettings, apply_fault
 from watchdog_gpu.sim.http import Router, SimRequest, SimResponse, normalise_path
 from watchdog_gpu.sim.records import InvalidRequestError, SimError, UnknownInstanceError
@@ -129,6 +130,9 @@ class RequestRecord:
     user_agent: str
     content_type: str
     status: int  # 0 when the server stalled and dropped the connection
+    # A GraphQL request's operation type ("query" or "mutation"; "" for other requests or a
+    # body that is no GraphQL document): what a read-only client asserts it never sends.
+    operation: str = ""
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -241,7 +245,24 @@ def _journal_entry(request: SimRequest, response: SimResponse) -> RequestRecord:
         user_agent=request.header("user-agent") or "",
         content_type=request.header("content-type") or "",
         status=response.status,
+        operation=_graphql_operation(request),
     )
+
+
+def _graphql_operation(request: SimRequest) -> str:
+    if request.method != "POST" or not request.path.endswith("/graphql"):
+        return ""
+    try:
+        body = request.json()
+    except ValueError:
+        return ""
+    query = body.get("query") if isinstance(body, dict) else None
+    if not isinstance(query, str):
+        return ""
+    try:
+        return graphql.parse(query).kind
+    except graphql.GraphQLError:
+        return ""
 
 
 def serve_in_thread(server: SimHTTPServer) -> threading.Thread:

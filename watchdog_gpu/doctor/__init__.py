@@ -1,0 +1,1 @@
+"""``watchdog-gpu doctor``: a read-only check of the configured accounts (see ``check``)."""

@@ -1,0 +1,134 @@
+"""Run the doctor: read every account once, probe once, evaluate the real rules — read-only.
+
+Read-only means:
+
+- providers: only the listing calls of ``observe`` (instances, account, volumes, SSH keys: GET
+  requests and GraphQL queries). The executor is never run, so no stop, destroy or salvage;
+- the user's database is never opened: the observation goes into a throw-away SQLite file in a
+  temporary directory, and the rules and the planner run over the fleet view built from it
+  (the same code the daemon runs, so what it prints is what the rules would decide now);
+- no notification is sent (delivery is never run).
+
+Consequence: every time-based rule starts its clock at this observation (an instance seen
+paused now is "paused for 0 min"), whereas the daemon, with its history, may be further along.
+SSH host keys are trusted on first use for this run only.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from watchdog_gpu.clock import Clock
+from watchdog_gpu.config import Settings
+from watchdog_gpu.doctor.report import DoctorReport, account_report, rule_verdicts
+from watchdog_gpu.errors import ProviderError
+from watchdog_gpu.model import AccountObservation, ProbeOutcome
+from watchdog_gpu.probe.runner import CommandRunner
+from watchdog_gpu.store import sqlite_url
+from watchdog_gpu.tick import TickReport
+from watchdog_gpu.wiring import Assembly, TransportFactory, assemble, open_store
+
+log = logging.getLogger(__name__)
+
+NOTES = (
+    "read-only: nothing was stopped, destroyed, recorded in your database or sent",
+    "time-based rules start their clocks at this one observation; the daemon, with its "
+    "history, may be further along",
+)
+
+
+def run_doctor(
+    settings: Settings,
+    clock: Clock,
+    environ: Mapping[str, str],
+    *,
+    runner: CommandRunner | None = None,
+    transport_for: TransportFactory | None = None,
+) -> DoctorReport:
+    """Examine every configured account (see the module docstring). Raises ConfigError for an
+    unusable SSH key or notification URL found while building, StoreError when the temporary
+    database cannot be made."""
+    with tempfile.TemporaryDirectory(prefix="watchdog-gpu-doctor-") as directory:
+        store = open_store(sqlite_url(Path(directory) / "doctor.db"))
+        try:
+            assembly = assemble(
+                settings,
+                clock,
+                environ,
+                store=store,
+                transport_for=transport_for,
+                runner=runner,
+                claimer="doctor",
+            )
+            try:
+                return _examine(settings, assembly, clock, given_runner=runner is not None)
+            finally:
+                assembly.close()
+        finally:
+            store.engine.dispose()
+
+
+def _examine(
+    settings: Settings, assembly: Assembly, clock: Clock, *, given_runner: bool
+) -> DoctorReport:
+    now = clock.now()
+    watchdog = assembly.watchdog
+    observations: dict[str, AccountObservation] = {}
+    failures: dict[str, ProviderError] = {}
+    for name, provider in assembly.providers.items():
+        try:
+            observation = provider.observe(now)
+        except ProviderError as error:
+            failures[name] = error
+            watchdog.store.record_poll_failure(name, provider.name, error.kind, str(error), now)
+            continue
+        watchdog.store.record_observation(observation, now)
+        observations[name] = observation
+    probes: dict[str, dict[str, ProbeOutcome]] = {}
+    for outcome in watchdog.probe(now):
+        probes.setdefault(outcome.account, {})[outcome.instance_id] = outcome
+    tick = TickReport(now)
+    watchdog.evaluate(now, tick)
+    accounts = []
+    for account in settings.accounts:
+        failure = failures.get(account.name)
+        accounts.append(
+            account_report(
+                account.name,
+                account.provider,
+                observations.get(account.name),
+                error_kind=failure.kind if failure is not None else None,
+                error=str(failure) if failure is not None else "",
+                probes=probes.get(account.name),
+                not_probed=_not_probed(settings, assembly, account.name, given_runner=given_runner),
+            )
+        )
+    mode_note = (
+        ("monitor mode: the daemon would warn and log these, never stop or destroy",)
+        if settings.watchdog.mode == "monitor"
+        else ()
+    )
+    return DoctorReport(
+        at=now,
+        mode=settings.watchdog.mode,
+        accounts=tuple(accounts),
+        verdicts=rule_verdicts(tick.plan.decisions if tick.plan is not None else ()),
+        failed_rules=dict(tick.failed_rules),
+        notes=NOTES + mode_note,
+    )
+
+
+def _not_probed(settings: Settings, assembly: Assembly, account: str, *, given_runner: bool) -> str:
+    """Why a running instance of ``account`` with an SSH endpoint has no probe ("" if it
+    should have one). ``given_runner``: the caller's runner probes every account (tests)."""
+    if not settings.probe.enabled:
+        return "probe disabled ([probe] enabled = false)"
+    if assembly.prober is None:
+        return "no SSH key configured: the watchdog cannot see GPU activity"
+    config = next(a for a in settings.accounts if a.name == account)
+    if not config.ssh.has_authentication and not given_runner:
+        return "no SSH key configured for this account"
+    return ""

@@ -1,0 +1,352 @@
+"""What ``watchdog-gpu doctor`` found, as plain values (pure: no I/O, no clock).
+
+The doctor reads each configured account once, probes each running instance once and runs the
+real rules and planner over that one observation (see :mod:`watchdog_gpu.doctor.check`). This
+module turns what it saw into a report: per account the key check, the money facts, the
+instances and volumes with every field it could not read named, and what the rules would do.
+
+``None`` is "could not be read" everywhere, never zero: every such field is listed in
+``unknown`` so a user can see what the watchdog will be blind to before switching to enforce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from watchdog_gpu.model import (
+    AccountObservation,
+    AccountSnapshot,
+    InstanceSnapshot,
+    InstanceState,
+    ProbeOutcome,
+    ProbeStatus,
+    Verdict,
+    VolumeSnapshot,
+    billed_usd_per_hour,
+)
+from watchdog_gpu.plan import Decision
+
+# What each provider says about the privileges of an API key, for the key check. None of the
+# three reports a key's scopes through the calls the watchdog makes (docs/doctor.md).
+KEY_SCOPES: Mapping[str, str] = {
+    "vast": (
+        "Vast keys can be scoped but the API does not report the scopes of the key in use; "
+        "least privilege is user_read + instance_read + instance_write"
+    ),
+    "runpod": (
+        "RunPod keys can be scoped but the API does not report the scopes of the key in use; "
+        "a key lacking a permission gets 403 on that call"
+    ),
+    "lambda": (
+        "Lambda keys cannot be scoped: this key can launch and terminate every instance "
+        "of the account (keep it to this machine)"
+    ),
+}
+
+
+class KeyStatus:
+    """The outcome of the key check (text values, as the JSON shows them)."""
+
+    ACCEPTED = "accepted"  # the instance listing worked
+    REJECTED = "rejected"  # 401/403: wrong, revoked or unscoped for listing
+    UNREACHABLE = "unreachable"  # 5xx, timeouts, rate limits: the key could not be tried
+    ERROR = "error"  # a payload we could not read
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCheck:
+    status: str
+    detail: str
+    scopes: str
+    # Parts of the account the key could read instances for but not read (403 on account...).
+    missing_permissions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSummary:
+    """One SSH probe: how it ended and what the GPUs did (``verdict`` over every sample)."""
+
+    status: str
+    detail: str
+    gpus: int
+    verdict: str  # busy | idle | unknown
+    peak_util_percent: tuple[float | None, ...]  # per GPU index, the highest SM % sampled
+    interactive_login: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReport:
+    instance_id: str
+    name: str
+    raw_state: str
+    state: str
+    interruptible: bool
+    compute_usd_per_hour: float | None
+    storage_usd_per_hour: float | None
+    billed_usd_per_hour: float | None  # what it bills in its current state
+    ssh_endpoint: str | None
+    gpu: str | None
+    probe: ProbeSummary | None
+    not_probed: str  # why there is no probe ("" when probed)
+    unknown: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeReport:
+    volume_id: str
+    name: str
+    size_gb: float | None
+    usd_per_hour: float | None
+    attached: bool | None
+    unknown: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountReport:
+    name: str
+    provider: str
+    key: KeyCheck
+    balance_usd: float | None = None
+    spend_usd_per_hour: float | None = None
+    spend_limit_usd_per_hour: float | None = None
+    autopay_enabled: bool | None = None
+    instances: tuple[InstanceReport, ...] = ()
+    volumes: tuple[VolumeReport, ...] = ()
+    problems: Mapping[str, str] = field(default_factory=dict)  # failed parts → error
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def read(self) -> bool:
+        """The instances could be listed (the part the rules need)."""
+        return self.key.status == KeyStatus.ACCEPTED
+
+
+@dataclass(frozen=True, slots=True)
+class RuleVerdict:
+    """What the rules and the planner would do now about one subject."""
+
+    rule: str
+    subject: str
+    action: str  # notify | stop | destroy
+    status: str  # a PlanStatus value
+    dry_run: bool
+    due_at: datetime
+    summary: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    at: datetime
+    mode: str
+    accounts: tuple[AccountReport, ...]
+    verdicts: tuple[RuleVerdict, ...]
+    failed_rules: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        """Every account's instances could be read and every rule ran."""
+        return all(account.read for account in self.accounts) and not self.failed_rules
+
+
+# -- building it ----------------------------------------------------------------------------------
+
+
+def key_check(
+    provider: str, error_kind: str | None, error: str, problems: Mapping[str, str]
+) -> KeyCheck:
+    """The key check of one account: ``error_kind`` is the ProviderError kind of the failed
+    instance listing (None when it worked); ``problems`` the secondary parts that failed."""
+    scopes = KEY_SCOPES.get(provider, "the provider does not report the key's scopes")
+    if error_kind is None:
+        missing = tuple(sorted(part for part, why in problems.items() if why.startswith("auth")))
+        detail = "the instance listing works with this key"
+        if missing:
+            detail += f"; refused for: {', '.join(missing)}"
+        return KeyCheck(KeyStatus.ACCEPTED, detail, scopes, missing)
+    if error_kind == "auth":
+        return KeyCheck(KeyStatus.REJECTED, f"the provider refused the key: {error}", scopes)
+    if error_kind in ("transient", "rate_limited"):
+        return KeyCheck(KeyStatus.UNREACHABLE, f"could not reach the API: {error}", scopes)
+    return KeyCheck(KeyStatus.ERROR, f"the listing could not be read: {error}", scopes)
+
+
+def account_unknowns(snapshot: AccountSnapshot) -> tuple[str, ...]:
+    """The account's money facts the API did not give."""
+    fields = {
+        "balance": snapshot.balance_usd,
+        "spend $/h": snapshot.spend_usd_per_hour,
+        "spend limit": snapshot.spend_limit_usd_per_hour,
+        "auto-pay": snapshot.autopay_enabled,
+    }
+    return tuple(name for name, value in fields.items() if value is None)
+
+
+def instance_unknowns(snapshot: InstanceSnapshot) -> tuple[str, ...]:
+    """Every field of ``snapshot`` that could not be read, named for humans."""
+    unknown = []
+    if snapshot.state is InstanceState.UNKNOWN:
+        unknown.append(f"state ({snapshot.raw_state!r} is not a state we map)")
+    if snapshot.compute_usd_per_hour is None:
+        unknown.append("compute $/h")
+    if snapshot.storage_usd_per_hour is None:
+        unknown.append("storage $/h")
+    if snapshot.state in (InstanceState.RUNNING, InstanceState.STARTING) and not (
+        snapshot.has_ssh_endpoint
+    ):
+        unknown.append("SSH endpoint")
+    if snapshot.gpu_name is None:
+        unknown.append("GPU model")
+    if snapshot.gpu_count is None:
+        unknown.append("GPU count")
+    if snapshot.disk_gb is None:
+        unknown.append("disk size")
+    return tuple(unknown)
+
+
+def volume_report(volume: VolumeSnapshot) -> VolumeReport:
+    fields = {"size": volume.size_gb, "$/h": volume.usd_per_hour, "attached": volume.attached}
+    return VolumeReport(
+        volume_id=volume.volume_id,
+        name=volume.name,
+        size_gb=volume.size_gb,
+        usd_per_hour=volume.usd_per_hour,
+        attached=volume.attached,
+        unknown=tuple(name for name, value in fields.items() if value is None),
+    )
+
+
+def probe_summary(outcome: ProbeOutcome) -> ProbeSummary:
+    """How one probe ended; ``verdict`` is busy when any sample was busy, idle when every
+    sample of every GPU was idle, unknown otherwise (no samples, unreadable ones)."""
+    verdicts = {sample.verdict for sample in outcome.samples}
+    if Verdict.BUSY in verdicts:
+        verdict = Verdict.BUSY
+    elif verdicts == {Verdict.IDLE}:
+        verdict = Verdict.IDLE
+    else:
+        verdict = Verdict.UNKNOWN
+    indexes = sorted({sample.gpu_index for sample in outcome.samples})
+    peaks: list[float | None] = []
+    for index in indexes:
+        values = [s.sm for s in outcome.samples if s.gpu_index == index and s.sm is not None]
+        peaks.append(max(values) if values else None)
+    return ProbeSummary(
+        status=outcome.status.value,
+        detail=outcome.detail,
+        gpus=len(indexes),
+        verdict=verdict.value,
+        peak_util_percent=tuple(peaks),
+        interactive_login=outcome.interactive_login,
+    )
+
+
+def instance_report(
+    snapshot: InstanceSnapshot, probe: ProbeOutcome | None, not_probed: str
+) -> InstanceReport:
+    endpoint = (
+        f"{snapshot.ssh_user + '@' if snapshot.ssh_user else ''}{snapshot.ssh_host}:"
+        f"{snapshot.ssh_port}"
+        if snapshot.has_ssh_endpoint
+        else None
+    )
+    gpu = None
+    if snapshot.gpu_name is not None or snapshot.gpu_count is not None:
+        count = f"{snapshot.gpu_count}× " if snapshot.gpu_count is not None else "?× "
+        gpu = count + (snapshot.gpu_name or "unknown GPU")
+    summary = probe_summary(probe) if probe is not None else None
+    unknown = list(instance_unknowns(snapshot))
+    if summary is not None and summary.status != ProbeStatus.OK.value:
+        unknown.append(f"GPU activity (probe {summary.status})")
+    elif summary is not None and summary.verdict == Verdict.UNKNOWN.value:
+        unknown.append("GPU activity (no readable sample)")
+    return InstanceReport(
+        instance_id=snapshot.instance_id,
+        name=snapshot.name,
+        raw_state=snapshot.raw_state,
+        state=snapshot.state.value,
+        interruptible=snapshot.interruptible,
+        compute_usd_per_hour=snapshot.compute_usd_per_hour,
+        storage_usd_per_hour=snapshot.storage_usd_per_hour,
+        billed_usd_per_hour=billed_usd_per_hour(
+            snapshot.state, snapshot.compute_usd_per_hour, snapshot.storage_usd_per_hour
+        ),
+        ssh_endpoint=endpoint,
+        gpu=gpu,
+        probe=summary,
+        not_probed="" if summary is not None else not_probed,
+        unknown=tuple(unknown),
+    )
+
+
+def account_report(
+    name: str,
+    provider: str,
+    observation: AccountObservation | None,
+    *,
+    error_kind: str | None = None,
+    error: str = "",
+    probes: Mapping[str, ProbeOutcome] | None = None,
+    not_probed: str = "",
+) -> AccountReport:
+    """One account's part of the report. ``observation`` is None when the listing failed
+    (``error_kind``/``error`` say how); ``probes`` maps instance ids to their probe outcome and
+    ``not_probed`` says why a running instance has none (no SSH key, probe disabled)."""
+    if observation is None:
+        return AccountReport(name, provider, key_check(provider, error_kind, error, {}))
+    outcomes = probes or {}
+    snapshot = observation.account
+    instances = tuple(
+        instance_report(
+            instance, outcomes.get(instance.instance_id), _why_not(instance, not_probed)
+        )
+        for instance in sorted(observation.instances, key=lambda i: i.instance_id)
+    )
+    unknown = list(account_unknowns(snapshot))
+    unknown += [f"{part} (failed: {why})" for part, why in sorted(observation.problems.items())]
+    return AccountReport(
+        name=name,
+        provider=provider,
+        key=key_check(provider, None, "", observation.problems),
+        balance_usd=snapshot.balance_usd,
+        spend_usd_per_hour=snapshot.spend_usd_per_hour,
+        spend_limit_usd_per_hour=snapshot.spend_limit_usd_per_hour,
+        autopay_enabled=snapshot.autopay_enabled,
+        instances=instances,
+        volumes=tuple(volume_report(v) for v in sorted(observation.volumes, key=_volume_id)),
+        problems=dict(observation.problems),
+        unknown=tuple(unknown),
+    )
+
+
+def _volume_id(volume: VolumeSnapshot) -> str:
+    return volume.volume_id
+
+
+def _why_not(snapshot: InstanceSnapshot, not_probed: str) -> str:
+    if snapshot.state is not InstanceState.RUNNING:
+        return f"not running ({snapshot.state.value})"
+    if not snapshot.has_ssh_endpoint:
+        return "no SSH endpoint listed"
+    return not_probed or "not probed"
+
+
+def rule_verdicts(decisions: Sequence[Decision]) -> tuple[RuleVerdict, ...]:
+    """The planner's decisions as report lines, the soonest due first."""
+    verdicts = [
+        RuleVerdict(
+            rule=decision.finding.rule,
+            subject=decision.finding.subject,
+            action=decision.finding.action.value,
+            status=decision.status.value,
+            dry_run=decision.dry_run,
+            due_at=decision.finding.due_at,
+            summary=decision.finding.summary,
+            note=decision.note,
+        )
+        for decision in decisions
+    ]
+    return tuple(sorted(verdicts, key=lambda v: (v.due_at, v.rule, v.subject)))
