@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("db", "manage the database"),
     "demo": ("demo", "a simulated night against the built-in provider simulator (under a minute)"),
     "dmon": ("dmon", "read nvidia-smi dmon output"),
-    "doctor": ("doctor", "check the configured accounts read-only: keys, instances, $/h, SSH, rules"),
+    "doctor": ("doctor", "check every account read-only: key, instances, $/h, SSH, rules"),
     "events": ("events", "the audit history of decisions and actions"),
     "fuse": ("fuse", "the blast-radius fuse"),
     "notify": ("notify", "notification routes"),
