@@ -4,13 +4,17 @@ promtool), the checks can fail, and the files agree with the code and the metric
 from __future__ import annotations
 
 import itertools
+import json
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.http_receiver import HttpReceiver
 from tests.support.requirements import require_program
 from watchdog_gpu.cli import EXIT_USAGE
 from watchdog_gpu.config import DEFAULT_METRICS_PORT
@@ -18,6 +22,8 @@ from watchdog_gpu.config import DEFAULT_METRICS_PORT
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_UNIT = ROOT / "systemd" / "watchdog-gpu.service"
 USER_UNIT = ROOT / "systemd" / "watchdog-gpu-user.service"
+SYSTEM_FAILED = ROOT / "systemd" / "watchdog-gpu-failed@.service"
+USER_FAILED = ROOT / "systemd" / "watchdog-gpu-user-failed@.service"
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 DEPLOY_README = ROOT / "deploy" / "README.md"
 
@@ -31,8 +37,8 @@ def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
 def copy_units(tmp_path: Path) -> Path:
     unit_dir = tmp_path / "systemd"
     unit_dir.mkdir()
-    shutil.copy(SYSTEM_UNIT, unit_dir)
-    shutil.copy(USER_UNIT, unit_dir)
+    for unit in (SYSTEM_UNIT, USER_UNIT, SYSTEM_FAILED, USER_FAILED):
+        shutil.copy(unit, unit_dir)
     return unit_dir
 
 
@@ -197,3 +203,51 @@ def test_prometheus_scrapes_the_default_metrics_port_on_loopback() -> None:
     assert f'targets: ["127.0.0.1:{DEFAULT_METRICS_PORT}"]' in config
     assert "job_name: watchdog_gpu" in config
     assert 'job="watchdog_gpu"' in (PROMETHEUS_DIR / "alerts.yml").read_text()
+
+
+@pytest.mark.parametrize("unit", [SYSTEM_UNIT, USER_UNIT], ids=["system", "user"])
+def test_when_systemd_gives_up_the_failure_notifier_is_started_and_docs_are_the_projects(
+    unit: Path,
+) -> None:
+    values = directives(unit)
+
+    assert values["OnFailure"] == ["watchdog-gpu-failed@%n.service"]
+    documentation = " ".join(values["Documentation"]).split()
+    assert documentation[0] == "file:/usr/share/doc/watchdog-gpu/deploy.md"
+    assert not any(uri.startswith("man:systemd") for uri in documentation)
+
+
+@pytest.mark.parametrize(
+    ("unit", "credentials"),
+    [
+        (SYSTEM_FAILED, "${CREDENTIALS_DIRECTORY}"),
+        (USER_FAILED, "%h/.config/watchdog-gpu/credentials"),
+    ],
+    ids=["system", "user"],
+)
+def test_the_failure_notifier_delivers_one_critical_message_through_the_notify_url_file(
+    unit: Path, credentials: str, tmp_path: Path
+) -> None:
+    """The notifier's ExecStart= as systemd would run it (specifiers and the credentials
+    directory filled in, the apprise of this environment) against a receiver on loopback."""
+    apprise = Path(sys.executable).parent / "apprise"
+    command = directives(unit)["ExecStart"][0]
+    binary, _, arguments = command.partition(" ")
+    assert binary.endswith("/apprise")
+    with HttpReceiver() as receiver:
+        (tmp_path / "notify_url").write_text(f"json://127.0.0.1:{receiver.port}/phone\n")
+        arguments = (
+            arguments.replace(credentials, str(tmp_path))
+            .replace("%i", "watchdog-gpu.service")
+            .replace("%H", "gpu-box")
+        )
+        result = run(apprise, *shlex.split(arguments))
+        requests = receiver.received("/phone")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    [request] = requests
+    payload = json.loads(request.body)
+    assert payload["type"] == "failure"
+    assert payload["title"] == "watchdog-gpu is down: watchdog-gpu.service failed"
+    assert "No GPU instance is watched" in payload["message"]
+    assert "gpu-box" in payload["message"]

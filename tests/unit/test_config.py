@@ -54,8 +54,10 @@ def test_the_example_validates_in_monitor_mode_with_every_rule_and_safety_defaul
         ("vast-main", "vast"),
         ("runpod-lab", "runpod"),
     ]
-    assert settings.accounts[0].api_key == SecretReference.env("VAST_API_KEY")
-    assert settings.accounts[1].api_key == SecretReference.credential("runpod_api_key")
+    # the system unit's credential form first, a file for the user unit second
+    assert settings.accounts[0].api_key == SecretReference.credential("vast_api_key")
+    runpod_key = SecretReference.file(EXAMPLE.absolute().parent / "credentials" / "runpod_api_key")
+    assert settings.accounts[1].api_key == runpod_key
     assert settings.rules == RulesConfig()
     assert settings.safety == SafetyConfig()
     assert settings.config_file == EXAMPLE.absolute()

@@ -42,8 +42,9 @@ def test_the_example_checks_out_without_any_api_key_set(
     assert code == 0
     assert f"config file: {EXAMPLE.absolute()} (--config)" in out
     assert "mode: monitor" in out
-    assert "vast-main   vast    api_key: env VAST_API_KEY (missing)" in out
-    assert "runpod-lab  runpod  api_key: credential runpod_api_key (missing:" in out
+    assert "vast-main   vast    api_key: credential vast_api_key (missing:" in out
+    assert "runpod-lab  runpod  api_key: file " in out
+    assert "credentials/runpod_api_key (missing)" in out
     assert "idle_gpu              destroy  monitor" in out
     assert "low_balance           notify   monitor" in out
     assert "notify: 1 route" in out
