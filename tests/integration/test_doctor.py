@@ -5,7 +5,11 @@ listing requests in the simulator's request log."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.cli_support import Result, isolate, run
-from tests.support.sim_world import ServedWorld, served_world
+from tests.support.sim_world import SCENARIOS, ServedWorld, served_world
 from watchdog_gpu.commands import common, doctor
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.store.lock import database_lock
@@ -211,3 +215,72 @@ def test_missing_secrets_exit_2(
 
     assert result.code == 2
     assert "accounts[0].api_key" in result.err
+
+
+@contextmanager
+def sim_serve(*arguments: str) -> Iterator[dict[str, str]]:
+    """``watchdog-gpu sim serve`` as a process; its URLs."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "watchdog_gpu", "sim", "serve", *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    try:
+        line = process.stdout.readline()
+        assert line, "sim serve printed no URLs"
+        yield json.loads(line)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        process.stdout.close()
+
+
+@pytest.mark.slow
+def test_doctor_as_a_user_runs_it_against_sim_serve(tmp_path: Path) -> None:
+    """Both as real processes: ``sim serve`` on loopback and ``doctor --json`` pointed at it."""
+    scenario = SCENARIOS / "three_providers.toml"
+    with sim_serve("--scenario", str(scenario)) as urls:
+        body = '[watchdog]\nmode = "monitor"\n[probe]\nenabled = false\n'
+        for name, provider in (("vast-a", "vast"), ("runpod-a", "runpod")):
+            body += (
+                f'[[accounts]]\nname = "{name}"\nprovider = "{provider}"\n'
+                f'api_key = "sim-{name}"\napi_url = "{urls[provider]}"\n'
+            )
+        config = tmp_path / "watchdog-gpu.toml"
+        config.write_text(body, encoding="utf-8")
+        environ = {
+            key: value for key, value in os.environ.items() if not key.startswith("WATCHDOG_GPU_")
+        }
+        environ["HOME"] = str(tmp_path / "home")
+        finished = subprocess.run(
+            [sys.executable, "-m", "watchdog_gpu", "doctor", "--config", str(config), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=environ,
+            cwd=tmp_path,
+        )
+
+    assert finished.returncode == 0, finished.stderr
+    report = json.loads(finished.stdout)
+    vast = by_name(report["accounts"], "name", "vast-a")
+    states = {i["instance_id"]: (i["state"], i["interruptible"]) for i in vast["instances"]}
+    assert states == {
+        "9001": ("running", False),
+        "9002": ("running", False),
+        "9003": ("running", True),
+        "9004": ("stopped", False),
+    }
+    assert by_name(vast["instances"], "instance_id", "9001")["not_probed"] == (
+        "probe disabled ([probe] enabled = false)"
+    )
+    runpod = by_name(report["accounts"], "name", "runpod-a")
+    spot = by_name(runpod["instances"], "instance_id", "w3e4r5t6y7u8io")
+    assert (spot["state"], spot["interruptible"]) == ("paused", True)
+    verdicts = {(v["rule"], v["subject"]) for v in report["verdicts"]}
+    assert ("paused_interruptible", "runpod-a/w3e4r5t6y7u8io") in verdicts
+    assert ("stopped_disk", "vast-a/9004") in verdicts
+    assert not (tmp_path / "watchdog-gpu.db").exists()
