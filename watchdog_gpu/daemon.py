@@ -283,6 +283,29 @@ class MetricsObserver:
         self.metrics.record_job(job_id, seconds)
 
 
+class MetricsAddressError(Exception):
+    """The metrics endpoint cannot listen where ``[metrics]`` says (the port is taken, the
+    address is not this machine's): a configuration problem, not a transient one."""
+
+
+def start_metrics_or_explain(
+    settings: Settings, assembly: Assembly, clock: Clock
+) -> tuple[MetricsObserver, Callable[[], None]]:
+    """:func:`start_metrics`, with a bind failure turned into a MetricsAddressError naming the
+    address, the port and the settings to change."""
+    endpoint = settings.metrics
+    try:
+        return start_metrics(settings, assembly, clock)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise MetricsAddressError(
+            f"the metrics endpoint cannot listen on {endpoint.listen_address} port "
+            f"{endpoint.port}: {reason}. Stop whatever holds it, or choose another "
+            "`[metrics] port` (or `listen_address`, or set `enabled = false`) in the "
+            "configuration"
+        ) from error
+
+
 def start_metrics(
     settings: Settings, assembly: Assembly, clock: Clock
 ) -> tuple[MetricsObserver, Callable[[], None]]:
@@ -318,8 +341,9 @@ def run_daemon(
     """Run until SIGTERM/SIGINT. Given valid settings (secrets checked), the clock and the
     environment. Returns 0 after a clean stop; 2 for a configuration problem found while
     building (e.g. an unusable SSH key or notification URL; listed on stderr), when another
-    daemon holds the database's lock or a newer watchdog-gpu wrote the database; 1 when the
-    database cannot be opened or migrated or the metrics address cannot be bound.
+    daemon holds the database's lock, a newer watchdog-gpu wrote the database or the metrics
+    address cannot be bound (the port is taken); 1 when the database cannot be opened or
+    migrated.
 
     ``time_scale`` and ``wall_clock``: see :class:`Daemon` (the demo's accelerated night).
     ``on_started(daemon)`` is called once the jobs run, before the main thread supervises; it
@@ -435,7 +459,12 @@ def _start(
         observer: MetricsObserver | None = None
         stop_endpoint: Callable[[], None] | None = None
         if settings.metrics.enabled:
-            observer, stop_endpoint = start_metrics(settings, assembly, clock)
+            observer, stop_endpoint = start_metrics_or_explain(settings, assembly, clock)
+    except MetricsAddressError as error:
+        _close_all(opened)
+        # A taken port stays taken across restarts: exit 2 (RestartPreventExitStatus=2).
+        print(f"cannot start: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except ConfigError as error:
         _close_all(opened)
         print_config_problems(error)

@@ -1,5 +1,6 @@
 """``watchdog-gpu run`` refuses to start on bad configuration (exit 2, every problem listed, no
-traceback) and on an unusable database or metrics address (exit 1), closing what it opened."""
+traceback), on a metrics address it cannot listen on (exit 2) and on an unusable database
+(exit 1), closing what it opened."""
 
 from __future__ import annotations
 
@@ -129,7 +130,9 @@ def test_a_database_that_cannot_be_created_exits_1(
     assert CANARY not in caplog.text
 
 
-def test_a_metrics_port_in_use_exits_1(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_metrics_port_in_use_exits_2_naming_address_port_and_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -137,11 +140,17 @@ def test_a_metrics_port_in_use_exits_1(tmp_path: Path, caplog: pytest.LogCapture
         config = write_config(
             tmp_path,
             f'[watchdog]\ndatabase_url = "sqlite:///{tmp_path}/wd.db"\n'
-            f"[metrics]\nport = {port}\n[probe]\nenabled = false\n" + account(f'"{CANARY}"'),
+            f'[metrics]\nlisten_address = "127.0.0.1"\nport = {port}\n[probe]\nenabled = false\n'
+            + account(f'"{CANARY}"'),
         )
-        settings = load_settings(config, {})
 
-        assert run_daemon(settings, SystemClock(), {}) == 1
+        # Exit 2: a taken port stays taken, so systemd must not restart in a loop.
+        assert main(["run", "--config", str(config)]) == 2
 
-    assert "cannot start" in caplog.text
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1 port {port}" in err
+    assert "Address already in use" in err
+    assert "[metrics] port" in err
+    assert "Traceback" not in err
+    assert CANARY not in err
     assert (tmp_path / "wd.db").exists()  # migrated before the endpoint failed, then closed

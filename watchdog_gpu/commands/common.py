@@ -189,6 +189,10 @@ def settings_to_act(config: Path | None, environ: Mapping[str, str], purpose: st
 
 
 def config_error(error: ConfigError, title: str = "invalid configuration") -> CommandError:
+    """The CommandError (exit 2) for an unusable configuration: a file-level problem (none
+    found, unreadable, not TOML) as it is, otherwise every problem under ``title``."""
+    if len(error.problems) == 1 and not error.problems[0].path:
+        return CommandError(error.problems[0].message)
     count = len(error.problems)
     return CommandError(
         f"{title} ({count} problem{'s' if count != 1 else ''}):",

@@ -4,7 +4,7 @@ Each route gets the test message on its own, whatever severities it takes, and o
 it: ``ok`` or ``FAIL``, the route, its URL in Apprise's privacy-masked form and, on failure,
 Apprise's reason. Exit 0 when every route worked, 1 when one failed, 2 for an invalid
 configuration, a missing URL secret or no route at all. ``--url`` (repeatable) tests URLs
-without a configuration file.
+without a configuration file; ``--json`` prints one JSON object (``ok`` and one entry per route).
 """
 
 from __future__ import annotations
@@ -15,10 +15,16 @@ import sys
 from pathlib import Path
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
-from watchdog_gpu.clock import SystemClock
-from watchdog_gpu.config import ConfigError, load_settings
+from watchdog_gpu.commands.common import config_error, current_time, print_json, reports_errors
+from watchdog_gpu.config import ConfigError, Settings, load_settings
 from watchdog_gpu.model import Severity
-from watchdog_gpu.notify.delivery import AppriseDelivery, Route, notify_test, routes_from_config
+from watchdog_gpu.notify.delivery import (
+    AppriseDelivery,
+    Route,
+    RouteTestResult,
+    notify_test,
+    routes_from_config,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,35 +44,56 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL",
         help="an Apprise URL to test instead of the configured routes (repeatable)",
     )
+    test.add_argument("--json", action="store_true", help="print one JSON object")
     test.set_defaults(handler=run_test)
 
 
+@reports_errors
 def run_test(args: argparse.Namespace) -> int:
     """Send the test message; print one line per route; 0 if all worked."""
     try:
-        routes, timeout_seconds = _routes(args)
-        if not routes:
-            print("no notification routes configured ([[notify.routes]])", file=sys.stderr)
-            return EXIT_USAGE
-        delivery = AppriseDelivery(routes, timeout_seconds=timeout_seconds)
+        settings = None if args.url else load_settings(args.config, os.environ)
+    except ConfigError as error:
+        raise config_error(error) from None
+    try:
+        routes, timeout_seconds = _routes(args, settings)
     except ConfigError as error:
         print("invalid notification routes:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
-    results = notify_test(delivery, SystemClock().now())
-    for result in results:
-        severities = ", ".join(s.value for s in Severity if s in result.severities)
-        line = f"{'ok  ' if result.ok else 'FAIL'}  {result.label}  {result.url}  ({severities})"
-        print(line if result.ok else f"{line}: {result.detail}")
+    if not routes:
+        print("no notification routes configured ([[notify.routes]])", file=sys.stderr)
+        return EXIT_USAGE
+    results = notify_test(AppriseDelivery(routes, timeout_seconds=timeout_seconds), current_time())
+    if args.json:
+        print_json({"ok": all(r.ok for r in results), "routes": [_as_json(r) for r in results]})
+    else:
+        for result in results:
+            line = f"{'ok  ' if result.ok else 'FAIL'}  {result.label}  {result.url}"
+            line = f"{line}  ({_names(result)})"
+            print(line if result.ok else f"{line}: {result.detail}")
     return EXIT_OK if all(result.ok for result in results) else EXIT_FAILURE
 
 
-def _routes(args: argparse.Namespace) -> tuple[list[Route], float]:
-    if args.url:
+def _names(result: RouteTestResult) -> str:
+    return ", ".join(s.value for s in Severity if s in result.severities)
+
+
+def _as_json(result: RouteTestResult) -> dict[str, object]:
+    return {
+        "route": result.label,
+        "url": result.url,
+        "severities": [s.value for s in Severity if s in result.severities],
+        "ok": result.ok,
+        "error": None if result.ok else result.detail,
+    }
+
+
+def _routes(args: argparse.Namespace, settings: Settings | None) -> tuple[list[Route], float]:
+    if settings is None:
         everything = frozenset(Severity)
         routes = [Route(url, everything, label=f"--url[{i}]") for i, url in enumerate(args.url)]
         return routes, 15.0
-    settings = load_settings(args.config, os.environ)
     section = settings.notify
     return routes_from_config(section, os.environ), section.timeout.total_seconds()

@@ -225,12 +225,17 @@ class AppriseDelivery:
                 )
                 continue
             with result:
+                detail = "" if result else self._failure(result)
                 results.append(
-                    RouteTestResult(
-                        label, masked, route.severities, bool(result), self._describe(result)
-                    )
+                    RouteTestResult(label, masked, route.severities, bool(result), detail)
                 )
         return results
+
+    def _failure(self, result: apprise.AppriseResult) -> str:
+        """Why a one-route test failed, said once: Apprise's error lines (scrubbed), or its
+        status when it logged none (the route's URL is shown beside it already)."""
+        text = "; ".join(_error_lines(result)) or result.status.name
+        return _scrub(text, self._secrets)[:_DETAIL_LIMIT]
 
     def _describe(self, result: apprise.AppriseResult) -> str:
         """Status, each service (masked URL) and the first error lines, scrubbed of anything that
@@ -238,12 +243,7 @@ class AppriseDelivery:
         can be webhook tokens)."""
         parts = [result.status.name]
         parts.extend(f"{service.url} {service.status.name}" for service in result)
-        messages = [
-            entry.message
-            for entry in result.logs()
-            if entry.level in {"WARNING", "ERROR", "CRITICAL"}
-        ]
-        parts.extend(messages[:_LOG_LINES_LIMIT])
+        parts.extend(_error_lines(result))
         return _scrub("; ".join(parts), self._secrets)[:_DETAIL_LIMIT]
 
 
@@ -309,6 +309,14 @@ def _add_route(target: apprise.Apprise, route: Route, *, tagged: bool = True) ->
     if not target.add(route.url, tag=tags) or len(target) == before:
         return None
     return " ".join(target.urls(privacy=True)[before:])
+
+
+def _error_lines(result: apprise.AppriseResult) -> list[str]:
+    """The first distinct warning/error lines Apprise logged for ``result`` (raw, unscrubbed)."""
+    messages = (
+        entry.message for entry in result.logs() if entry.level in {"WARNING", "ERROR", "CRITICAL"}
+    )
+    return list(dict.fromkeys(messages))[:_LOG_LINES_LIMIT]
 
 
 def _invalid_url_message(url: str) -> str:

@@ -85,3 +85,58 @@ def test_a_missing_url_secret_or_no_route_is_a_usage_error(
     assert "notify.routes[0].url: env TEST_PAGER_URL (missing)" in missing_err
     assert none == EXIT_USAGE
     assert "no notification routes" in none_err
+
+
+def test_a_failing_route_says_why_once(capsys: pytest.CaptureFixture[str]) -> None:
+    with HttpReceiver(status=500) as broken:
+        code = main(["notify", "test", "--url", f"json://127.0.0.1:{broken.port}/down"])
+
+    [line] = capsys.readouterr().out.splitlines()
+    assert code == EXIT_FAILURE
+    assert line.startswith("FAIL  --url[0]  json://127.0.0.1:")
+    reason = line.split(": ", 1)[1]
+    assert reason  # Apprise's own words for the failure
+    assert line.count(reason) == 1
+    assert line.count(f"127.0.0.1:{broken.port}/down") == 1
+    assert "FAILURE" not in line
+
+
+def test_json_has_one_entry_per_route(capsys: pytest.CaptureFixture[str]) -> None:
+    with HttpReceiver() as receiver:
+        code = main(
+            [
+                "notify",
+                "test",
+                "--json",
+                "--url",
+                f"json://127.0.0.1:{receiver.port}/up",
+                "--url",
+                f"json://127.0.0.1:{free_port()}/down",
+            ]
+        )
+
+    report = json.loads(capsys.readouterr().out)
+    assert code == EXIT_FAILURE
+    assert report["ok"] is False
+    up, down = report["routes"]
+    assert (up["route"], up["ok"], up["error"]) == ("--url[0]", True, None)
+    assert up["severities"] == ["info", "warning", "critical"]
+    assert (down["route"], down["ok"]) == ("--url[1]", False)
+    assert "Connection error" in down["error"]
+
+
+def test_no_configuration_file_is_said_first_and_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("WATCHDOG_GPU_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+
+    code = main(["notify", "test"])
+
+    captured = capsys.readouterr()
+    assert code == EXIT_USAGE
+    assert captured.out == ""
+    assert captured.err.startswith("no config file found")
+    assert "notification routes" not in captured.err
