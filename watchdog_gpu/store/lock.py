@@ -19,6 +19,7 @@ Readers (``status``, ``events``, metrics) and the operator's writes (``snooze``,
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from dataclasses import dataclass
 from datetime import UTC
@@ -30,6 +31,8 @@ from sqlalchemy.exc import ArgumentError
 
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import DatabaseInUseError, StoreError
+
+log = logging.getLogger(__name__)
 
 # Who holds the lock, and who is refused, as the refusal message names them.
 HOLDERS = {
@@ -129,10 +132,16 @@ class FileLock:
                     os.close(descriptor)
                     raise LockHeldError(holder, self.database, self.role) from None
                 self.clock.sleep(RETRY_SECONDS)
+            except OSError as error:  # e.g. ENOLCK: a file system without locks
+                os.close(descriptor)
+                raise StoreError(f"cannot lock {self.path}: {error}") from error
         self._descriptor = descriptor
         since = self.clock.now().astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{os.getpid()}\n{self.role}\n{since}\n".encode(), 0)
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, f"{os.getpid()}\n{self.role}\n{since}\n".encode(), 0)
+        except OSError as error:  # the lock is held; only the holder's note is missing
+            log.warning("cannot write the lock holder path=%s error=%s", self.path, error)
 
     def release(self) -> None:
         descriptor, self._descriptor = self._descriptor, None
