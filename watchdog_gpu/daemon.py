@@ -41,6 +41,7 @@ from watchdog_gpu.jobs import ACT, DELIVER, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs, phase_intervals
+from watchdog_gpu.store.leadership import PostgresLeadership
 from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.tick import TickReport
@@ -349,8 +350,16 @@ def run_daemon(
     ``on_started(daemon)`` is called once the jobs run, before the main thread supervises; it
     may keep the daemon to stop it later (``daemon.request_stop(reason)``)."""
     quiet_scheduler_logs()
+    database_url = settings.watchdog.effective_database_url(environ)
+    leadership: PostgresLeadership | None = None
     try:
-        lock = hold_database_lock(settings.watchdog.effective_database_url(environ))
+        lock = database_lock(database_url, role="run", node=settings.watchdog.node_name)
+        if isinstance(lock, PostgresLeadership):
+            leadership = lock
+            if not stand_by_until_leading(leadership, environ):
+                return EXIT_OK  # stopped while standing by
+        else:
+            lock = hold_database_lock(database_url)
     except DatabaseInUseError as error:
         print(f"cannot start: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -366,9 +375,53 @@ def run_daemon(
             time_scale=time_scale,
             wall_clock=wall_clock,
             on_started=on_started,
+            leadership=leadership,
         )
     finally:
         lock.release()
+
+
+def stand_by_until_leading(leadership: PostgresLeadership, environ: Mapping[str, str]) -> bool:
+    """Wait (as a standby: no polling, no probing) until this node leads the watchdogs sharing
+    the PostgreSQL database; False when SIGTERM/SIGINT came first. systemd is told the unit is
+    ready (a standby is a healthy state) and kept fed while it waits."""
+    stop = threading.Event()
+    with stop_on_signals(lambda _reason: stop.set()):
+        if leadership.try_acquire():
+            return True
+        systemd_notify.ready(f"standing by: node {leadership.node}", environ=environ)
+        done = threading.Event()
+        pinger = threading.Thread(
+            target=_ping_systemd_until, args=(done, environ), name="standby-watchdog", daemon=True
+        )
+        pinger.start()
+        try:
+            return leadership.wait_for_leadership(stop)
+        finally:
+            done.set()
+
+
+def _ping_systemd_until(done: threading.Event, environ: Mapping[str, str]) -> None:
+    interval = systemd_notify.watchdog_interval(environ)
+    if interval is None:
+        return
+    while not done.wait(interval):  # already half of WatchdogSec
+        systemd_notify.watchdog_ping(environ=environ)
+
+
+def _watch_leadership(
+    leadership: PostgresLeadership, daemon: Daemon, lost: list[str], every_seconds: float
+) -> None:
+    """Check the leadership until the daemon stops; a lost one stops the daemon at once (its
+    store's writes are fenced already: store/leadership.py)."""
+    while not daemon.stop.wait(every_seconds):
+        try:
+            leadership.check()
+        except StoreError as error:
+            lost.append(str(error))
+            log.critical("leadership lost, stopping (a standby takes over) error=%s", error)
+            daemon.request_stop("leadership lost")
+            return
 
 
 def hold_database_lock(database_url: str) -> DatabaseLock:
@@ -395,8 +448,10 @@ def _run_locked(
     time_scale: float,
     wall_clock: Clock | None,
     on_started: Callable[[Daemon], None] | None,
+    leadership: PostgresLeadership | None = None,
 ) -> int:
     pending_stop: list[str] = []
+    lost: list[str] = []
     daemon: Daemon | None = None
 
     def request_stop(reason: str) -> None:
@@ -414,6 +469,15 @@ def _run_locked(
         daemon = daemon_or_code
         for reason in pending_stop:
             daemon.request_stop(reason)
+        if leadership is not None:
+            daemon.assembly.store.fence_epoch = leadership.epoch
+            check_every = min(5.0, settings.watchdog.poll_interval.total_seconds() / time_scale / 2)
+            threading.Thread(
+                target=_watch_leadership,
+                args=(leadership, daemon, lost, max(check_every, 0.2)),
+                name="leadership",
+                daemon=True,
+            ).start()
         try:
             daemon.start()
             accounts = len(daemon.assembly.providers)
@@ -434,7 +498,7 @@ def _run_locked(
             daemon.serve()
         finally:
             daemon.shutdown()
-    return EXIT_OK
+    return EXIT_FAILURE if lost else EXIT_OK
 
 
 def _start(

@@ -95,6 +95,13 @@ class WatchdogSection(StrictModel):
         repr=False,  # may carry a database password
         description="SQLAlchemy URL; unset = sqlite file watchdog-gpu.db in the state directory",
     )
+    node_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="this daemon's name among watchdogs sharing a PostgreSQL database "
+        "(unset = the host name)",
+    )
     database_password: SecretReference | None = Field(
         default=None,
         description="the database password (PostgreSQL), kept out of database_url",

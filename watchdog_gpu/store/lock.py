@@ -8,9 +8,9 @@ first and a second one is refused with a clear message (exit 2):
   mode 0600). The kernel releases it when the process dies, however it dies (SIGKILL included),
   so there is never a stale lock to clean up; the file itself stays (deleting a lock file races
   with the next taker). It holds the holder's pid, role and start time, for the message.
-- Other databases: :class:`NoLock` for now. PostgreSQL leader election (an advisory lock held on
-  a dedicated connection) plugs in here as another :class:`DatabaseLock`, chosen by
-  :func:`database_lock`.
+- PostgreSQL: leader election (store/leadership.py): an advisory lock held on a dedicated
+  connection plus an epoch that fences a deposed leader's writes; a second daemon stands by.
+- Other databases: :class:`NoLock`.
 
 Readers (``status``, ``events``, metrics) and the operator's writes (``snooze``, ``protect``,
 ``fuse reset``) never take the lock: they are short transactions the daemon expects.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
@@ -58,7 +59,10 @@ class LockHolder:
     since: str
 
     def describe(self) -> str:
-        who = HOLDERS.get(self.role, "another watchdog-gpu process")
+        if self.role.startswith("node "):  # PostgreSQL leadership (store/leadership.py)
+            who = f"the watchdog-gpu daemon of {self.role}"
+        else:
+            who = HOLDERS.get(self.role, "another watchdog-gpu process")
         details = [
             f"pid {self.pid}" if self.pid is not None else "",
             self.since and f"since {self.since}",
@@ -168,16 +172,21 @@ def lock_path(database: Path) -> Path:
     return database.with_name(database.name + ".lock")
 
 
-def database_lock(url: str, *, role: str) -> DatabaseLock:
+def database_lock(url: str, *, role: str, node: str | None = None) -> DatabaseLock:
     """The lock of the database at ``url`` for a process acting as ``role`` (``run``, ``once``,
-    ``db upgrade``): a :class:`FileLock` for an SQLite file, :class:`NoLock` otherwise."""
+    ``db upgrade``): a :class:`FileLock` for an SQLite file, the leadership of ``node`` (default:
+    this host's name) on PostgreSQL (store/leadership.py), :class:`NoLock` otherwise."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         return NoLock()  # opening the database reports the bad URL
     shown = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "postgresql":
+        from watchdog_gpu.store.leadership import PostgresLeadership
+
+        return PostgresLeadership(url, role=role, node=node or socket.gethostname(), database=shown)
     if parsed.get_backend_name() != "sqlite":
-        return NoLock()  # PostgreSQL: an advisory lock, when leader election lands
+        return NoLock()
     if parsed.database in (None, "", ":memory:") or parsed.query.get("uri"):
         return NoLock()
     return FileLock(

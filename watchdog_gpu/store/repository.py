@@ -34,6 +34,7 @@ from watchdog_gpu.model import (
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
+from watchdog_gpu.store.leadership import check_fence
 from watchdog_gpu.store.rows import (
     AccountRecord,
     ActionRow,
@@ -76,6 +77,10 @@ class Store:
         self._writers = sessionmaker(self._write_engine, expire_on_commit=False)
         sqlite = engine.dialect.name == "sqlite"
         self._history = FleetHistory() if keep_history and sqlite else None
+        # The leader's epoch on a shared PostgreSQL (store/leadership.py): when set, every
+        # write transaction first checks it is still the database's, or raises
+        # LeadershipLostError — the fencing token of a deposed leader.
+        self.fence_epoch: int | None = None
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -83,6 +88,8 @@ class Store:
     def _transaction(self, *, write: bool) -> Iterator[Session]:
         factory = self._writers if write else self._readers
         with _store_errors(), factory.begin() as session:
+            if write and self.fence_epoch is not None:
+                check_fence(session, self.fence_epoch)
             yield session
 
     @contextmanager
@@ -90,6 +97,8 @@ class Store:
         """One transaction on a Core connection, for the paths every tick takes (polls, probes,
         the fleet view): an ORM session costs more than the statements of a small tick."""
         with _store_errors(), (self._write_engine if write else self.engine).begin() as connection:
+            if write and self.fence_epoch is not None:
+                check_fence(connection, self.fence_epoch)
             yield connection
 
     # -- observations ---------------------------------------------------------------------

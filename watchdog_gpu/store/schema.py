@@ -383,3 +383,19 @@ class PinnedHostKey(Base):
     key_type: Mapped[str] = mapped_column(String(ID_LENGTH))
     key_base64: Mapped[str] = mapped_column(Text)
     first_seen: Mapped[datetime]
+
+
+class LeadershipRow(Base):
+    """Who leads the watchdogs sharing this database (PostgreSQL teams; docs/postgresql.md).
+
+    One row (``id`` 1). ``epoch`` counts up at every change of leader: the leader's writes check
+    it (the fencing token), so a deposed leader can no longer claim or move an action.
+    ``renewed_at`` is written by the leader every tick (what ``status`` shows as its heartbeat)."""
+
+    __tablename__ = "leadership"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(ID_LENGTH))
+    since: Mapped[datetime]
+    renewed_at: Mapped[datetime]

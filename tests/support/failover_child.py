@@ -1,0 +1,67 @@
+"""One of two watchdogs sharing a PostgreSQL database: the child process of the failover test.
+
+Run as ``python tests/support/failover_child.py SCENARIO WORKDIR DATABASE_URL NODE``. It stands by
+until it leads (``store/leadership.py``: the advisory lock and the epoch), writes
+``<node> <epoch> <monotonic seconds>`` to ``WORKDIR/leaders.journal``, then runs the simulated
+night from where the previous leader left it, exactly as ``crash_child.py`` resumes after a
+kill: the provider's side from ``world.journal``, the next tick from ``progress``, the phone's
+deliveries appended to ``delivered.journal``. Its store is fenced with its epoch, and it checks
+its leadership before every tick (a real daemon checks it every few seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from tests.support.crash_child import JournaledDelivery, append_durably, rebuild_world
+from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.sim.scenario import load_scenario
+from watchdog_gpu.sim.simulate import Simulation, simulation_settings
+from watchdog_gpu.store.leadership import PostgresLeadership
+
+
+def main(scenario_path: str, workdir: str, database_url: str, node: str) -> int:
+    work = Path(workdir)
+    leadership = PostgresLeadership(database_url, role="run", node=node, database="test")
+    if not leadership.wait_for_leadership(threading.Event(), retry_seconds=0.05):
+        return 1
+    assert leadership.epoch is not None
+    append_durably(work / "leaders.journal", f"{node} {leadership.epoch} {time.monotonic():.3f}")
+    scenario = load_scenario(scenario_path)
+    progress = work / "progress"
+    first_tick = scenario.start
+    if progress.exists():
+        first_tick = scenario.start + timedelta(seconds=int(progress.read_text())) + scenario.tick
+    clock = VirtualClock(scenario.start)
+    world = rebuild_world(scenario, clock, work / "world.journal")
+    sim = Simulation(
+        scenario,
+        simulation_settings(scenario, None),
+        work / "unused.db",
+        clock=clock,
+        world=world,
+        delivery=JournaledDelivery(work / "delivered.journal"),
+        first_tick=max(first_tick, clock.now()),
+        database_url=database_url,
+    )
+    sim.store.fence_epoch = leadership.epoch
+    while not sim.finished:
+        leadership.check()
+        sim.step()
+        offset = int((sim.next_tick - scenario.tick - scenario.start).total_seconds())
+        temporary = progress.with_suffix(f".{node}.tmp")
+        temporary.write_text(str(offset))
+        os.replace(temporary, progress)
+    sim.close()
+    leadership.release()
+    print("DONE", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:5]))

@@ -1,0 +1,273 @@
+"""Leader election for watchdogs that share one PostgreSQL database (docs/postgresql.md).
+
+A team runs two (or more) daemons against one database; exactly one of them acts:
+
+- **The lock.** The leader holds a session-level PostgreSQL advisory lock on a dedicated
+  connection of its own (``pg_try_advisory_lock``). PostgreSQL releases it the moment that
+  connection ends — the process was killed, its host died, the network dropped — so there is never
+  a stale lock, and a standby that keeps trying takes over within one retry interval.
+- **The epoch (fencing).** Whoever takes the lock counts ``leadership.epoch`` up, in a transaction
+  that locks the row. Every write transaction of the leader's store first reads the epoch with a
+  shared row lock and fails (``LeadershipLostError``) when it is not its own: a deposed leader —
+  one that lost its lock connection but still runs — can no longer claim an action, move one to
+  "calling the provider" or enqueue anything, and the new leader's epoch change waits for any
+  write transaction of the old one that is still in flight. So no action is claimed by two
+  leaders, and no destroy is called twice.
+- **Standby.** A standby does nothing but retry the lock (no polling, no probing: one leader's
+  view of the providers is the record). ``status`` and the metric ``watchdog_gpu_leader{node}``
+  show who leads and since when.
+
+SQLite keeps its one-daemon file lock (``store/lock.py``): a file on one machine has no standby.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine, create_engine, insert, select, text, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
+
+from watchdog_gpu.clock import Clock, SystemClock
+from watchdog_gpu.errors import StoreError
+from watchdog_gpu.store.lock import LockHeldError, LockHolder
+from watchdog_gpu.store.migrate import upgrade_to_head
+from watchdog_gpu.store.schema import LeadershipRow
+
+log = logging.getLogger(__name__)
+
+# The advisory lock's key: any fixed 64-bit number other applications on the same database are
+# unlikely to use ("wdgpu" in ASCII).
+ADVISORY_LOCK_KEY = 0x7764677075
+LEADERSHIP_ROW = 1
+RETRY_SECONDS = 1.0
+
+
+class LeadershipLostError(StoreError):
+    """This process no longer leads: another node took over (its epoch is newer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Who leads, as the leadership row says."""
+
+    node: str
+    epoch: int
+    since: datetime
+    renewed_at: datetime
+
+
+def read_leader(engine: Engine) -> Leader | None:
+    """The leadership row of the database behind ``engine`` (``None``: nobody ever led)."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(LeadershipRow.__table__).where(LeadershipRow.id == LEADERSHIP_ROW)
+        ).first()
+    if row is None:
+        return None
+    return Leader(node=row.node, epoch=row.epoch, since=row.since, renewed_at=row.renewed_at)
+
+
+def check_fence(session_or_connection: Session | Connection, epoch: int) -> None:
+    """Raise LeadershipLostError unless the database's epoch is ``epoch``. Takes a shared lock
+    on the leadership row until the caller's transaction ends, so a takeover waits for it."""
+    current = session_or_connection.execute(
+        select(LeadershipRow.epoch)
+        .where(LeadershipRow.id == LEADERSHIP_ROW)
+        .with_for_update(read=True)
+    ).scalar_one_or_none()
+    if current != epoch:
+        raise LeadershipLostError(
+            f"this watchdog no longer leads (epoch {epoch}, the database says {current}): "
+            "another node took over"
+        )
+
+
+class PostgresLeadership:
+    """The advisory lock and epoch of one node (a ``DatabaseLock``, see store/lock.py)."""
+
+    def __init__(
+        self, url: str, *, role: str, node: str, database: str, clock: Clock | None = None
+    ) -> None:
+        self._url = make_url(url)
+        self.role = role
+        self.node = node
+        self.database = database
+        self.clock = clock or SystemClock()
+        self.epoch: int | None = None
+        self._engine: Engine | None = None
+        self._connection: Connection | None = None
+        self._guard = threading.Lock()
+
+    # -- the DatabaseLock seam ------------------------------------------------------------
+
+    def acquire(self, *, wait_seconds: float = 0.0) -> None:
+        """Lead, trying for up to ``wait_seconds``; LockHeldError names the current leader."""
+        deadline = self.clock.monotonic() + wait_seconds
+        while not self.try_acquire():
+            if self.clock.monotonic() >= deadline:
+                raise LockHeldError(self._holder(), self.database, self.role)
+            self.clock.sleep(min(RETRY_SECONDS, max(wait_seconds, 0.05)))
+
+    def release(self) -> None:
+        with self._guard:
+            connection, self._connection = self._connection, None
+            engine, self._engine = self._engine, None
+            self.epoch = None
+        if connection is not None:
+            try:
+                connection.execute(
+                    text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_LOCK_KEY}
+                )
+            except SQLAlchemyError:
+                pass  # the connection is gone: so is the lock
+            finally:
+                connection.close()
+        if engine is not None:
+            engine.dispose()
+
+    # -- election ---------------------------------------------------------------------------
+
+    def try_acquire(self) -> bool:
+        """One attempt: True when this node now leads (the epoch was counted up)."""
+        with self._guard:
+            if self.epoch is not None:
+                return True
+            try:
+                connection = self._lock_connection()
+                taken = connection.execute(
+                    text("SELECT pg_try_advisory_lock(:key)"), {"key": ADVISORY_LOCK_KEY}
+                ).scalar_one()
+                if not taken:
+                    return False
+                # Only the lock holder migrates: two nodes starting on an empty database (or
+                # a new version taking over) never run the migrations at the same time.
+                assert self._engine is not None
+                upgrade_to_head(self._engine)
+                self.epoch = self._next_epoch()
+            except (SQLAlchemyError, StoreError) as error:
+                self._drop_connection()
+                if isinstance(error, StoreError):
+                    raise
+                raise StoreError(
+                    f"cannot take the leadership of {self.database}: {_reason(error)}"
+                ) from error
+        log.info("leading node=%s epoch=%d", self.node, self.epoch)
+        return True
+
+    def wait_for_leadership(
+        self, stop: threading.Event, retry_seconds: float = RETRY_SECONDS
+    ) -> bool:
+        """Stand by until this node leads (True) or ``stop`` is set (False). A database that
+        cannot be reached meanwhile is retried, never fatal: a standby waits out outages."""
+        announced: str | None = None
+        while not stop.is_set():
+            try:
+                if self.try_acquire():
+                    return True
+                holder = self._holder()
+                seen = f"{holder.role}:{holder.since}"
+                if seen != announced:
+                    log.info(
+                        "standing by node=%s leader=%s leader_since=%s",
+                        self.node,
+                        holder.role or "unknown",
+                        holder.since or "unknown",
+                    )
+                    announced = seen
+            except StoreError as error:
+                log.warning("standing by: the database cannot be reached error=%s", error)
+            stop.wait(retry_seconds)
+        return False
+
+    def check(self) -> None:
+        """Raise LeadershipLostError unless this node still leads: its lock connection answers
+        and the epoch is still its own. Renews ``renewed_at`` (the leader's heartbeat)."""
+        with self._guard:
+            epoch, connection = self.epoch, self._connection
+            if epoch is None or connection is None:
+                raise LeadershipLostError("this watchdog does not lead")
+            try:
+                moved = connection.execute(
+                    update(LeadershipRow)
+                    .where(LeadershipRow.id == LEADERSHIP_ROW, LeadershipRow.epoch == epoch)
+                    .values(renewed_at=self.clock.now())
+                ).rowcount
+            except SQLAlchemyError as error:
+                self._drop_connection()
+                self.epoch = None
+                raise LeadershipLostError(
+                    f"the leadership connection to {self.database} was lost: {_reason(error)}"
+                ) from error
+            if moved != 1:
+                self.epoch = None
+                raise LeadershipLostError(
+                    f"another node took over the leadership of {self.database}"
+                )
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _lock_connection(self) -> Connection:
+        if self._connection is None:
+            # A connection of its own, outside every pool: its life is the lock's life.
+            self._engine = create_engine(self._url, poolclass=NullPool)
+            self._connection = self._engine.connect().execution_options(
+                isolation_level="AUTOCOMMIT"
+            )
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        engine, self._engine = self._engine, None
+        if connection is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                connection.close()
+        if engine is not None:
+            engine.dispose()
+
+    def _next_epoch(self) -> int:
+        """Count the epoch up and name this node the leader (on a short connection of its own:
+        the lock connection stays in autocommit)."""
+        assert self._engine is not None
+        now = self.clock.now()
+        with self._engine.begin() as transaction:
+            current = transaction.execute(
+                select(LeadershipRow.epoch)
+                .where(LeadershipRow.id == LEADERSHIP_ROW)
+                .with_for_update()
+            ).scalar_one_or_none()
+            epoch = (current or 0) + 1
+            values = {"epoch": epoch, "node": self.node, "since": now, "renewed_at": now}
+            if current is None:
+                transaction.execute(insert(LeadershipRow).values(id=LEADERSHIP_ROW, **values))
+            else:
+                transaction.execute(
+                    update(LeadershipRow).where(LeadershipRow.id == LEADERSHIP_ROW).values(**values)
+                )
+        return epoch
+
+    def _holder(self) -> LockHolder:
+        if self._engine is None:
+            return LockHolder(pid=None, role="", since="")
+        try:
+            leader = read_leader(self._engine)
+        except SQLAlchemyError:
+            leader = None
+        if leader is None:
+            return LockHolder(pid=None, role="", since="")
+        return LockHolder(
+            pid=None,
+            role=f"node {leader.node}",  # LockHolder.describe names the node
+            since=leader.since.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        )
+
+
+def _reason(error: SQLAlchemyError) -> str:
+    original = getattr(error, "orig", None)
+    return str(original).strip() if original is not None else type(error).__name__
