@@ -19,7 +19,12 @@ from watchdog_gpu.config import AccountConfig, Settings
 from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.executor import Executor
 from watchdog_gpu.log import register_secret, register_url_secret
-from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, routes_from_config
+from watchdog_gpu.notify.delivery import (
+    AppriseDelivery,
+    Backoff,
+    config_from_section,
+    routes_from_config,
+)
 from watchdog_gpu.plan import PlanContext, protection_for
 from watchdog_gpu.probe.command import ProbeCommandSpec
 from watchdog_gpu.probe.prober import Prober
@@ -146,13 +151,22 @@ def build_prober(
 
 
 def build_delivery(settings: Settings, environ: Mapping[str, str]) -> AppriseDelivery | None:
-    """Apprise delivery for the configured routes (None when there are none)."""
+    """Apprise delivery for the configured routes and Apprise config file (None when there are
+    neither)."""
     routes = routes_from_config(settings.notify, environ)
+    config = config_from_section(settings.notify, environ)
     for route in routes:
         register_url_secret(route.url)  # tokens in hosts, paths, queries: never in a log line
-    if not routes:
+    if config is not None:
+        register_secret(config.text)
+    if not routes and config is None:
         return None
-    return AppriseDelivery(routes, timeout_seconds=settings.notify.timeout.total_seconds())
+    delivery = AppriseDelivery(
+        routes, config=config, timeout_seconds=settings.notify.timeout.total_seconds()
+    )
+    for part in delivery.secret_parts:  # the config file's services' tokens too
+        register_secret(part)
+    return delivery
 
 
 def plan_context(settings: Settings) -> PlanContext:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.http_receiver import HttpReceiver, free_port
 from tests.support.memory_outbox import MemoryOutbox
-from watchdog_gpu.config import load_settings
+from watchdog_gpu.config import ConfigError, Settings, load_settings
 from watchdog_gpu.log import configure_logging
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.delivery import AppriseDelivery, Backoff, Route, deliver_due, notify_test
@@ -245,3 +245,105 @@ def test_at_debug_level_no_library_logs_a_notification_url_token(
     assert any('"POST /*** HTTP/1.1" 200' in line for line in urllib3_lines)  # the loud one
     assert PATH_TOKEN not in stream.getvalue()
     assert PATH_TOKEN not in caplog.text
+
+
+# -- an Apprise config file ---------------------------------------------------------------------
+
+
+def notify_config(tmp_path: Path, notify: str, environ: dict[str, str] | None = None) -> Settings:
+    config = tmp_path / "config.toml"
+    config.write_text(f"[notify]\n{notify}\n", encoding="utf-8")
+    return load_settings(config, environ or {})
+
+
+def test_an_apprise_yaml_file_routes_by_its_tags_beside_an_inline_route(
+    receiver: HttpReceiver, tmp_path: Path
+) -> None:
+    (tmp_path / "apprise.yml").write_text(
+        "version: 1\n"
+        "urls:\n"
+        f"  - json://127.0.0.1:{receiver.port}/pager-{PATH_TOKEN}:\n"
+        "      tag: critical\n"
+        f"  - json://127.0.0.1:{receiver.port}/log:\n"
+        "      tag: always\n",
+        encoding="utf-8",
+    )
+    settings = notify_config(
+        tmp_path,
+        'config = "apprise.yml"\n'
+        f'[[notify.routes]]\nurl = "json://127.0.0.1:{receiver.port}/chat"\n'
+        'severities = ["warning"]',
+    )
+
+    delivery = build_delivery(settings, {})
+    assert delivery is not None
+    warning = delivery.deliver(message(Severity.WARNING, key="k:warning"))
+    critical = delivery.deliver(message(Severity.CRITICAL, key="k:action"))
+
+    assert warning.ok
+    assert critical.ok
+    assert [json.loads(r.body)["type"] for r in receiver.received(f"/pager-{PATH_TOKEN}")] == [
+        "failure"
+    ]
+    assert len(receiver.received("/chat")) == 1
+    assert len(receiver.received("/log")) == 2  # "always" takes every severity
+    assert not any(PATH_TOKEN in url for url in delivery.masked_urls)
+    assert PATH_TOKEN not in critical.detail
+
+
+def test_a_text_config_given_as_a_secret_reference_is_delivered_and_tested(
+    receiver: HttpReceiver, tmp_path: Path
+) -> None:
+    text = f"warning,critical=json://127.0.0.1:{receiver.port}/{PATH_TOKEN}\n"
+    settings = notify_config(
+        tmp_path, 'config = { env = "WD_TEST_APPRISE_CONFIG" }', {"WD_TEST_APPRISE_CONFIG": text}
+    )
+
+    delivery = build_delivery(settings, {"WD_TEST_APPRISE_CONFIG": text})
+    assert delivery is not None
+    info = delivery.deliver(message(Severity.INFO, key="k:resolution"))
+    results = notify_test(delivery, NOW)
+
+    assert (info.ok, info.routed) == (True, False)  # tagged warning and critical only
+    [result] = results
+    assert (result.label, result.ok) == ("notify.config[0]", True)
+    assert result.severities == frozenset({Severity.WARNING, Severity.CRITICAL})
+    assert PATH_TOKEN not in result.url
+    assert "overflow=upstream" in result.url  # Apprise's own defaults stay readable
+    [request] = receiver.received(f"/{PATH_TOKEN}")
+    assert json.loads(request.body)["title"] == "watchdog-gpu test notification"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("json://127.0.0.1:9/untagged-canary-77\n", "#1 (json://) has no tag among info"),
+        ("version: 1\nurls:\n  - json://127.0.0.1:9/x:\n      tag: ops\n", "#1 (json://)"),
+        ("::: neither yaml nor text :::\n", "not an Apprise config file"),
+    ],
+    ids=["untagged", "unknown-tag-only", "garbage"],
+)
+def test_an_unusable_apprise_config_is_a_config_error_naming_no_url(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    (tmp_path / "apprise.txt").write_text(content, encoding="utf-8")
+    settings = notify_config(tmp_path, 'config = "apprise.txt"')
+
+    with pytest.raises(ConfigError) as caught:
+        build_delivery(settings, {})
+
+    [problem] = caught.value.problems
+    assert problem.path == "notify.config"
+    assert expected in problem.message
+    assert "canary" not in problem.message
+
+
+def test_a_missing_apprise_config_file_is_a_config_error(tmp_path: Path) -> None:
+    settings = notify_config(tmp_path, 'config = "nowhere.yml"')
+
+    with pytest.raises(ConfigError) as caught:
+        build_delivery(settings, {})
+
+    [problem] = caught.value.problems
+    assert problem.path == "notify.config"
+    assert "nowhere.yml" in problem.message

@@ -19,9 +19,11 @@ from watchdog_gpu.commands.common import config_error, current_time, print_json,
 from watchdog_gpu.config import ConfigError, Settings, load_settings
 from watchdog_gpu.model import Severity
 from watchdog_gpu.notify.delivery import (
+    AppriseConfigText,
     AppriseDelivery,
     Route,
     RouteTestResult,
+    config_from_section,
     notify_test,
     routes_from_config,
 )
@@ -56,16 +58,20 @@ def run_test(args: argparse.Namespace) -> int:
     except ConfigError as error:
         raise config_error(error) from None
     try:
-        routes, timeout_seconds = _routes(args, settings)
+        routes, config, timeout_seconds = _routes(args, settings)
+        if not routes and config is None:
+            print(
+                "no notification routes configured ([[notify.routes]] or [notify] config)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        delivery = AppriseDelivery(routes, config=config, timeout_seconds=timeout_seconds)
     except ConfigError as error:
         print("invalid notification routes:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if not routes:
-        print("no notification routes configured ([[notify.routes]])", file=sys.stderr)
-        return EXIT_USAGE
-    results = notify_test(AppriseDelivery(routes, timeout_seconds=timeout_seconds), current_time())
+    results = notify_test(delivery, current_time())
     if args.json:
         print_json({"ok": all(r.ok for r in results), "routes": [_as_json(r) for r in results]})
     else:
@@ -90,10 +96,14 @@ def _as_json(result: RouteTestResult) -> dict[str, object]:
     }
 
 
-def _routes(args: argparse.Namespace, settings: Settings | None) -> tuple[list[Route], float]:
+def _routes(
+    args: argparse.Namespace, settings: Settings | None
+) -> tuple[list[Route], AppriseConfigText | None, float]:
+    """The inline routes, the Apprise config file and the delivery timeout to test."""
     if settings is None:
         everything = frozenset(Severity)
         routes = [Route(url, everything, label=f"--url[{i}]") for i, url in enumerate(args.url)]
-        return routes, 15.0
+        return routes, None, 15.0
     section = settings.notify
-    return routes_from_config(section, os.environ), section.timeout.total_seconds()
+    routes = routes_from_config(section, os.environ)
+    return routes, config_from_section(section, os.environ), section.timeout.total_seconds()

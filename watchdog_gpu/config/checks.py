@@ -154,9 +154,11 @@ def config_warnings(settings: Settings) -> list[ConfigProblem]:
     ]
     if not settings.accounts:
         warnings.append(ConfigProblem("accounts", "no accounts configured: nothing is watched"))
-    if not settings.notify.routes:
+    if not settings.notify.routes and settings.notify.config is None:
         warnings.append(
-            ConfigProblem("notify.routes", "no routes: warnings and actions are only logged")
+            ConfigProblem(
+                "notify.routes", "no routes and no config: warnings and actions are only logged"
+            )
         )
     if settings.metrics.enabled and not _is_loopback(settings.metrics.listen_address):
         warnings.append(

@@ -344,6 +344,12 @@ class NotifySection(StrictModel):
     """``[notify]``: delivery of notifications through Apprise."""
 
     routes: list[NotifyRoute] = Field(default_factory=list, description="where messages go")
+    config: SecretReference | None = Field(
+        default=None,
+        description="an Apprise config file (YAML or text) whose services are tagged with the "
+        "severities they receive (info, warning, critical, or always): a path, or a secret "
+        "reference to its contents; beside or instead of routes",
+    )
     retry_initial: PositiveDuration = Field(
         default=timedelta(seconds=30), description="first retry delay of a failed delivery"
     )
@@ -353,6 +359,12 @@ class NotifySection(StrictModel):
     timeout: PositiveDuration = Field(
         default=timedelta(seconds=15), description="timeout of one delivery attempt"
     )
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _a_path_is_a_file(cls, value: object) -> object:
+        # A plain string here is the file's path, never the config text itself.
+        return {"file": value} if isinstance(value, str) else value
 
 
 def _is_http_url(value: str) -> bool:

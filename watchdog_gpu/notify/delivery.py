@@ -5,6 +5,11 @@
 delivered; NOMATCH (no route takes this severity) counts as delivered to nobody — logged once per
 severity and never retried forever; FAILURE, PARTIAL and TIMEOUT are failures that stay queued.
 
+Services may also come from an Apprise config file (``[notify] config``: YAML or text, the
+format Apprise users already keep), beside or instead of inline routes. Each service there is
+tagged with the severities it receives (``info``, ``warning``, ``critical``) or ``always``; a
+service with none of them would receive nothing, so it is a configuration error.
+
 ``deliver_due`` drains what the store's outbox says is due. A failure is recorded with the next
 attempt time (exponential backoff from ``retry_initial`` doubling up to ``retry_max``) and the
 loop goes on: a dead notifier never blocks an action and never loses a message.
@@ -21,8 +26,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
+from urllib.parse import parse_qsl, urlsplit
 
 import apprise
+from apprise.plugins.base import NotifyBase
 
 from watchdog_gpu.config import NotifySection
 from watchdog_gpu.errors import ConfigError, ConfigProblem
@@ -50,6 +57,20 @@ class Route:
     url: str = field(repr=False)
     severities: frozenset[Severity]
     label: str = ""
+
+
+# Tags of a config-file service that route messages to it (``always`` takes every severity).
+ALWAYS_TAG = "always"
+ROUTING_TAGS = frozenset({*(severity.value for severity in Severity), ALWAYS_TAG})
+
+
+@dataclass(frozen=True, slots=True)
+class AppriseConfigText:
+    """The contents of an Apprise config file (a secret: it holds the services' URLs); ``label``
+    (``notify.config``) names it in errors and ``notify test``."""
+
+    text: str = field(repr=False)
+    label: str = "notify.config"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,17 +169,25 @@ class AppriseDelivery:
         self,
         routes: Sequence[Route],
         *,
+        config: AppriseConfigText | None = None,
         apprise_factory: Callable[[], apprise.Apprise] = apprise.Apprise,
         timeout_seconds: float = 30.0,
     ) -> None:
         self._routes = tuple(routes)
         self._factory = apprise_factory
         self._timeout_seconds = timeout_seconds
-        self._secrets = _secret_parts(route.url for route in self._routes)
+        self._services: tuple[NotifyBase, ...] = ()
+        self._config_label = config.label if config is not None else ""
+        problems: list[ConfigProblem] = []
+        if config is not None:
+            self._services, problem = _config_services(config)
+            problems.extend(problem)
+        self._secrets = _secret_parts(route.url for route in self._routes) | frozenset(
+            part for service in self._services for part in _service_secret_parts(service)
+        )
         self._unrouted_logged: set[Severity] = set()
         self._apprise = apprise_factory()
         self._masked: list[str] = []
-        problems: list[ConfigProblem] = []
         for index, route in enumerate(self._routes):
             label = route.label or f"routes[{index}]"
             if not route.severities:
@@ -167,8 +196,16 @@ class AppriseDelivery:
             if masked is None:
                 problems.append(ConfigProblem(f"{label}.url", _invalid_url_message(route.url)))
             self._masked.append(_scrub(masked or "", self._secrets))
+        for service in self._services:
+            self._apprise.add(service)
+            self._masked.append(_scrub(_service_url(service, privacy=True), self._secrets))
         if problems:
             raise ConfigError(problems)
+
+    @property
+    def secret_parts(self) -> frozenset[str]:
+        """Every raw URL part that may be a secret (for log redaction)."""
+        return self._secrets
 
     @property
     def masked_urls(self) -> tuple[str, ...]:
@@ -205,12 +242,20 @@ class AppriseDelivery:
             return DeliveryResult(ok=bool(result), detail=detail)
 
     def test_routes(self, notification: PlannedNotification) -> list[RouteTestResult]:
-        """Send ``notification`` to each route on its own, whatever its severities."""
+        """Send ``notification`` to each route and each config-file service on its own, whatever
+        its severities."""
         results: list[RouteTestResult] = []
-        for index, route in enumerate(self._routes):
+        targets: list[tuple[str, frozenset[Severity], Callable[[apprise.Apprise], str | None]]] = [
+            (route.label or f"routes[{index}]", route.severities, _adder(route))
+            for index, route in enumerate(self._routes)
+        ]
+        targets += [
+            (f"{self._config_label}[{index}]", service_severities(service), _service_adder(service))
+            for index, service in enumerate(self._services)
+        ]
+        for label, severities, add in targets:
             single = self._factory()
-            masked = _scrub(_add_route(single, route, tagged=False) or "", self._secrets)
-            label = route.label or f"routes[{index}]"
+            masked = _scrub(add(single) or "", self._secrets)
             try:
                 result = single.notify(
                     body=notification.body,
@@ -221,14 +266,12 @@ class AppriseDelivery:
                 )
             except Exception as error:  # report it like any other failed route
                 results.append(
-                    RouteTestResult(label, masked, route.severities, False, type(error).__name__)
+                    RouteTestResult(label, masked, severities, False, type(error).__name__)
                 )
                 continue
             with result:
                 detail = "" if result else self._failure(result)
-                results.append(
-                    RouteTestResult(label, masked, route.severities, bool(result), detail)
-                )
+                results.append(RouteTestResult(label, masked, severities, bool(result), detail))
         return results
 
     def _failure(self, result: apprise.AppriseResult) -> str:
@@ -317,6 +360,81 @@ def _error_lines(result: apprise.AppriseResult) -> list[str]:
         entry.message for entry in result.logs() if entry.level in {"WARNING", "ERROR", "CRITICAL"}
     )
     return list(dict.fromkeys(messages))[:_LOG_LINES_LIMIT]
+
+
+def _adder(route: Route) -> Callable[[apprise.Apprise], str | None]:
+    return lambda target: _add_route(target, route, tagged=False)
+
+
+def _service_adder(service: NotifyBase) -> Callable[[apprise.Apprise], str | None]:
+    def add(target: apprise.Apprise) -> str | None:
+        target.add(service)
+        return _service_url(service, privacy=True)
+
+    return add
+
+
+def _service_url(service: NotifyBase, *, privacy: bool) -> str:
+    """A config-file service's URL: raw (a secret) or privacy-masked (safe to show)."""
+    return str(service.url(privacy=privacy))  # type: ignore[no-untyped-call]
+
+
+def _service_secret_parts(service: NotifyBase) -> frozenset[str]:
+    """The secret-looking parts of a config-file service's URL, except query values Apprise
+    itself shows in the privacy-masked URL (its defaults such as ``overflow=upstream``: masking
+    those would hide ordinary words everywhere)."""
+    shown = {value for _, value in parse_qsl(urlsplit(_service_url(service, privacy=True)).query)}
+    return url_secret_parts(_service_url(service, privacy=False)) - shown
+
+
+def service_severities(service: NotifyBase) -> frozenset[Severity]:
+    """The severities a config-file service receives, from its tags."""
+    tags = {str(tag) for tag in service.tags}
+    if ALWAYS_TAG in tags:
+        return frozenset(Severity)
+    return frozenset(severity for severity in Severity if severity.value in tags)
+
+
+def _config_services(
+    config: AppriseConfigText,
+) -> tuple[tuple[NotifyBase, ...], list[ConfigProblem]]:
+    """The services of an Apprise config, or the problems that make it unusable: not a config
+    Apprise reads, no service in it, or a service tagged with no severity (it would receive
+    nothing). Problems name services by position and scheme, never by URL."""
+    parsed = apprise.AppriseConfig()
+    if not parsed.add_config(config.text):
+        return (), [ConfigProblem(config.label, "not an Apprise config file (YAML or text)")]
+    services = tuple(parsed.services())
+    if not services:
+        return (), [ConfigProblem(config.label, "lists no service Apprise can use")]
+    untagged = [
+        f"#{index + 1} ({_service_url(service, privacy=True).split('://', 1)[0]}://)"
+        for index, service in enumerate(services)
+        if not {str(tag) for tag in service.tags} & ROUTING_TAGS
+    ]
+    if untagged:
+        return (), [
+            ConfigProblem(
+                config.label,
+                f"service {', '.join(untagged)} has no tag among info, warning, critical, "
+                "always: it would receive nothing",
+            )
+        ]
+    return services, []
+
+
+def config_from_section(
+    section: NotifySection, environ: Mapping[str, str] | None = None
+) -> AppriseConfigText | None:
+    """The contents of ``[notify] config`` (None when not set). Raises ConfigError when the
+    file or secret cannot be read."""
+    if section.config is None:
+        return None
+    text = section.config.resolve(environ)
+    if text is None:
+        message = f"{section.config.describe(environ)}: no Apprise config"
+        raise ConfigError([ConfigProblem("notify.config", message)])
+    return AppriseConfigText(text.get_secret_value())
 
 
 def _invalid_url_message(url: str) -> str:
