@@ -34,6 +34,7 @@ from watchdog_gpu.probe.command import ProbeCommandSpec, build_probe_command
 from watchdog_gpu.probe.hostkeys import HostKeyStore
 from watchdog_gpu.probe.interpret import ProbeContext, failed, interpret
 from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget
+from watchdog_gpu.probe.state_log import StateChangeLog
 from watchdog_gpu.probe.verdicts import check_threshold, metrics_verdict
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Prober:
             raise ValueError("workers must be at least 1")
         self._runner = runner
         self._clock = clock
+        self._state_log = StateChangeLog(logger)
         self._host_keys = host_key_store
         self._spec = spec or ProbeCommandSpec()
         self._command = build_probe_command(self._spec)
@@ -175,6 +177,7 @@ class Prober:
     def forget_instance(self, account: str, instance_id: str) -> None:
         """The instance is gone: close its connection and drop its host-key pin (its address
         may next belong to another machine, whose key must not look like a changed one)."""
+        self._state_log.forget(f"{account}/{instance_id}")
         if isinstance(self._runner, ConnectionKeeper):
             self._runner.close_instance(InstanceRef(account, instance_id))
         if self._host_keys is not None:
@@ -201,9 +204,12 @@ class Prober:
         return self._default_user.get(account, "root")
 
     def _log(self, outcome: ProbeOutcome) -> None:
-        level = logging.INFO if outcome.status is ProbeStatus.OK else logging.WARNING
-        logger.log(
-            level,
+        # One line per host per state change (rate-limited, with a periodic summary): a
+        # thousand unreachable hosts must not write a thousand warnings a minute.
+        self._state_log.note(
+            f"{outcome.account}/{outcome.instance_id}",
+            outcome.status.value,
+            self._clock.monotonic(),
             "probe instance=%s/%s status=%s duration=%.2fs samples=%d interactive=%s detail=%s",
             outcome.account,
             outcome.instance_id,
