@@ -247,12 +247,14 @@ def test_the_json_object_has_the_documented_keys_and_values(
         "clock_note",
         "database",
         "fuse",
+        "leader",
         "accounts",
         "instances",
         "protections",
     }
     assert status["as_of"] == "2026-03-01T14:00:00Z"
     assert status["fuse"] == {"latched": False, "held_actions": 0}
+    assert status["leader"] is None  # SQLite: one daemon, no election
     [account] = status["accounts"]
     assert account["name"] == "vast-main"
     assert account["balance_usd"] == 25.0

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
+from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import Engine, inspect, select
 
 from tests.integration.store_builders import (
@@ -30,9 +31,16 @@ from tests.integration.store_builders import (
 )
 from tests.scenarios.helpers import load
 from tests.support.databases import postgres_server
+from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.commands.common import Source
+from watchdog_gpu.commands.status import collect, status_json, status_lines
+from watchdog_gpu.metrics import MetricsConfig
+from watchdog_gpu.metrics.collector import StoreCollector
 from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.sim.simulate import simulation
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
+from watchdog_gpu.store.leadership import LeadershipLostError, PostgresLeadership
+from watchdog_gpu.store.lock import LockHeldError
 from watchdog_gpu.store.migrate import alembic_config, current_revision, head_revision
 from watchdog_gpu.store.schema import metadata
 
@@ -210,3 +218,94 @@ def test_db_copy_hides_the_password_and_refuses_a_missing_source(tmp_path: Path)
     assert unreachable.returncode == 1
     assert "hunter2-canary" not in unreachable.stderr + unreachable.stdout
     assert "***" in unreachable.stderr  # the URL is named, its password hidden
+
+
+def test_one_node_leads_the_other_is_refused_and_takes_over_when_the_leader_goes(
+    pg_url: str,
+) -> None:
+    first = PostgresLeadership(pg_url, role="run", node="node-a", database="db")
+    second = PostgresLeadership(pg_url, role="run", node="node-b", database="db")
+    try:
+        assert first.try_acquire() is True
+        assert second.try_acquire() is False
+        with pytest.raises(LockHeldError, match="node node-a"):
+            second.acquire()
+        first.check()  # still leads: renews its heartbeat
+
+        first.release()  # the leader goes (a kill closes its connection the same way)
+
+        assert second.try_acquire() is True
+        assert (first.epoch, second.epoch) == (None, 2)
+        engine = create_engine_for(pg_url)
+        leader = Store(engine).leader()
+        engine.dispose()
+        assert leader is not None
+        assert (leader.node, leader.epoch) == ("node-b", 2)
+    finally:
+        first.release()
+        second.release()
+
+
+def test_a_deposed_leaders_writes_are_fenced_by_the_epoch(pg_url: str) -> None:
+    first = PostgresLeadership(pg_url, role="run", node="node-a", database="db")
+    second = PostgresLeadership(pg_url, role="run", node="node-b", database="db")
+    engine = create_engine_for(pg_url)
+    try:
+        assert first.try_acquire()
+        old_leader = Store(engine)
+        old_leader.fence_epoch = first.epoch
+        old_leader.enqueue_action(planned_action("k1", at=T0))
+        epoch = first.epoch
+        # The old leader's lock connection dies (host partitioned, process stuck): the lock is
+        # gone, a standby takes over, but the old process still runs with its store.
+        first.release()
+        assert second.try_acquire()
+        old_leader.fence_epoch = epoch
+
+        with pytest.raises(LeadershipLostError):
+            old_leader.claim_actions(T0 + minutes(1), "node-a")
+        with pytest.raises(LeadershipLostError):
+            old_leader.enqueue_action(planned_action("k2", at=T0))
+        with pytest.raises(LeadershipLostError):
+            first.check()
+
+        new_leader = Store(engine)
+        new_leader.fence_epoch = second.epoch
+        assert [row.idempotency_key for row in new_leader.claim_actions(T0, "node-b")] == ["k1"]
+        assert [row.idempotency_key for row in new_leader.list_actions()] == ["k1"]
+    finally:
+        second.release()
+        engine.dispose()
+
+
+def test_status_and_the_metrics_show_who_leads(pg_url: str) -> None:
+    leadership = PostgresLeadership(
+        pg_url, role="run", node="vps-1", database="db", clock=VirtualClock(T0)
+    )
+    engine = create_engine_for(pg_url)
+    try:
+        assert leadership.try_acquire()
+        store = Store(engine)
+        _populate(store)
+        registry = CollectorRegistry()
+        registry.register(StoreCollector(store, VirtualClock(T0), MetricsConfig()))
+        exposition = generate_latest(registry).decode()
+
+        assert 'watchdog_gpu_leader{node="vps-1"} 1.0' in exposition
+        since = [
+            line
+            for line in exposition.splitlines()
+            if line.startswith('watchdog_gpu_leader_since_timestamp_seconds{node="vps-1"}')
+        ]
+        assert len(since) == 1
+        assert float(since[0].split()[-1]) == T0.timestamp()
+        status = collect(Source(store=store, settings=None, database="db"), T0 + minutes(5))
+        assert status_json(status)["leader"]["node"] == "vps-1"
+        assert status_json(status)["leader"]["epoch"] == 1
+        assert any(
+            line.startswith("leader: node vps-1 since") and "epoch 1" in line
+            for line in status_lines(status)
+        )
+    finally:
+        leadership.release()
+        engine.dispose()

@@ -20,6 +20,7 @@ one is an error (exit 2), never created.
 
     {"as_of": ISO, "clock_note": str|null, "database": str,
      "fuse": {"latched": bool, "held_actions": int},
+     "leader": {"node": str, "epoch": int, "since": str, "renewed_at": str} | null,
      "accounts": [{"name", "provider", "balance_usd", "spend_usd_per_hour",
                    "spend_rate_source": "provider"|"instances"|null, "runway_hours",
                    "last_poll": "ok"|"error"|"never", "last_poll_ok_at", "last_poll_error_kind",
@@ -71,6 +72,7 @@ from watchdog_gpu.rules import default_configs, lookback_for
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.store import AccountRecord, FindingRecord
+from watchdog_gpu.store.leadership import Leader
 
 # Outbox statuses of an action that is not finished (shown as "pending").
 OPEN_STATUSES = frozenset(
@@ -128,6 +130,7 @@ class FleetStatus:
     accounts: tuple[AccountStatus, ...] = ()
     instances: tuple[InstanceStatus, ...] = ()
     protections: tuple[Protection, ...] = field(default=())
+    leader: Leader | None = None  # PostgreSQL teams: who leads (store/leadership.py)
 
 
 @reports_errors
@@ -152,8 +155,9 @@ def collect(source: Source, now: datetime) -> FleetStatus:
     records = store.latest_accounts()
     latched = store.fuse_latched()
     held = len(store.list_actions(statuses=[ActionStatus.BLOCKED]))
+    leader = store.leader()
     if not records:
-        return FleetStatus(now, None, source.database, latched, held)
+        return FleetStatus(now, None, source.database, latched, held, leader=leader)
     latest = _latest_record(records, store.latest_instances())
     as_of, note = now, None
     if latest is not None and latest > now:
@@ -199,6 +203,7 @@ def collect(source: Source, now: datetime) -> FleetStatus:
         tuple(accounts),
         tuple(instances),
         tuple(view.protections),
+        leader,
     )
 
 
@@ -302,6 +307,8 @@ def status_lines(status: FleetStatus) -> list[str]:
     if status.clock_note:
         lines.append(f"note: {status.clock_note}")
     lines.append(_fuse_line(status))
+    if status.leader is not None:
+        lines.append(_leader_line(status.leader, now))
     lines.append("")
     lines += table(
         ("ACCOUNT", "PROVIDER", "BALANCE", "SPEND", "RUNWAY", "LAST POLL"),
@@ -328,6 +335,13 @@ def _fuse_line(status: FleetStatus) -> str:
     return (
         f"fuse: TRIPPED, {status.held_actions} action(s) held; ordinary rules act on nothing "
         "until `watchdog-gpu fuse reset` (see `watchdog-gpu fuse status`)"
+    )
+
+
+def _leader_line(leader: Leader, now: datetime) -> str:
+    return (
+        f"leader: node {leader.node} since {timestamp(leader.since)} (epoch {leader.epoch}, "
+        f"last heartbeat {_ago(leader.renewed_at, now)})"
     )
 
 
@@ -404,6 +418,14 @@ def status_json(status: FleetStatus) -> dict[str, Any]:
         "clock_note": status.clock_note,
         "database": status.database,
         "fuse": {"latched": status.latched, "held_actions": status.held_actions},
+        "leader": None
+        if status.leader is None
+        else {
+            "node": status.leader.node,
+            "epoch": status.leader.epoch,
+            "since": json_time(status.leader.since),
+            "renewed_at": json_time(status.leader.renewed_at),
+        },
         "accounts": [_account_json(account) for account in status.accounts],
         "instances": [_instance_json(instance) for instance in status.instances],
         "protections": [

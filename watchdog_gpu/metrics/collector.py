@@ -26,12 +26,13 @@ from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.metrics import gauges
 from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.store.leadership import Leader
 from watchdog_gpu.store.rows import ActionRow
 
 log = logging.getLogger(__name__)
 
 Family = GaugeMetricFamily | CounterMetricFamily
-PARTS = ("fleet", "notifications", "actions")
+PARTS = ("fleet", "notifications", "actions", "leadership")
 # Statuses of a stop/destroy whose provider call went out (or may have) and is not confirmed yet.
 _SENT = frozenset({ActionStatus.CALLED.value, ActionStatus.UNVERIFIED.value})
 _CALLING = "calling"  # executor.CALLING: the mark written right before a provider call
@@ -53,6 +54,8 @@ class MetricsStore(Protocol):
     ) -> list[ActionRow]: ...
 
     def notification_backlog(self) -> int: ...
+
+    def leader(self) -> Leader | None: ...
 
 
 def unverified_kills(rows: Iterable[ActionRow]) -> int:
@@ -89,6 +92,7 @@ class StoreCollector(Collector):
         self._part("fleet", lambda: self._fleet(now, families))
         self._part("notifications", lambda: self._backlog(families))
         self._part("actions", lambda: self._actions(families))
+        self._part("leadership", lambda: self._leadership(families))
         with self._lock:
             for part, errors in self._errors.items():
                 families["watchdog_gpu_collect_errors"].add_metric([part], errors)
@@ -111,6 +115,14 @@ class StoreCollector(Collector):
     def _backlog(self, families: dict[str, Family]) -> None:
         backlog = self.store.notification_backlog()
         families["watchdog_gpu_notification_backlog"].add_metric([], backlog)
+
+    def _leadership(self, families: dict[str, Family]) -> None:
+        leader = self.store.leader()
+        if leader is not None:  # PostgreSQL teams only (store/leadership.py)
+            families["watchdog_gpu_leader"].add_metric([leader.node], 1)
+            families["watchdog_gpu_leader_since_timestamp_seconds"].add_metric(
+                [leader.node], leader.since.timestamp()
+            )
 
     def _actions(self, families: dict[str, Family]) -> None:
         statuses = (*sorted(_SENT), ActionStatus.CLAIMED.value)
@@ -176,6 +188,16 @@ def _empty_families() -> dict[str, Family]:
     period = ["scope", "period"]
     specs: list[Family] = [
         GaugeMetricFamily("watchdog_gpu_up", "1 while the watchdog-gpu daemon runs"),
+        GaugeMetricFamily(
+            "watchdog_gpu_leader",
+            "1 for the node that leads the watchdogs sharing a PostgreSQL database",
+            labels=["node"],
+        ),
+        GaugeMetricFamily(
+            "watchdog_gpu_leader_since_timestamp_seconds",
+            "Unix time the leading node took over",
+            labels=["node"],
+        ),
         GaugeMetricFamily(
             "watchdog_gpu_build_info", "the running watchdog-gpu version", labels=["version"]
         ),

@@ -34,7 +34,7 @@ from watchdog_gpu.model import (
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
-from watchdog_gpu.store.leadership import check_fence
+from watchdog_gpu.store.leadership import Leader, check_fence, read_leader
 from watchdog_gpu.store.rows import (
     AccountRecord,
     ActionRow,
@@ -564,6 +564,12 @@ class Store:
                 last_error=last_error,
                 next_attempt_at=next_attempt_at,
             )
+
+    def leader(self) -> Leader | None:
+        """Who leads the watchdogs sharing this database (PostgreSQL; None: nobody ever led,
+        as on SQLite, where one daemon holds a file lock instead)."""
+        with _store_errors():
+            return read_leader(self.engine)
 
     def fuse_latched(self) -> bool:
         """True while the blast-radius fuse is tripped and no human has reset it."""
