@@ -4,7 +4,7 @@ Runs every scenario of ``tests/scenarios/*.toml`` through the real engine (as
 ``watchdog-gpu simulate`` does, documented defaults in enforce mode) and prints, per scenario:
 what the simulated providers billed with the watchdog, what the same script costs with nobody
 acting, the difference, and the actions taken. For the forgotten-idle scenario it also measures
-the detection latency: how long after its idle limit (``idle_minutes`` after the GPU went idle)
+the detection latency: how long after its idle limit (``idle`` after the GPU went idle)
 the destroy was decided and verified — the overshoot the product promises to keep within a tick.
 
 Run from the repository root::

@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 from typing import Annotated
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -63,3 +63,13 @@ Duration = Annotated[
     PlainSerializer(format_duration, return_type=str),
 ]
 """A pydantic field type: accepts ``"30m"`` etc., serialises back to the same form."""
+
+
+def _require_positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError("must be longer than 0s")
+    return value
+
+
+PositiveDuration = Annotated[Duration, AfterValidator(_require_positive)]
+"""A duration that must be longer than zero (a timeout or an interval of 0 makes no sense)."""

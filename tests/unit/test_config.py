@@ -73,7 +73,7 @@ def test_a_config_with_three_mistakes_reports_all_three_by_dotted_path() -> None
         "rules.stopped_disk.after",
     }
     assert "exactly one of env, file, credential" in problems["accounts[1].api_key"]
-    assert "did you mean 'idle_minutes'" in problems["rules.idle_gpu.idle_minuts"]
+    assert "did you mean 'idle' (formerly 'idle_minutes')" in problems["rules.idle_gpu.idle_minuts"]
     assert "negative" in problems["rules.stopped_disk.after"]
 
 
@@ -314,7 +314,11 @@ def test_a_rule_mode_overrides_the_global_mode(tmp_path: Path) -> None:
             "notify.retry_initial",
             "retry_max",
         ),
-        ("[watchdog]\nsample_retention = '10m'\n", "watchdog.sample_retention", "idle_minutes"),
+        (
+            "[watchdog]\nsample_retention = '10m'\n",
+            "watchdog.sample_retention",
+            "rules.idle_gpu.idle",
+        ),
     ],
 )
 def test_cross_references_are_checked(tmp_path: Path, extra: str, path: str, expected: str) -> None:

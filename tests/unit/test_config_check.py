@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -157,3 +158,146 @@ def test_config_without_an_action_prints_usage_and_exits_2(
 
     assert caught.value.code == 2
     assert "check" in capsys.readouterr().err
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+ONE_ACCOUNT = """
+    [[accounts]]
+    name = "vast-main"
+    provider = "vast"
+    api_key = { env = "VAST_API_KEY" }
+"""
+
+
+def test_no_accounts_is_valid_but_says_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["config", "check", "--config", str(write(tmp_path, "[watchdog]\n"))])
+
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "accounts: no [[accounts]] configured: the daemon would watch nothing" in captured.err
+    assert captured.out.rstrip().endswith(
+        "configuration is valid, but `watchdog-gpu run` refuses to start: "
+        "no [[accounts]] configured (it would watch nothing)"
+    )
+
+
+def test_deprecated_numeric_durations_work_and_are_noted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(
+        tmp_path,
+        ONE_ACCOUNT
+        + """
+        [rules.idle_gpu]
+        idle_minutes = 45
+        [rules.low_balance]
+        min_runway_hours = 2.5
+        [probe]
+        sample_interval_seconds = 2
+        """,
+    )
+
+    code = main(["config", "check", "--config", str(config)])
+
+    err = capsys.readouterr().err
+    assert code == 0
+    assert 'rules.idle_gpu.idle_minutes: deprecated: write idle = "45m"' in err
+    assert 'rules.low_balance.min_runway_hours: deprecated: write min_runway = "2h30m"' in err
+    assert 'probe.sample_interval_seconds: deprecated: write sample_interval = "2s"' in err
+
+
+def test_old_and_new_duration_key_together_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write(tmp_path, ONE_ACCOUNT + '[rules.idle_gpu]\nidle_minutes = 45\nidle = "1h"\n')
+
+    code = main(["config", "check", "--config", str(config)])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "rules.idle_gpu" in err
+    assert "idle_minutes and idle are both set" in err
+
+
+def test_values_from_the_environment_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WATCHDOG_GPU_WATCHDOG__MODE", "enforce")
+    monkeypatch.setenv("WATCHDOG_GPU_RULES__IDLE_GPU__IDLE", "45m")
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    config = write(tmp_path, ONE_ACCOUNT)
+
+    code = main(["config", "check", "--config", str(config)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "mode: enforce" in out
+    section = out.split("from the environment (these win over the file):\n", 1)[1]
+    assert "watchdog.mode:" in section
+    assert "$WATCHDOG_GPU_WATCHDOG__MODE" in section
+    assert "rules.idle_gpu.idle:" in section
+    assert "$WATCHDOG_GPU_RULES__IDLE_GPU__IDLE" in section
+    assert "$STATE_DIRECTORY" in section
+
+
+def test_json_of_a_valid_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WATCHDOG_GPU_WATCHDOG__MODE", "enforce")
+    monkeypatch.setenv("VAST_API_KEY", CANARY)
+    config = write(tmp_path, ONE_ACCOUNT + "[rules.idle_gpu]\nidle_minutes = 45\n")
+
+    code = main(["config", "check", "--config", str(config), "--json"])
+
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 0
+    assert captured.err == ""
+    assert CANARY not in captured.out
+    assert report["valid"] is True
+    assert report["ready_to_run"] is True
+    assert report["mode"] == "enforce"
+    assert report["accounts"] == [
+        {
+            "name": "vast-main",
+            "provider": "vast",
+            "api_key": "env VAST_API_KEY (set)",
+            "protected": False,
+        }
+    ]
+    assert {"path": "watchdog.mode", "variable": "WATCHDOG_GPU_WATCHDOG__MODE"} in report[
+        "from_environment"
+    ]
+    assert {"path", "message"} <= set(report["warnings"][0])
+    assert any(w["path"] == "rules.idle_gpu.idle_minutes" for w in report["warnings"])
+    assert report["rules"][0]["name"] == "idle_gpu"
+
+
+def test_json_of_an_invalid_configuration_lists_the_problems_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["config", "check", "--config", str(FIXTURES / "three_mistakes.toml"), "--json"])
+
+    report = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert report["valid"] is False
+    assert len(report["problems"]) == 3
+    assert all(problem["path"] for problem in report["problems"])
+
+
+def test_json_without_accounts_is_not_ready_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["config", "check", "--config", str(write(tmp_path, "")), "--json"])
+
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["ready_to_run"] is False
+    assert report["refusals"][0]["path"] == "accounts"

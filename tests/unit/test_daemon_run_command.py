@@ -154,3 +154,16 @@ def test_a_metrics_port_in_use_exits_2_naming_address_port_and_setting(
     assert "Traceback" not in err
     assert CANARY not in err
     assert (tmp_path / "wd.db").exists()  # migrated before the endpoint failed, then closed
+
+
+def test_a_configuration_without_accounts_exits_2_before_touching_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, f'[watchdog]\ndatabase_url = "sqlite:///{tmp_path}/wd.db"\n')
+
+    assert main(["run", "--config", str(config)]) == 2
+
+    err = capsys.readouterr().err
+    assert "cannot start: accounts: no [[accounts]] configured" in err
+    assert "would watch nothing" in err
+    assert not (tmp_path / "wd.db").exists()

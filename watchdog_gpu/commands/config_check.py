@@ -2,9 +2,13 @@
 
 On success it prints which file was used, the mode, each account with its provider and where its
 API key comes from (only ever "set" or "missing", never the value), each enabled rule with its
-action and effective mode, and the notification routes; exit 0. Missing secrets are reported but
-do not fail the check (``run`` refuses to start without them). Warnings go to stderr. An invalid
-configuration prints every problem with its dotted path to stderr and exits 2.
+action and effective mode, the notification routes, and which values came from the environment
+(``WATCHDOG_GPU_*`` variables win over the file; ``$STATE_DIRECTORY`` / ``$XDG_STATE_HOME`` place
+the default database); exit 0. Missing secrets and a configuration without accounts are reported
+but do not fail the check (``run`` refuses to start without them). Warnings go to stderr,
+deprecated keys among them. An invalid configuration prints every problem with its dotted path
+to stderr and exits 2. ``--json`` prints one JSON object instead (``valid``, ``problems``,
+``warnings``, ``ready_to_run``, the summary), with the same exit codes.
 """
 
 from __future__ import annotations
@@ -14,13 +18,17 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
+from watchdog_gpu.commands.common import print_json
 from watchdog_gpu.config import (
+    NO_ACCOUNTS,
     ConfigError,
+    ConfigProblem,
     Settings,
     config_warnings,
+    environment_overrides,
     find_config_file,
     iter_secret_references,
     load_settings,
@@ -45,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="config file (default: $WATCHDOG_GPU_CONFIG, ./watchdog-gpu.toml, "
         "~/.config/watchdog-gpu/config.toml, /etc/watchdog-gpu/config.toml)",
     )
+    check.add_argument("--json", action="store_true", help="print one JSON object")
     check.set_defaults(handler=run_check)
 
 
@@ -55,9 +64,16 @@ def run_check(args: argparse.Namespace) -> int:
         origin = find_config_file(args.config, environ).origin
         settings = load_settings(args.config, environ)
     except ConfigError as error:
-        print_problems(error, sys.stderr)
+        if args.json:
+            print_json({"valid": False, "problems": _problems(error.problems)})
+        else:
+            print_problems(error, sys.stderr)
         return EXIT_USAGE
-    for warning in config_warnings(settings):
+    warnings = config_warnings(settings)
+    if args.json:
+        print_json(check_report(settings, origin, environ, warnings))
+        return EXIT_OK
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print_summary(settings, origin, environ, sys.stdout)
     return EXIT_OK
@@ -69,6 +85,66 @@ def print_problems(error: ConfigError, out: TextIO) -> None:
     print(f"invalid configuration ({count} problem{'s' if count != 1 else ''}):", file=out)
     for problem in error.problems:
         print(f"  {problem}", file=out)
+
+
+def _problems(problems: Iterable[ConfigProblem]) -> list[dict[str, str]]:
+    return [{"path": problem.path, "message": problem.message} for problem in problems]
+
+
+def _refusals(settings: Settings, environ: Mapping[str, str]) -> list[ConfigProblem]:
+    """Why ``watchdog-gpu run`` would refuse to start with these valid settings."""
+    refusals = [] if settings.accounts else [NO_ACCOUNTS]
+    return refusals + resolve_secrets(settings, environ)
+
+
+def _rules(settings: Settings) -> list[tuple[str, str, str, str]]:
+    """(name, action, effective mode, note) of every enabled rule."""
+    return [
+        (name, getattr(rule, "action", "notify"), settings.effective_mode(name), _note(name, rule))
+        for name, rule in settings.rules.by_name().items()
+        if rule.enabled
+    ]
+
+
+def check_report(
+    settings: Settings,
+    origin: str,
+    environ: Mapping[str, str],
+    warnings: Iterable[ConfigProblem],
+) -> dict[str, Any]:
+    """The ``--json`` form of a valid configuration's check (secrets only as their source)."""
+    refusals = _refusals(settings, environ)
+    return {
+        "valid": True,
+        "ready_to_run": not refusals,
+        "config_file": str(settings.config_file),
+        "origin": origin,
+        "mode": settings.watchdog.mode,
+        "database": _database(settings, environ),
+        "metrics": _metrics(settings),
+        "probe": settings.probe.enabled,
+        "accounts": [
+            {
+                "name": account.name,
+                "provider": account.provider,
+                "api_key": account.api_key.describe(environ),
+                "protected": account.protect,
+            }
+            for account in settings.accounts
+        ],
+        "rules": [
+            {"name": name, "action": action, "mode": mode, "note": note.strip() or None}
+            for name, action, mode, note in _rules(settings)
+        ],
+        "notify_routes": len(settings.notify.routes),
+        "from_environment": [
+            {"path": path, "variable": variable}
+            for path, variable in _environment_sources(settings, environ)
+        ],
+        "problems": [],
+        "refusals": _problems(refusals),
+        "warnings": _problems(warnings),
+    }
 
 
 def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], out: TextIO) -> None:
@@ -93,12 +169,8 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
         for account in settings.accounts
     )
     lines.append("rules (action, effective mode):")
-    enabled = {name: rule for name, rule in settings.rules.by_name().items() if rule.enabled}
-    lines += _table(
-        [name, getattr(rule, "action", "notify"), settings.effective_mode(name) + _note(name, rule)]
-        for name, rule in enabled.items()
-    )
-    disabled = [name for name in settings.rules.by_name() if name not in enabled]
+    lines += _table([name, action, mode + note] for name, action, mode, note in _rules(settings))
+    disabled = [name for name, rule in settings.rules.by_name().items() if not rule.enabled]
     if disabled:
         lines.append(f"  disabled: {', '.join(disabled)}")
     routes = len(settings.notify.routes)
@@ -111,16 +183,37 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
     if other:
         lines.append("other secrets:")
         lines += _table(other)
+    sources = _environment_sources(settings, environ)
+    if sources:
+        lines.append("from the environment (these win over the file):")
+        lines += _table([f"{path}:", f"${variable}"] for path, variable in sources)
     unavailable = resolve_secrets(settings, environ)
     lines += [f"{problem}" for problem in unavailable if problem.path.endswith(".key_file")]
-    if unavailable:
+    refusals = _refusals(settings, environ)
+    if not refusals:
+        lines.append("configuration is valid")
+    elif not settings.accounts:
+        lines.append(
+            "configuration is valid, but `watchdog-gpu run` refuses to start: "
+            "no [[accounts]] configured (it would watch nothing)"
+        )
+    else:
         lines.append(
             f"configuration is valid; {len(unavailable)} secret(s) not available: "
             "`watchdog-gpu run` refuses to start until they are"
         )
-    else:
-        lines.append("configuration is valid")
     print("\n".join(lines), file=out)
+
+
+def _environment_sources(settings: Settings, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(dotted path, variable) of each effective value the environment decided."""
+    sources = environment_overrides(environ)
+    if settings.watchdog.database_url is None:
+        for variable in ("STATE_DIRECTORY", "XDG_STATE_HOME"):
+            if environ.get(variable):
+                sources.append(("watchdog.database_url (default location)", variable))
+                break
+    return sources
 
 
 def _table(rows: Iterable[list[str]]) -> list[str]:

@@ -1,10 +1,11 @@
 """``watchdog-gpu run [--config PATH]``: the daemon.
 
-Loads and validates the configuration and checks that every secret is available (otherwise it
-lists every problem on stderr and exits 2), configures logging, migrates the database, starts the
-jobs (polls, GPU probes, evaluation, actions, notifications, retention) and the metrics endpoint,
-tells systemd it is ready, and runs until SIGTERM or SIGINT; then it lets the action in flight
-finish and exits 0. Exit 1 when the database cannot be opened or migrated.
+Loads and validates the configuration and checks that it names at least one account and that
+every secret is available (otherwise it lists every problem on stderr and exits 2), configures
+logging, migrates the database, starts the jobs (polls, GPU probes, evaluation, actions,
+notifications, retention) and the metrics endpoint, tells systemd it is ready, and runs until
+SIGTERM or SIGINT; then it lets the action in flight finish and exits 0. Exit 2 too when the
+metrics port is taken; exit 1 when the database cannot be opened or migrated.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 from watchdog_gpu.cli import EXIT_USAGE, doc_paragraph, summary
-from watchdog_gpu.config import ConfigError, load_settings, resolve_secrets
+from watchdog_gpu.config import NO_ACCOUNTS, ConfigError, load_settings, resolve_secrets
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,6 +48,10 @@ def run_command(args: argparse.Namespace) -> int:
         settings = load_settings(args.config, environ)
     except ConfigError as error:
         print_config_problems(error)
+        return EXIT_USAGE
+    if not settings.accounts:
+        # A daemon without accounts polls nothing and protects nothing while looking healthy.
+        print(f"cannot start: {NO_ACCOUNTS}", file=sys.stderr)
         return EXIT_USAGE
     missing = resolve_secrets(settings, environ)
     if missing:

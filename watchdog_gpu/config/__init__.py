@@ -12,6 +12,7 @@ and these models in step.
 """
 
 from watchdog_gpu.config.checks import (
+    NO_ACCOUNTS,
     config_warnings,
     cross_check,
     iter_secret_references,
@@ -21,6 +22,7 @@ from watchdog_gpu.config.load import (
     CONFIG_ENV_VAR,
     ConfigLocation,
     config_search_path,
+    environment_overrides,
     find_config_file,
     format_location,
     load_settings,
@@ -52,6 +54,7 @@ __all__ = [
     "CONFIG_ENV_VAR",
     "DEFAULT_METRICS_PORT",
     "ENV_PREFIX",
+    "NO_ACCOUNTS",
     "AccountConfig",
     "AccountSshConfig",
     "ConfigError",
@@ -74,6 +77,7 @@ __all__ = [
     "cross_check",
     "default_database_url",
     "default_state_directory",
+    "environment_overrides",
     "find_config_file",
     "format_location",
     "iter_secret_references",

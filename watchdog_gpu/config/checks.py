@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -19,6 +18,14 @@ from watchdog_gpu.secrets import SecretReference
 
 if TYPE_CHECKING:
     from watchdog_gpu.config.settings import Settings
+
+
+# `watchdog-gpu run` refuses a configuration without accounts; `config check` says so.
+NO_ACCOUNTS = ConfigProblem(
+    "accounts",
+    "no [[accounts]] configured: the daemon would watch nothing (add one table per provider "
+    "account, see config.example.toml)",
+)
 
 
 def duplicate_account_problems(names: Sequence[object]) -> list[ConfigProblem]:
@@ -47,22 +54,22 @@ def cross_check(settings: Settings) -> list[ConfigProblem]:
     problems = duplicate_account_problems([account.name for account in settings.accounts])
     problems += _unknown_account_references(settings)
     probe = settings.probe
-    sampling = timedelta(seconds=probe.samples_per_probe * probe.sample_interval_seconds)
+    sampling = probe.samples_per_probe * probe.sample_interval
     if probe.command_deadline <= sampling:
         problems.append(
             ConfigProblem(
                 "probe.command_deadline",
-                f"must be longer than samples_per_probe x sample_interval_seconds ({sampling})",
+                f"must be longer than samples_per_probe x sample_interval ({sampling})",
             )
         )
     if settings.notify.retry_initial > settings.notify.retry_max:
         problems.append(ConfigProblem("notify.retry_initial", "must not exceed retry_max"))
-    idle_window = timedelta(minutes=settings.rules.idle_gpu.idle_minutes)
+    idle_window = settings.rules.idle_gpu.idle
     if settings.watchdog.sample_retention < idle_window:
         problems.append(
             ConfigProblem(
                 "watchdog.sample_retention",
-                "must be at least rules.idle_gpu.idle_minutes (idle windows are computed from "
+                "must be at least rules.idle_gpu.idle (idle windows are computed from "
                 "stored samples)",
             )
         )
@@ -141,8 +148,8 @@ def resolve_secrets(
 
 def config_warnings(settings: Settings) -> list[ConfigProblem]:
     """Valid but risky choices ``config check`` points out: secrets in plain text, nothing to
-    watch, nowhere to send alerts, an exposed metrics endpoint, accounts the probe cannot log
-    in to."""
+    watch (``run`` refuses that), deprecated keys, nowhere to send alerts, an exposed metrics
+    endpoint, accounts the probe cannot log in to."""
     warnings = [
         ConfigProblem(
             path,
@@ -153,7 +160,8 @@ def config_warnings(settings: Settings) -> list[ConfigProblem]:
         if reference.is_plain_text
     ]
     if not settings.accounts:
-        warnings.append(ConfigProblem("accounts", "no accounts configured: nothing is watched"))
+        warnings.append(NO_ACCOUNTS)
+    warnings += deprecated_keys(settings)
     if not settings.notify.routes and settings.notify.config is None:
         warnings.append(
             ConfigProblem(
@@ -178,6 +186,35 @@ def config_warnings(settings: Settings) -> list[ConfigProblem]:
             if not account.ssh.has_authentication
         ]
     return warnings
+
+
+def deprecated_keys(settings: Settings) -> list[ConfigProblem]:
+    """The numeric duration keys still written the old way (``idle_minutes = 30``), each with
+    the key and value to write instead (see ``StrictModel.LEGACY_DURATIONS``)."""
+    from watchdog_gpu.durations import format_duration
+    from watchdog_gpu.rules.base import StrictModel
+
+    found: list[ConfigProblem] = []
+
+    def walk(model: BaseModel, path: str) -> None:
+        if isinstance(model, StrictModel):
+            for old in model.legacy_keys:
+                new = type(model).LEGACY_DURATIONS[old][0]
+                value = getattr(model, new)
+                found.append(
+                    ConfigProblem(
+                        f"{path}.{old}",
+                        f'deprecated: write {new} = "{format_duration(value)}" (durations take '
+                        "a unit everywhere); the old key still works",
+                    )
+                )
+        for name in type(model).model_fields:
+            child = getattr(model, name)
+            if isinstance(child, BaseModel):
+                walk(child, f"{path}.{name}" if path else name)
+
+    walk(settings, "")
+    return found
 
 
 def _is_loopback(address: str) -> bool:

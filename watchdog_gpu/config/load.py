@@ -181,6 +181,20 @@ def _environment_problems(
     return problems
 
 
+def environment_overrides(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(dotted path, variable)`` for every ``WATCHDOG_GPU_<SECTION>[__<OPTION>...]`` variable
+    that sets a configuration value (they win over the file), sorted by path."""
+    found = []
+    for name in environ:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_ENV_VAR:
+            continue
+        parts = upper[len(ENV_PREFIX) :].lower().split(ENV_NESTED_DELIMITER)
+        if parts[0] in Settings.model_fields and all(parts):
+            found.append((".".join(parts), name))
+    return sorted(found)
+
+
 def _referenced_env_names(value: object) -> Iterator[str]:
     """Names used in ``{ env = "NAME" }`` references (they may carry the prefix on purpose)."""
     if isinstance(value, Mapping):
@@ -253,10 +267,24 @@ def _unknown_option_message(loc: tuple[int | str, ...]) -> str:
     message = "unknown option"
     if not allowed:
         return message
-    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-    if close:
+    legacy = _legacy_durations_at(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), [*allowed, *legacy], n=1)
+    if close and close[0] in legacy:
+        message += f"; did you mean {legacy[close[0]][0]!r} (formerly {close[0]!r})?"
+    elif close:
         message += f"; did you mean {close[0]!r}?"
     return message + f" (options here: {', '.join(allowed)})"
+
+
+def _legacy_durations_at(loc: tuple[int | str, ...]) -> Mapping[str, tuple[str, str]]:
+    """The deprecated duration keys the model at ``loc`` still reads (old → new, unit)."""
+    annotation: Any = Settings
+    for part in loc:
+        annotation = _step(annotation, part)
+        if annotation is None:
+            return {}
+    model = _model_in(annotation)
+    return getattr(model, "LEGACY_DURATIONS", {}) if model is not None else {}
 
 
 def _options_at(loc: tuple[int | str, ...]) -> list[str]:

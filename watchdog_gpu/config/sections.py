@@ -13,12 +13,12 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from watchdog_gpu.durations import Duration
+from watchdog_gpu.durations import Duration, PositiveDuration
 from watchdog_gpu.rules.account_health import AccountHealthConfig
 from watchdog_gpu.rules.base import RuleConfig, StrictModel
 from watchdog_gpu.rules.budget import BudgetConfig
@@ -46,16 +46,6 @@ APP_DIRECTORY_NAME = "watchdog-gpu"
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 _HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9-]{1,63})*")
-
-
-def _require_positive(value: timedelta) -> timedelta:
-    if value <= timedelta(0):
-        raise ValueError("must be longer than 0s")
-    return value
-
-
-PositiveDuration = Annotated[Duration, AfterValidator(_require_positive)]
-"""A duration that must be longer than zero (a timeout or an interval of 0 makes no sense)."""
 
 
 def default_state_directory(environ: Mapping[str, str] | None = None) -> Path:
@@ -275,6 +265,10 @@ class AccountConfig(StrictModel):
 class ProbeSection(StrictModel):
     """``[probe]``: the GPU probe over SSH (``nvidia-smi dmon``)."""
 
+    LEGACY_DURATIONS: ClassVar[Mapping[str, tuple[str, str]]] = {
+        "sample_interval_seconds": ("sample_interval", "s")
+    }
+
     enabled: bool = Field(default=True, description="probe running instances over SSH")
     # Probes mostly wait (10 s of dmon sampling each): ~instances x 10 s / probe_interval
     # sessions are needed to probe every instance each interval (bench/README.md).
@@ -294,9 +288,23 @@ class ProbeSection(StrictModel):
     samples_per_probe: int = Field(
         default=10, ge=1, le=600, description="dmon samples per probe (dmon -c)"
     )
-    sample_interval_seconds: int = Field(
-        default=1, ge=1, le=60, description="seconds between dmon samples (dmon -d)"
+    sample_interval: PositiveDuration = Field(
+        default=timedelta(seconds=1),
+        description="between dmon samples (dmon -d): whole seconds, 1s to 60s",
     )
+
+    @field_validator("sample_interval")
+    @classmethod
+    def _whole_seconds(cls, value: timedelta) -> timedelta:
+        seconds = value.total_seconds()
+        if seconds != int(seconds) or not 1 <= seconds <= 60:
+            raise ValueError("must be a whole number of seconds from 1s to 60s (dmon -d)")
+        return value
+
+    @property
+    def sample_interval_seconds(self) -> int:
+        """``sample_interval`` in seconds (the deprecated key's unit; dmon's ``-d``)."""
+        return int(self.sample_interval.total_seconds())
 
 
 class RulesConfig(StrictModel):

@@ -57,7 +57,7 @@ class MetricsConfig:
     def lookback(self) -> timedelta:
         """How much GPU-sample history a scrape loads: enough for the blind window and an idle
         run of twice the idle limit (an idle time longer than that is shown as at least it)."""
-        idle = timedelta(minutes=self.idle.idle_minutes)
+        idle = self.idle.idle
         return max(self.unobserved.after, idle, timedelta(minutes=30)) * 2
 
     @classmethod

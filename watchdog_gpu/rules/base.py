@@ -6,12 +6,19 @@ model; it returns findings with their evidence and never reads the clock or perf
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    model_validator,
+)
 
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.fleet import FleetView
@@ -23,9 +30,64 @@ DestructiveAction = Literal["destroy", "stop", "notify"]
 
 class StrictModel(BaseModel):
     """Base of every config model: frozen, and an unknown key is an error (a typo must not be
-    silently ignored)."""
+    silently ignored).
+
+    Durations are written with units (``idle = "30m"``). A model that once took a bare number
+    in a unit its key named (``idle_minutes = 30``) lists it in ``LEGACY_DURATIONS`` (old key →
+    new key, unit): the old key keeps working, is converted to the new one, and is remembered in
+    :attr:`legacy_keys` so ``watchdog-gpu config check`` can note the deprecation.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    LEGACY_DURATIONS: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    _legacy_keys: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _accept_legacy_durations(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        used: list[str] = []
+        if cls.LEGACY_DURATIONS and isinstance(data, Mapping):
+            data = dict(data)
+            for old, (new, unit) in cls.LEGACY_DURATIONS.items():
+                if old in data:
+                    data[new] = _legacy_duration(old, new, unit, data.pop(old), new in data)
+                    used.append(old)
+        model = handler(data)
+        if used:
+            model._legacy_keys = tuple(used)
+        return model
+
+    @property
+    def legacy_keys(self) -> tuple[str, ...]:
+        """The deprecated numeric duration keys this model was written with."""
+        return self._legacy_keys
+
+
+_UNIT_NAMES = {"s": "seconds", "m": "minutes", "h": "hours"}
+
+
+def _legacy_duration(old: str, new: str, unit: str, value: object, both: bool) -> object:
+    """``idle_minutes = 30`` → ``"30m"`` for the ``idle`` field (validated there); ``None``
+    (switched off) stays ``None``; a number in a string (an environment variable) is a number."""
+    if both:
+        raise ValueError(f"{old} and {new} are both set: keep {new} only ({old} is deprecated)")
+    if value is None:
+        return None
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        raise ValueError(
+            f'{old} must be a number of {_UNIT_NAMES[unit]}; better: {new} = "<number>{unit}"'
+        )
+    if number <= 0:
+        raise ValueError(f"{old} must be greater than 0")
+    whole = float(number).is_integer()
+    return f"{int(number) if whole else float(number)}{unit}"
 
 
 class SalvageConfig(StrictModel):

@@ -1,4 +1,4 @@
-"""idle_gpu: every GPU of a running instance idle for ``idle_minutes``.
+"""idle_gpu: every GPU of a running instance idle for ``idle``.
 
 Intent: end the forgotten instance, the job that finished at 1 a.m. The window must be covered by
 real samples (``min_coverage``): missing data is blind time, never idle. The rule arms only after
@@ -7,7 +7,7 @@ spends its first half hour loading data is not killed.
 
 ```toml
 [rules.idle_gpu]
-idle_minutes = 30
+idle = "30m"
 arm_after = "20m"
 threshold_percent = 5
 min_coverage = 0.8
@@ -28,11 +28,11 @@ How it decides, for each running instance:
 - **Covered**: time between two consecutive idle samples of a GPU at most ``max_sample_gap``
   apart (set it to about twice the probe interval). Every GPU of the instance (``gpu_count``)
   must be covered; a GPU without samples is unknown. The window checked is the last
-  ``idle_minutes`` (or, before the limit, the episode so far); its coverage must reach
+  ``idle`` (or, before the limit, the episode so far); its coverage must reach
   ``min_coverage`` and the newest idle sample of every GPU must be at most ``max_sample_gap``
   old — the blind minutes must never be the most recent ones, when a job could have started.
 - A finding is emitted from ``warn_before`` ahead of the limit on, for as long as the condition
-  holds, with ``due_at = episode start + idle_minutes``. If the condition first held later than
+  holds, with ``due_at = episode start + idle``. If the condition first held later than
   the start of that warning window (coverage recovered after an SSH outage), ``due_at`` is
   pushed to that first moment + ``warn_before``, so the user always gets the full warning.
   ``due_at`` is computed from recorded samples: stable across ticks, and it only ever moves
@@ -40,7 +40,7 @@ How it decides, for each running instance:
 - The rule sees only the samples the fleet view holds (the store's ``lookback``). Give it at
   least :func:`minimum_sample_lookback`; better, the whole current run. When the last activity
   has slid out of the view, the episode is dated by arming (``arm_after`` after the run
-  started): a firing still needs a covered, idle window of ``idle_minutes`` inside the view.
+  started): a firing still needs a covered, idle window of ``idle`` inside the view.
 """
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 from pydantic import Field
 
-from watchdog_gpu.durations import Duration, format_duration
+from watchdog_gpu.durations import Duration, PositiveDuration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
     ActionKind,
@@ -77,8 +78,10 @@ NAME = "idle_gpu"
 
 
 class IdleGpuConfig(DestructiveRuleConfig):
-    idle_minutes: int = Field(
-        default=30, gt=0, description="minutes every GPU must be idle before the action"
+    LEGACY_DURATIONS: ClassVar[Mapping[str, tuple[str, str]]] = {"idle_minutes": ("idle", "m")}
+
+    idle: PositiveDuration = Field(
+        default=timedelta(minutes=30), description="every GPU idle this long before the action"
     )
     arm_after: Duration = Field(
         default=timedelta(minutes=20),
@@ -103,6 +106,11 @@ class IdleGpuConfig(DestructiveRuleConfig):
             "(about twice the probe interval)"
         ),
     )
+
+    @property
+    def idle_minutes(self) -> float:
+        """``idle`` in minutes (the deprecated key's unit)."""
+        return self.idle.total_seconds() / 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +146,7 @@ def _evaluate_instance(
     episode = _episode(instance, since, now, config)
     if episode is None:
         return None
-    limit = timedelta(minutes=config.idle_minutes)
+    limit = config.idle
     warn_from = episode.start + limit - config.warn_before
     if now < warn_from or _window_coverage(episode, now, config) is None:
         return None
@@ -186,7 +194,7 @@ def _episode(
 
 
 def _window_start(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> datetime:
-    return max(episode.start, moment - timedelta(minutes=config.idle_minutes))
+    return max(episode.start, moment - config.idle)
 
 
 def _window_coverage(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> float | None:
@@ -284,12 +292,7 @@ def _finding(
 def minimum_sample_lookback(config: IdleGpuConfig) -> timedelta:
     """The shortest sample history that lets the rule see an episode from arming to its due
     time, including the warning window."""
-    return (
-        config.arm_after
-        + timedelta(minutes=config.idle_minutes)
-        + config.warn_before
-        + config.max_sample_gap
-    )
+    return config.arm_after + config.idle + config.warn_before + config.max_sample_gap
 
 
 RULE = RuleSpec(NAME, IdleGpuConfig, evaluate)

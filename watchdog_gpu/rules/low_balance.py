@@ -6,16 +6,19 @@ data without a network volume); tell the user while there is time to act. Notifi
 ```toml
 [rules.low_balance]
 min_balance_usd = 5.0
-min_runway_hours = 6
+min_runway = "6h"
 ```
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import ClassVar
 
 from pydantic import Field
 
+from watchdog_gpu.durations import PositiveDuration
 from watchdog_gpu.fleet import AccountView, FleetView
 from watchdog_gpu.model import ActionKind, Finding, Severity
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
@@ -29,9 +32,18 @@ class LowBalanceConfig(RuleConfig):
     min_balance_usd: float | None = Field(
         default=5.0, ge=0, description="warn when the balance is at or under this"
     )
-    min_runway_hours: float | None = Field(
-        default=6.0, gt=0, description="warn when balance ÷ spend rate is under this many hours"
+    LEGACY_DURATIONS: ClassVar[Mapping[str, tuple[str, str]]] = {
+        "min_runway_hours": ("min_runway", "h")
+    }
+
+    min_runway: PositiveDuration | None = Field(
+        default=timedelta(hours=6), description="warn when balance ÷ spend rate is under this"
     )
+
+    @property
+    def min_runway_hours(self) -> float | None:
+        """``min_runway`` in hours (the deprecated key's unit)."""
+        return None if self.min_runway is None else self.min_runway.total_seconds() / 3600
 
 
 def evaluate(view: FleetView, now: datetime, config: LowBalanceConfig) -> list[Finding]:

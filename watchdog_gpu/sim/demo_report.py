@@ -142,7 +142,7 @@ def print_header(
     )
     out.write(
         "\nRules (watchdog_gpu/sim/demo_config.toml, the rest are the documented defaults):\n"
-        f"  idle_gpu: destroy after {rules.idle_gpu.idle_minutes} min with every GPU idle, "
+        f"  idle_gpu: destroy after {format_duration(rules.idle_gpu.idle)} with every GPU idle, "
         f"warned {format_duration(rules.idle_gpu.warn_before)} before\n"
         "  paused_interruptible: destroy after "
         f"{format_duration(rules.paused_interruptible.after)} paused, warned "

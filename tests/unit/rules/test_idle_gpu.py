@@ -338,7 +338,7 @@ def test_a_dmon_burst_every_minute_covers_the_window() -> None:
 
 
 def test_the_action_and_threshold_come_from_the_config() -> None:
-    config = IdleGpuConfig(action="stop", threshold_percent=50, idle_minutes=15)
+    config = IdleGpuConfig(action="stop", threshold_percent=50, idle=timedelta(minutes=15))
     data = samples(at(0), at(200), sm=lambda m, _g: 95.0 if m <= at(100) else 30.0)
     (finding,) = findings_at(running(at(0), at(200), samples=data), at(115), config)
     assert finding.action is ActionKind.STOP

@@ -97,6 +97,6 @@ def test_one_episode_a_day_and_another_when_it_turns_critical() -> None:
 
 
 def test_thresholds_can_be_switched_off() -> None:
-    config = LowBalanceConfig(min_balance_usd=None, min_runway_hours=None)
+    config = LowBalanceConfig(min_balance_usd=None, min_runway=None)
     view = fleet(at(60), billing(5.0), accounts=[account_view(balance=1.0)])
     assert evaluate(view, at(60), config) == []
