@@ -1,0 +1,228 @@
+"""Two real ``watchdog-gpu run`` daemons on one PostgreSQL database: one leads, one stands by.
+
+The daemons are real processes with a configuration like a team's (``database_url`` on the test
+server, ``node_name``); their provider is a closed loopback port (polls fail, which is fine: what
+is tested is who leads). The sequence:
+
+1. node-a leads; node-b stands by; ``once`` and ``db upgrade`` are refused naming node-a;
+   ``status`` prints the leader line.
+2. node-a's lock connection is terminated by the server (a network cut): node-a notices, stops at
+   once and exits 1; node-b takes over with a new epoch.
+3. node-a comes back as a standby; node-b is SIGKILLed; node-a leads again.
+4. SIGTERM stops the leader cleanly (exit 0), and a standby too.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from tests.integration.test_daemon_run import child_environment as daemon_environment
+from tests.support.databases import postgres_server
+from watchdog_gpu.store import create_engine_for
+from watchdog_gpu.store.leadership import Leader, read_leader
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+POLL_SECONDS = 4
+WAIT_SECONDS = 60.0
+_pause = threading.Event().wait
+
+
+def _config(tmp_path: Path, database_url: str, node: str) -> Path:
+    path = tmp_path / f"{node}.toml"
+    path.write_text(
+        f"""
+[watchdog]
+mode = "monitor"
+poll_interval = "{POLL_SECONDS}s"
+database_url = "{database_url}"
+node_name = "{node}"
+
+[metrics]
+enabled = false
+
+[probe]
+enabled = false
+
+[[accounts]]
+name = "vast-main"
+provider = "vast"
+api_key = {{ env = "WD_TEST_VAST_KEY" }}
+api_url = "http://127.0.0.1:9"
+retry_budget = "1s"
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+class Node:
+    """One ``watchdog-gpu run`` process, its stderr in a file."""
+
+    def __init__(self, tmp_path: Path, database_url: str, name: str) -> None:
+        self.tmp_path = tmp_path
+        self.name = name
+        self.config = _config(tmp_path, database_url, name)
+        self.log_path = tmp_path / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "watchdog_gpu", "run", "--config", str(self.config)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=environment(self.tmp_path),
+            )
+
+    @property
+    def running(self) -> subprocess.Popen[bytes]:
+        assert self.process is not None
+        return self.process
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=WAIT_SECONDS)
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    return daemon_environment(tmp_path, WD_TEST_VAST_KEY="key-for-a-closed-port")
+
+
+def watchdog_gpu(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog_gpu", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=False,
+        env=environment(tmp_path),
+    )
+
+
+def wait_until(condition: Callable[[], bool], what: str, nodes: list[Node]) -> float:
+    """Seconds until ``condition`` held (fails after WAIT_SECONDS, with the nodes' logs)."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > WAIT_SECONDS:
+            logs = "\n".join(f"--- {node.name}\n{node.log()[-2000:]}" for node in nodes)
+            pytest.fail(f"{what} did not happen within {WAIT_SECONDS:.0f} s\n{logs}")
+        _pause(0.05)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    server = postgres_server()
+    url = server.create_database()
+    yield url
+    server.drop_database(url)
+
+
+def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goes(
+    tmp_path: Path, database_url: str
+) -> None:
+    engine = create_engine_for(database_url)
+    a, b = Node(tmp_path, database_url, "node-a"), Node(tmp_path, database_url, "node-b")
+    nodes = [a, b]
+
+    def leader() -> Leader | None:
+        try:
+            return read_leader(engine)
+        except Exception:  # the table does not exist before the first leader migrated
+            return None
+
+    def leads(node: str, epoch: int) -> Callable[[], bool]:
+        def check() -> bool:
+            current = leader()
+            return current is not None and (current.node, current.epoch) == (node, epoch)
+
+        return check
+
+    try:
+        # 1. node-a leads, node-b stands by.
+        a.start()
+        wait_until(leads("node-a", 1), "node-a leading", nodes)
+        wait_until(lambda: "started accounts=1" in a.log(), "node-a starting its jobs", nodes)
+        b.start()
+        wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", nodes)
+        assert "started accounts" not in b.log()  # a standby neither polls nor probes
+        once = watchdog_gpu(tmp_path, "once", "--config", str(b.config))
+        upgrade = watchdog_gpu(tmp_path, "db", "upgrade", "--config", str(b.config))
+        status = watchdog_gpu(tmp_path, "status", "--config", str(b.config))
+        for refused in (once, upgrade):
+            assert refused.returncode == 2, refused.stderr
+            assert "the watchdog-gpu daemon of node node-a" in refused.stderr
+            assert "Traceback" not in refused.stderr
+        assert status.returncode == 0, status.stderr
+        assert "leader: node node-a since" in status.stdout
+
+        # 2. The server ends node-a's lock connection (a network cut): node-a stops acting and
+        #    exits 1; node-b takes over.
+        with engine.connect() as connection:
+            ended = connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND granted"
+                )
+            ).all()
+        assert len(ended) == 1
+        takeover = wait_until(leads("node-b", 2), "node-b taking over", nodes)
+        a.running.wait(timeout=WAIT_SECONDS)
+        assert a.running.returncode == 1
+        assert "leadership lost" in a.log()
+        wait_until(lambda: "started accounts=1" in b.log(), "node-b starting its jobs", nodes)
+
+        # 3. node-a comes back as a standby; node-b is killed; node-a leads again.
+        a.start()
+        wait_until(
+            lambda: a.log().count("standing by node=node-a") >= 1, "node-a standing by", nodes
+        )
+        b.running.send_signal(signal.SIGKILL)
+        b.running.wait(timeout=WAIT_SECONDS)
+        killed_takeover = wait_until(leads("node-a", 3), "node-a taking over", nodes)
+        print(
+            f"\ntakeover after a cut lock connection {takeover:.1f} s, after SIGKILL "
+            f"{killed_takeover:.1f} s (poll interval {POLL_SECONDS} s)"
+        )
+        assert killed_takeover < 2 * POLL_SECONDS  # within two ticks
+
+        # 4. SIGTERM stops the leader cleanly.
+        a.running.send_signal(signal.SIGTERM)
+        a.running.wait(timeout=WAIT_SECONDS)
+        assert a.running.returncode == 0, a.log()[-2000:]
+    finally:
+        for node in nodes:
+            node.stop()
+        engine.dispose()
+
+
+def test_a_standby_stops_cleanly_on_sigterm(tmp_path: Path, database_url: str) -> None:
+    a, b = Node(tmp_path, database_url, "node-a"), Node(tmp_path, database_url, "node-b")
+    try:
+        a.start()
+        wait_until(lambda: "started accounts=1" in a.log(), "node-a starting", [a, b])
+        b.start()
+        wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", [a, b])
+
+        b.running.send_signal(signal.SIGTERM)
+        b.running.wait(timeout=WAIT_SECONDS)
+
+        assert b.running.returncode == 0
+        assert a.running.poll() is None  # the leader goes on
+    finally:
+        a.stop()
+        b.stop()
