@@ -15,7 +15,7 @@ from watchdog_gpu.notify.render import format_duration
 from watchdog_gpu.sim.phone import PhoneMessage
 from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.story import clock_text, short_id
-from watchdog_gpu.sim.world import SimulatedWorld
+from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 
 RESULT_WORDS = {
@@ -93,6 +93,10 @@ def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[
             )
             if reports:
                 done.append(f"protected: reported by {', '.join(reports)}, never touched")
+            spend, without = cents_with_and_without(
+                world.spend_usd(account.name, instance.id),
+                world.spend_without_watchdog_usd(account.name, instance.id),
+            )
             outcomes.append(
                 InstanceOutcome(
                     account=account.name,
@@ -100,8 +104,8 @@ def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[
                     name=instance.name or instance.id,
                     done="; ".join(done) or "never touched",
                     final_state=world.state(account.name, instance.id) or "not created",
-                    spend_usd=world.spend_usd(account.name, instance.id),
-                    without_usd=world.spend_without_watchdog_usd(account.name, instance.id),
+                    spend_usd=spend,
+                    without_usd=without,
                 )
             )
     return outcomes

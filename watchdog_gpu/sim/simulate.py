@@ -34,7 +34,7 @@ from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.servers import DIALECTS
 from watchdog_gpu.sim.servers.base import Dialect
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
-from watchdog_gpu.sim.world import SimulatedWorld
+from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, sqlite_url
 from watchdog_gpu.wiring import Assembly, assemble, open_store
 
@@ -307,12 +307,14 @@ class Simulation:
         for account in self.scenario.accounts:
             for instance in account.instances:
                 state = self.world.state(account.name, instance.id)
+                spend, without = cents_with_and_without(
+                    self.world.spend_usd(account.name, instance.id),
+                    self.world.spend_without_watchdog_usd(account.name, instance.id),
+                )
                 result[f"{account.name}/{instance.id}"] = {
                     "final_state": state or "not_created",
-                    "spend_usd": round(self.world.spend_usd(account.name, instance.id), 2),
-                    "spend_without_watchdog_usd": round(
-                        self.world.spend_without_watchdog_usd(account.name, instance.id), 2
-                    ),
+                    "spend_usd": spend,
+                    "spend_without_watchdog_usd": without,
                 }
         return result
 

@@ -67,10 +67,22 @@ DESTROY_DELAYS: Mapping[str, timedelta] = {
 DEFAULT_SPEND_LIMITS: Mapping[str, float] = {"runpod": 80.0}
 """RunPod's default account spend limit ($/h); the others have none."""
 
+# Balance crossings further away than this (a century) are treated as never.
+_NEVER_HOURS = 100 * 365 * 24
 _ONE_HOUR = timedelta(hours=1)
 _SSH_PORT_BASE = 22000
 # Below this a balance counts as reached zero (float dust from microsecond-rounded crossings).
 _BALANCE_EPSILON_USD = 1e-6
+
+
+def cents_with_and_without(spend_usd: float, without_usd: float) -> tuple[float, float]:
+    """(spent, without the watchdog) rounded to the cent together: the two worlds bill in
+    different segments, so an untouched instance's figures differ by float noise, and rounding
+    each on its own could show a cent more spent than without. ``without`` is rounded, and
+    ``spent`` is it minus the rounded saving."""
+    without = round(without_usd, 2)
+    saved = round(without_usd - spend_usd, 2)
+    return round(without - saved, 2) + 0.0, without  # + 0.0: never "-0.00"
 
 
 class SimulatedWorld:
@@ -464,7 +476,12 @@ class SimulatedWorld:
         rate = record.usd_per_hour()
         if rate <= 0:
             return None
-        microseconds = math.ceil(record.balance_usd / rate * 3_600_000_000)
+        hours = record.balance_usd / rate
+        if hours > _NEVER_HOURS:
+            # A $100,000 balance and a 10 GB disk: zero is centuries away (past datetime.max);
+            # no simulation runs that long, and a rate change recomputes the crossing.
+            return None
+        microseconds = math.ceil(hours * 3_600_000_000)
         return self._billed_to + timedelta(microseconds=microseconds)
 
     def _integrate(self, start: datetime, end: datetime) -> None:

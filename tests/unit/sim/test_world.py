@@ -6,7 +6,7 @@ import pytest
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.sim.records import UnknownInstanceError, UnsupportedActionError
 from watchdog_gpu.sim.scenario import parse_scenario
-from watchdog_gpu.sim.world import DESTROY_DELAYS, SimulatedWorld
+from watchdog_gpu.sim.world import DESTROY_DELAYS, SimulatedWorld, cents_with_and_without
 
 START = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
 
@@ -121,6 +121,18 @@ def test_the_balance_falls_by_exactly_what_was_billed() -> None:
         assert account.balance_usd is not None
         assert 100.0 - account.balance_usd == pytest.approx(world.spend_usd("a", "1"), abs=1e-9)
         assert account.total_spend_usd == pytest.approx(world.spend_usd("a", "1"), abs=1e-9)
+
+
+def test_a_balance_centuries_from_zero_bills_normally() -> None:
+    # $100,000 against a 10 GB stopped disk: zero lies past datetime.max (it once overflowed).
+    scenario = one_instance(balance=100000.0, events='{ at = "0s", state = "stopped" }')
+    world, clock = world_of(scenario.replace("disk_gb = 72", "disk_gb = 10"))
+    clock.advance(timedelta(hours=5))
+
+    account = world.account_view("a")
+    assert account.balance_usd is not None
+    assert world.spend_usd("a", "1") == pytest.approx(5 * 10 * 0.10 / 720)
+    assert 100000.0 - account.balance_usd == pytest.approx(world.spend_usd("a", "1"), abs=1e-9)
 
 
 def test_volumes_bill_until_deleted_and_count_against_the_balance() -> None:
@@ -370,3 +382,21 @@ def test_the_world_is_safe_to_read_and_act_on_from_many_threads() -> None:
     balance = world.account_view("a").balance_usd
     assert balance is not None
     assert 1000.0 - balance == pytest.approx(spent, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("spend", "without", "shown"),
+    [
+        (3.9750000001, 3.9749999999, (3.97, 3.97)),  # untouched: float noise either side
+        (3.9749999999, 3.9750000001, (3.98, 3.98)),
+        (0.6449, 3.4251, (0.65, 3.43)),  # saved $2.78 (2.7802): spent = 3.43 - 2.78, not 0.64
+        (0.0, 0.0, (0.0, 0.0)),
+    ],
+)
+def test_spent_and_without_are_rounded_together(
+    spend: float, without: float, shown: tuple[float, float]
+) -> None:
+    rounded = cents_with_and_without(spend, without)
+    assert rounded == pytest.approx(shown, abs=1e-9)
+    assert rounded[0] <= rounded[1] or spend > without + 0.005
+    assert f"{rounded[0]:.2f}" != "-0.00"
