@@ -6,11 +6,16 @@ Each pass, in order:
    check is due: re-list the account from the provider (never a cache). Gone (or stopped, for a
    stop) → ``verified``. Still listed → ``unverified``: re-checked with backoff, and once
    ``escalate_unverified_after`` has passed since the action was planned, escalated by a critical
-   notification with the dollars still burning, and the provider call is retried. An action is
-   never marked done because a timer ran out.
+   notification with the dollars still burning, and the provider call is retried while its
+   condition holds. When the listing itself fails, the kill cannot be confirmed: the escalation
+   clock runs on all the same (time since the call, never "still listed"). An action is never
+   marked done because a timer ran out.
 2. **Execute** pending actions that are due: monitor mode records ``dry_run`` and changes nothing;
    otherwise the optional salvage command runs (its failure holds the instance or not, per the
-   rule's ``on_failure``), then the provider is called.
+   rule's ``on_failure``), then the provider is called. A call that fails is retried with
+   backoff while its condition still holds, escalated on the same clock; a call the provider
+   *refuses* (bad key, 4xx) is told at once and tried ``MAX_REFUSED_CALLS`` times in all, then
+   ``failed`` — final, and its message says so.
 
 Crash safety (record first, act second): right before the provider call the action is marked
 ``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
@@ -38,6 +43,7 @@ from watchdog_gpu.model import (
     PlannedAction,
     PlannedNotification,
 )
+from watchdog_gpu.notices import RESOLUTION, next_notice_key
 from watchdog_gpu.notify.render import (
     ActionOutcome,
     render_action_result,
@@ -57,6 +63,8 @@ CALLING = "calling"  # the ``result`` mark written right before a provider call
 MAX_VERIFY_BACKOFF = timedelta(minutes=10)
 MAX_RETRY_BACKOFF = timedelta(minutes=15)
 RETRY_BASE = timedelta(seconds=30)
+# A call the provider refuses (bad key, 4xx) is tried this many times, then given up (FAILED).
+MAX_REFUSED_CALLS = 3
 DEFAULT_LEASE = timedelta(minutes=5)
 
 
@@ -102,6 +110,8 @@ class ActionStore(Protocol):
     ) -> bool: ...
 
     def instance_snapshot(self, account: str, instance_id: str) -> InstanceSnapshot | None: ...
+
+    def get_notification(self, key: str) -> object | None: ...
 
     def forget_host_key(self, account: str, instance_id: str) -> None: ...
 
@@ -306,14 +316,23 @@ class Executor:
             pass  # already gone: verification will confirm it
         except (AuthError, PermanentError) as error:
             if not _accepted(error):
-                self._fail(row, state, f"{error.kind}: {error}")
+                self._refused(row, state, error)
                 return
             # A 2xx answer that cannot be read: the provider carried the call out (or may
             # have), so the outcome is unknown, not failed — verification re-lists and tells.
         except ProviderError as error:
             # Transient: the call may not have reached the provider; it is repeated later
-            # (destroying something already gone is success, so a repeat is harmless).
-            self._retry_later(row, state, error, back_to=ActionStatus.PENDING, result="call_failed")
+            # while the condition holds (destroying something already gone is success, so a
+            # repeat is harmless), and escalated once it has taken too long.
+            note = self._escalation(row, state, f"the {row.kind.value} call keeps failing")
+            self._retry_later(
+                row,
+                state,
+                error,
+                back_to=ActionStatus.PENDING,
+                result="call_failed",
+                notification=note,
+            )
             return
         self._step(
             row,
@@ -359,12 +378,15 @@ class Executor:
 
     def _cancel(self, row: ActionRow, state: _Pass, reason: str) -> None:
         """End the action before (another) provider call, with the episode's resolution."""
+        episode = episode_key_of(row)
         note = render_resolution(
             row_subject(row),
             reason=reason,
             now=state.now,
             action_cancelled=True,
-            episode_key=episode_key_of(row),
+            episode_key=episode,
+            # The warning is withdrawn: a second withdrawal of the episode needs its own key.
+            key=next_notice_key(episode, RESOLUTION, _OutboxKeys(self.store), state.now),
         )
         self._step(
             row,
@@ -414,6 +436,48 @@ class Executor:
         )
         return False
 
+    def _refused(self, row: ActionRow, state: _Pass, error: ProviderError) -> None:
+        """The provider refused the call (a bad key, a 4xx): told at once, retried with backoff
+        while the condition holds, and given up (FAILED, final) after ``MAX_REFUSED_CALLS``."""
+        detail = f"{error.kind}: {error}"
+        if row.attempts >= MAX_REFUSED_CALLS:
+            self._fail(row, state, f"{detail} (given up after {row.attempts} attempts)")
+            return
+        note = None
+        if row.attempts <= 1:
+            note = render_action_result(
+                row_subject(row),
+                outcome=ActionOutcome.RETRYING,
+                now=state.now,
+                detail=detail,
+                episode_key=episode_key_of(row),
+            )
+        self._retry_later(
+            row,
+            state,
+            error,
+            back_to=ActionStatus.PENDING,
+            result="call_refused",
+            notification=note or self._escalation(row, state, "the provider refuses the call"),
+        )
+
+    def _escalation(self, row: ActionRow, state: _Pass, detail: str) -> PlannedNotification | None:
+        """The escalation due now (see :func:`escalation_number`), counted from when the action
+        was planned (its first call attempt), whatever the provider answers or lists: a kill
+        that cannot be confirmed is never silent. None before the first."""
+        after = self.safety.escalate_unverified_after
+        number = escalation_number(state.now - row.created_at, after)
+        if number < 1:
+            return None
+        return render_escalation(
+            row_subject(row),
+            number=number,
+            acted_at=row.created_at,
+            now=state.now,
+            detail=detail,
+            episode_key=episode_key_of(row),
+        )
+
     def _fail(self, row: ActionRow, state: _Pass, detail: str) -> None:
         self._finish(
             row,
@@ -434,6 +498,7 @@ class Executor:
         *,
         back_to: str,
         result: str | None = None,
+        notification: PlannedNotification | None = None,
     ) -> None:
         delay = min(RETRY_BASE * (2 ** max(row.attempts - 1, 0)), MAX_RETRY_BACKOFF)
         self._step(
@@ -442,17 +507,29 @@ class Executor:
             back_to,
             audit_kind="provider_error",
             message=f"{error.kind}: {error}",
+            notification=notification,
             result=result,
             last_error=f"{error.kind}: {error}",
-            next_attempt_at=state.now + delay,
+            next_attempt_at=min(state.now + delay, self._next_escalation(row, state)),
         )
+
+    def _next_escalation(self, row: ActionRow, state: _Pass) -> datetime:
+        """When the next escalation of ``row`` is due: a backoff never makes one late."""
+        after = self.safety.escalate_unverified_after
+        if after <= timedelta(0):
+            return datetime.max.replace(tzinfo=state.now.tzinfo)
+        number = escalation_number(state.now - row.created_at, after)
+        return row.created_at + after * (1 << number)
 
     # -- verify -----------------------------------------------------------------------------
 
     def _verify(self, row: ActionRow, state: _Pass) -> None:
         listing = self._listing(row.account, state)
         if isinstance(listing, ProviderError):
-            self._retry_later(row, state, listing, back_to=_resume_status(row))
+            # Unconfirmed is not done: the escalation clock runs on while listing fails.
+            detail = f"cannot verify: listing the account fails ({listing.kind})"
+            note = self._escalation(row, state, detail)
+            self._retry_later(row, state, listing, back_to=_resume_status(row), notification=note)
             return
         current = next((i for i in listing if i.instance_id == row.instance_id), None)
         if _done(row.kind, current):
@@ -490,7 +567,7 @@ class Executor:
         escalate_after = self.safety.escalate_unverified_after
         elapsed = state.now - row.created_at
         seen = current.state.value if current is not None else "absent"
-        number = int(elapsed / escalate_after) if escalate_after > timedelta(0) else 0
+        number = escalation_number(elapsed, escalate_after)
         note: PlannedNotification | None = None
         if number >= 1 and self._cancelled_by_guard(row, state):
             return
@@ -513,6 +590,7 @@ class Executor:
                 self._recall(row)
         checks = max(row.attempts - 1, 0)
         delay = min(self.safety.verify_interval * (2 ** min(checks, 8)), MAX_VERIFY_BACKOFF)
+        delay = min(delay, self._next_escalation(row, state) - state.now)
         self._step(
             row,
             state,
@@ -540,6 +618,25 @@ class Executor:
                 row.instance_id,
                 error.kind,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class _OutboxKeys:
+    """``key in _OutboxKeys(store)``: is a message with that key in the outbox?"""
+
+    store: ActionStore
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.store.get_notification(key) is not None
+
+
+def escalation_number(elapsed: timedelta, after: timedelta) -> int:
+    """Which escalation is due ``elapsed`` after the call: #1 after ``after``, then each time
+    the elapsed time doubles (#2 at 2×, #3 at 4×, …) — told at once, repeated, but a
+    90-minute outage is a handful of pages, not one every few minutes. 0: none yet."""
+    if after <= timedelta(0) or elapsed < after:
+        return 0
+    return int(elapsed / after).bit_length()
 
 
 def _call(provider: Provider, row: ActionRow) -> None:

@@ -132,6 +132,16 @@ class ActionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FuseState:
+    """The blast-radius fuse as recorded: ``latched`` after a trip until a human resets it;
+    ``last_deferred_at`` is the latest tick whose rate limits deferred actions (a deferral wave
+    that continues is announced once)."""
+
+    latched: bool = False
+    last_deferred_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FleetView:
     """Everything the rules and the planner may look at, as of ``now``."""
 
@@ -144,6 +154,10 @@ class FleetView:
     snoozes: tuple[Snooze, ...] = ()
     recent_actions: tuple[ActionRecord, ...] = ()  # at least the last 24 hours
     notification_keys: frozenset[str] = frozenset()  # idempotency keys already enqueued
+    # When each of those messages was enqueued (the record of warnings, see notices.py); a view
+    # built without it knows the keys only.
+    notice_times: Mapping[str, datetime] = field(default_factory=dict)
+    fuse: FuseState = field(default_factory=FuseState)
 
     def instances_of(self, account: str) -> tuple[InstanceView, ...]:
         return tuple(view for view in self.instances.values() if view.latest.account == account)

@@ -300,6 +300,8 @@ class PlanStatus(StrEnum):
     SNOOZED = "snoozed"  # would act, but a snooze postpones it
     IN_PROGRESS = "in_progress"  # the action for this episode is already in the outbox
     BLOCKED = "blocked"  # the blast-radius fuse holds it until a human resets the fuse
+    # due, but the fuse's rate limits (per tick, per hour) let it go ahead on a later tick
+    DEFERRED = "deferred"
 
 
 class ActionStatus(StrEnum):
@@ -352,3 +354,5 @@ class PlannedNotification:
     rule: str | None = None
     account: str | None = None
     instance_id: str | None = None
+    # A batch (notify/render.render_batch): the messages it carries, each delivered with it.
+    items: tuple[PlannedNotification, ...] = ()

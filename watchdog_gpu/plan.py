@@ -5,7 +5,7 @@ Pure: it never reads the clock, the database or a provider. For every finding it
 :class:`~watchdog_gpu.model.PlannedAction` to write to the outbox. The shell (the tick) writes
 actions and notifications; the executor carries actions out.
 
-The order of the checks is the safety model of product.md §6, most protective first:
+The order of the checks is the safety model (docs/safety.md), most protective first:
 
 1. Notify-only findings become ``NOTIFY`` (nothing is touched).
 2. Protection (by id, name/label glob, account) is absolute: ``PROTECTED``, reported, never acted
@@ -13,38 +13,49 @@ The order of the checks is the safety model of product.md §6, most protective f
 3. An action already in the outbox for this episode (any state) is ``IN_PROGRESS``: a replan of the
    same situation never duplicates a destroy.
 4. A snooze postpones: ``SNOOZED`` while it lasts.
-5. Before ``due_at - warn_before``: ``WAIT``; inside the warning window: ``WARN``; at ``due_at``:
-   a candidate for ``EXECUTE`` (dry-run in monitor mode, per rule or globally) — unless the last
-   poll of the instance's account failed: its recorded state is stale (the owner may have
-   restarted a "stopped" instance meanwhile), so the finding is a ``WAIT`` until a fresh listing.
-6. The blast-radius fuse looks at all candidates together: at most ``max_actions_per_tick`` per
-   tick, ``max_actions_per_hour`` in any rolling hour, and a tick may not act on more than
-   ``max_fleet_fraction`` of the billing fleet (checked only for fleets of four or more, so two
-   forgotten instances of a two-instance fleet are not mistaken for a runaway policy). Beyond it
-   the candidates become ``BLOCKED`` and the fuse *latches*: every later non-budget action is
-   blocked too until a human runs ``watchdog-gpu fuse reset``. The reset cancels the held
-   actions; decided again on fresh findings, they go through without counting against the fuse
-   (a human released them). The budget emergency has its own per-tick limit and is not held by
-   the latch: it exists to stop money leaking.
+5. A standing warning (docs/safety.md, "Warnings"): a destructive action follows a warning that
+   was sent at least the rule's ``warn_before`` earlier and not withdrawn since. The action is due
+   at the later of the rule's ``due_at`` and the standing warning + ``warn_before``. Before
+   ``due - warn_before``: ``WAIT``; then ``WARN`` (a new warning is written when none stands — a
+   withdrawn one restarts the clock); at the due time a candidate for ``EXECUTE`` (dry-run in
+   monitor mode, per rule or globally) — unless the last poll of the instance's account failed:
+   its recorded state is stale (the owner may have restarted a "stopped" instance meanwhile), so
+   the finding is a ``WAIT`` until a fresh listing. A rule configured without a grace period
+   (the budget rule's ``skip_grace``) needs no warning.
+6. The blast-radius fuse looks at all candidates together (docs/safety.md, "Fuse"). Dry runs
+   never count and are never held. Rate limits *defer*: at most ``max_actions_per_tick`` per tick
+   and ``max_actions_per_hour`` in any rolling hour go ahead, oldest due first; the rest are
+   ``DEFERRED`` and decided again on the next tick (one notification per wave). The fuse *trips
+   and latches* only when the pattern looks wrong: an idle-based rule firing on an instance whose
+   GPUs the probe saw busy within the last tick, or time/state-based rules wanting more than
+   ``max_fleet_fraction`` of the billing fleet in one tick (fleets of four or more). Then every
+   ordinary candidate is ``BLOCKED``, and every later one too until a human runs
+   ``watchdog-gpu fuse reset``; the reset cancels the held actions, and decided again on fresh
+   findings they go through without counting against the fuse (a human released them). The
+   budget emergency has its own per-tick limit (beyond it: deferred) and is not held by the
+   latch: it exists to stop money leaking.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from watchdog_gpu.fleet import ActionRecord, FleetView, Protection, ProtectionKind
+from watchdog_gpu.fleet import ActionRecord, FleetView, InstanceView, Protection, ProtectionKind
 from watchdog_gpu.model import (
     ActionKind,
+    ActionStatus,
     Finding,
     InstanceSnapshot,
     InstanceState,
     PlannedAction,
     PlanStatus,
+    Verdict,
 )
+from watchdog_gpu.notices import WARNING, EpisodeNotices, index_notices, next_notice_key
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleConfig
 from watchdog_gpu.safety import SafetyConfig
 
@@ -55,7 +66,10 @@ HOUR = timedelta(hours=1)
 # Below this many billing instances the fleet-fraction check is not applied (see module doc).
 FRACTION_MIN_FLEET = 4
 # Statuses of an outbox action that do not count towards the hourly fuse: nothing was done.
-_NOT_ACTED = frozenset({"blocked", "cancelled", "held"})
+_NOT_ACTED = frozenset({ActionStatus.BLOCKED, ActionStatus.CANCELLED, ActionStatus.HELD})
+# Rules that fire only on observed idleness: one firing on a GPU the probe saw busy a tick ago
+# contradicts its own evidence (a rule gone wild, or a threshold set far too high).
+IDLE_RULES = frozenset({"idle_gpu"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +81,9 @@ class PlanContext:
     safety: SafetyConfig
     protected_accounts: frozenset[str] = frozenset()  # accounts with `protect = true`
     fuse_latched: bool = False  # a previous tick tripped the fuse and no human reset it
+    # "A tick ago": busy samples this recent contradict an idle rule; a deferral wave whose
+    # last deferral is this recent continues (announced once).
+    recent: timedelta = timedelta(minutes=3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,11 @@ class Decision:
     # The action was cancelled before (a human reset the fuse that held it, or its condition
     # cleared) and is decided again now: a human already looked, so the fuse lets it through.
     released: bool = False
+    # When the action is due: the rule's due time, or later when the standing warning is
+    # younger than ``warn_before`` (None for notify-only findings).
+    due_at: datetime | None = None
+    # The key of a new warning to write this tick (none stands for the episode), else None.
+    warning_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +112,11 @@ class Plan:
     fuse_tripped: bool = False  # this tick tripped the fuse (alert critically, latch)
     fuse_reason: str = ""
     blocked: tuple[PlannedAction, ...] = field(default=())
+    # Rate limits held these until a later tick; ``announce_deferral``: a new wave (one
+    # notification says so), False while a wave continues.
+    deferred: tuple[PlannedAction, ...] = field(default=())
+    deferral_reason: str = ""
+    announce_deferral: bool = False
 
     @property
     def actions(self) -> tuple[PlannedAction, ...]:
@@ -125,7 +152,11 @@ def is_dry_run(rule: str, context: PlanContext) -> bool:
 
 
 def warn_before(rule: str, context: PlanContext) -> timedelta:
+    """How long a standing warning must precede the rule's actions (zero: none is needed, e.g.
+    the budget rule with ``skip_grace``)."""
     config = context.rules.get(rule)
+    if getattr(config, "skip_grace", False):
+        return timedelta(0)
     if isinstance(config, DestructiveRuleConfig):
         return config.warn_before
     return timedelta(0)
@@ -179,8 +210,24 @@ def plan(
 ) -> Plan:
     """Decide, for every finding, what happens this tick (see the module docstring)."""
     existing = {record.idempotency_key: record for record in view.recent_actions}
-    decisions = [_decide(finding, view, now, context, existing) for finding in findings]
+    notices = index_notices(view.notice_times)
+    decisions = [
+        _decide(finding, view, now, context, existing, notices=notices) for finding in findings
+    ]
     return _apply_fuse(decisions, view, now, context)
+
+
+def due_time(
+    finding: Finding, notices: EpisodeNotices | None, lead: timedelta
+) -> tuple[datetime, datetime | None]:
+    """When ``finding``'s action is due, and since when its warning stands (None: none does).
+
+    Due at the rule's ``due_at``, but never sooner than ``lead`` after the standing warning;
+    without one, the warning still has to go out, so the due time is at least a full lead away
+    from the moment it will (the caller takes ``max`` with ``now + lead``)."""
+    standing = notices.standing_since if notices is not None else None
+    due = finding.due_at if standing is None else max(finding.due_at, standing + lead)
+    return due, standing
 
 
 def _decide(
@@ -189,6 +236,8 @@ def _decide(
     now: datetime,
     context: PlanContext,
     existing: Mapping[str, ActionRecord],
+    *,
+    notices: Mapping[str, EpisodeNotices],
 ) -> Decision:
     dry_run = is_dry_run(finding.rule, context)
     if finding.action is ActionKind.NOTIFY or finding.instance_id is None:
@@ -201,19 +250,26 @@ def _decide(
         return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
     key = action_key(finding, finding.action, dry_run)
     record = existing.get(key)
-    if record is not None and record.status != "cancelled":
+    if record is not None and record.status != ActionStatus.CANCELLED:
         return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {record.status}")
-    warn_at = finding.due_at - warn_before(finding.rule, context)
+    lead = warn_before(finding.rule, context)
+    due, standing = due_time(finding, notices.get(finding.episode_key), lead)
+    warn_at = due - lead
     snooze = _active_snooze(view, finding, now)
     if snooze is not None:
-        return Decision(finding, PlanStatus.SNOOZED, dry_run, warn_at, note=snooze)
+        return Decision(finding, PlanStatus.SNOOZED, dry_run, warn_at, note=snooze, due_at=due)
     if now < warn_at:
-        return Decision(finding, PlanStatus.WAIT, dry_run, warn_at)
-    if now < finding.due_at:
-        return Decision(finding, PlanStatus.WARN, dry_run, warn_at)
+        return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, due_at=due)
+    if standing is None and lead > timedelta(0):
+        # No warning stands (never sent, or withdrawn): send one now, act a full lead later.
+        due = max(due, now + lead)
+        warning = next_notice_key(finding.episode_key, WARNING, view.notice_times, now)
+        return Decision(finding, PlanStatus.WARN, dry_run, now, due_at=due, warning_key=warning)
+    if now < due:
+        return Decision(finding, PlanStatus.WARN, dry_run, warn_at, due_at=due)
     stale = _stale_listing(view, finding.account)
     if stale is not None:
-        return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, note=stale)
+        return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, note=stale, due_at=due)
     action = PlannedAction(
         idempotency_key=key,
         account=finding.account,
@@ -226,8 +282,10 @@ def _decide(
         evidence=finding.evidence,
         usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
     )
-    released = record is not None and record.status == "cancelled"
-    return Decision(finding, PlanStatus.EXECUTE, dry_run, warn_at, action, released=released)
+    released = record is not None and record.status == ActionStatus.CANCELLED
+    return Decision(
+        finding, PlanStatus.EXECUTE, dry_run, warn_at, action, released=released, due_at=due
+    )
 
 
 def _stale_listing(view: FleetView, account: str) -> str | None:
@@ -254,78 +312,139 @@ def _active_snooze(view: FleetView, finding: Finding, now: datetime) -> str | No
     return None
 
 
+def acted_in_last_hour(view: FleetView, now: datetime) -> int:
+    """Ordinary actions that count towards ``max_actions_per_hour``: real (not dry-run),
+    not the budget emergency's, and not ended without touching anything."""
+    return sum(
+        1
+        for record in view.recent_actions
+        if record.created_at > now - HOUR
+        and record.status not in _NOT_ACTED
+        and not record.dry_run
+        and record.rule != BUDGET_RULE
+    )
+
+
 def _apply_fuse(
     decisions: list[Decision],
     view: FleetView,
     now: datetime,
     context: PlanContext,
 ) -> Plan:
-    """Hold back executions beyond the blast-radius limits (see the module docstring)."""
+    """Defer executions beyond the rate limits; trip on a wrong-looking pattern (module doc)."""
     safety = context.safety
-    budget_allowance = safety.budget_emergency_max_actions_per_tick
-    per_tick_allowance = safety.max_actions_per_tick
-    acted_last_hour = sum(
-        1
-        for record in view.recent_actions
-        if record.created_at > now - HOUR and record.status not in _NOT_ACTED
-    )
-    hour_allowance = max(0, safety.max_actions_per_hour - acted_last_hour)
-    candidates = [d for d in decisions if d.status is PlanStatus.EXECUTE]
+    candidates = [
+        d
+        for d in decisions
+        if d.status is PlanStatus.EXECUTE and d.action is not None and not d.dry_run
+    ]
+    budget = [d for d in candidates if d.finding.rule == BUDGET_RULE]
     ordinary = [d for d in candidates if d.finding.rule != BUDGET_RULE and not d.released]
-    fleet = _billing_fleet_size(view)
-    fraction_limit = (
-        int(safety.max_fleet_fraction * fleet) if fleet >= FRACTION_MIN_FLEET else len(ordinary)
-    )
-    ordinary_allowance = min(per_tick_allowance, hour_allowance, max(fraction_limit, 1))
-    reasons: list[str] = []
-    if context.fuse_latched and ordinary:
-        reasons.append("the fuse tripped earlier and has not been reset")
-        ordinary_allowance = 0
-    elif len(ordinary) > ordinary_allowance:
-        reasons.append(
-            f"{len(ordinary)} actions due this tick; limits: {per_tick_allowance} per tick, "
-            f"{hour_allowance} more this hour, {fraction_limit} of a billing fleet of {fleet}"
-        )
+    latched = context.fuse_latched or view.fuse.latched
+    trip_reasons = [] if latched else _wrong_pattern(ordinary, view, now, context)
+    blocked_ids = {id(d) for d in ordinary} if latched or trip_reasons else set()
+    hour_allowance = max(0, safety.max_actions_per_hour - acted_in_last_hour(view, now))
+    allowance = min(safety.max_actions_per_tick, hour_allowance)
+    deferred_ids: set[int] = set()
+    if not blocked_ids:
+        deferred_ids |= {id(d) for d in _beyond(ordinary, allowance)}
+    deferred_ids |= {id(d) for d in _beyond(budget, safety.budget_emergency_max_actions_per_tick)}
     result: list[Decision] = []
     blocked: list[PlannedAction] = []
-    ordinary_used = budget_used = 0
+    deferred: list[PlannedAction] = []
     for decision in decisions:
-        if decision.status is not PlanStatus.EXECUTE or decision.action is None:
-            result.append(decision)
-            continue
-        is_budget = decision.finding.rule == BUDGET_RULE
-        if decision.released and not is_budget:
-            result.append(decision)
-        elif is_budget and budget_used < budget_allowance:
-            budget_used += 1
-            result.append(decision)
-        elif not is_budget and ordinary_used < ordinary_allowance:
-            ordinary_used += 1
-            result.append(decision)
-        else:
-            if is_budget:
-                reasons.append(f"budget emergency limit {budget_allowance} per tick reached")
+        if id(decision) in blocked_ids and decision.action is not None:
             blocked.append(decision.action)
-            result.append(_blocked(decision))
-    tripped = bool(blocked) and not context.fuse_latched
-    return Plan(tuple(result), tripped, "; ".join(dict.fromkeys(reasons)), tuple(blocked))
-
-
-def _blocked(decision: Decision) -> Decision:
-    return Decision(
-        decision.finding,
-        PlanStatus.BLOCKED,
-        decision.dry_run,
-        decision.warn_at,
-        decision.action,
-        note="held by the blast-radius fuse",
+            result.append(_held(decision, PlanStatus.BLOCKED, "held by the blast-radius fuse"))
+        elif id(decision) in deferred_ids and decision.action is not None:
+            deferred.append(decision.action)
+            result.append(
+                _held(decision, PlanStatus.DEFERRED, "deferred by the fuse's rate limits")
+            )
+        else:
+            result.append(decision)
+    reason = ""
+    if latched and blocked:
+        reason = "the fuse tripped earlier and has not been reset"
+    elif trip_reasons:
+        reason = "; ".join(trip_reasons)
+    deferral = ""
+    if deferred:
+        deferral = (
+            f"{len(deferred)} actions due now wait for later ticks; limits: "
+            f"{safety.max_actions_per_tick} per tick, {safety.max_actions_per_hour} per hour "
+            f"({hour_allowance} left this hour), budget emergency "
+            f"{safety.budget_emergency_max_actions_per_tick} per tick"
+        )
+    last = view.fuse.last_deferred_at
+    announce = bool(deferred) and (last is None or now - last > context.recent)
+    return Plan(
+        tuple(result),
+        fuse_tripped=bool(trip_reasons),
+        fuse_reason=reason,
+        blocked=tuple(blocked),
+        deferred=tuple(deferred),
+        deferral_reason=deferral,
+        announce_deferral=announce,
     )
 
 
-def _billing_fleet_size(view: FleetView) -> int:
-    billing = (InstanceState.STARTING, InstanceState.RUNNING, InstanceState.PAUSED)
-    return sum(
-        1
-        for instance in view.instances.values()
-        if instance.state in billing or instance.state is InstanceState.STOPPED
+def _beyond(candidates: list[Decision], allowance: int) -> list[Decision]:
+    """The candidates past ``allowance``: the oldest due go first, then the costliest."""
+    ordered = sorted(
+        candidates,
+        key=lambda d: (d.due_at or d.finding.due_at, -(d.finding.usd_per_hour_at_stake or 0.0)),
     )
+    return ordered[max(allowance, 0) :]
+
+
+def _wrong_pattern(
+    ordinary: list[Decision], view: FleetView, now: datetime, context: PlanContext
+) -> list[str]:
+    """Why these candidates look like a rule gone wild (empty: an ordinary wave)."""
+    reasons: list[str] = []
+    contradicted = [
+        d
+        for d in ordinary
+        if d.finding.rule in IDLE_RULES
+        and _busy_recently(
+            view.instances.get(f"{d.finding.account}/{d.finding.instance_id}"), now - context.recent
+        )
+    ]
+    if contradicted:
+        names = ", ".join(
+            sorted(f"{d.finding.account}/{d.finding.instance_id}" for d in contradicted)
+        )
+        reasons.append(
+            f"{len(contradicted)} idle actions on GPUs the probe saw busy within the last "
+            f"tick ({names})"
+        )
+    by_policy = [d for d in ordinary if d.finding.rule not in IDLE_RULES]
+    fleet = billing_fleet_size(view)
+    limit = int(context.safety.max_fleet_fraction * fleet)
+    if fleet >= FRACTION_MIN_FLEET and len(by_policy) > max(limit, 1):
+        reasons.append(
+            f"{len(by_policy)} time/state-based actions due in one tick, more than "
+            f"{context.safety.max_fleet_fraction:g} of a billing fleet of {fleet}"
+        )
+    return reasons
+
+
+def _busy_recently(instance: InstanceView | None, since: datetime) -> bool:
+    if instance is None:
+        return False
+    return any(s.verdict is Verdict.BUSY and s.at >= since for s in instance.samples)
+
+
+def _held(decision: Decision, status: PlanStatus, note: str) -> Decision:
+    return replace(decision, status=status, note=note)
+
+
+def billing_fleet_size(view: FleetView) -> int:
+    billing = (
+        InstanceState.STARTING,
+        InstanceState.RUNNING,
+        InstanceState.PAUSED,
+        InstanceState.STOPPED,
+    )
+    return sum(1 for instance in view.instances.values() if instance.state in billing)

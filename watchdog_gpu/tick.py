@@ -34,6 +34,7 @@ from watchdog_gpu.model import (
     Severity,
     Verdict,
 )
+from watchdog_gpu.notices import RESOLUTION, EpisodeNotices, index_notices, next_notice_key
 from watchdog_gpu.notify.delivery import Backoff, Deliverer, DeliveryReport, deliver_due
 from watchdog_gpu.notify.render import (
     ActionOutcome,
@@ -48,6 +49,7 @@ from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.rules import account_health, evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.store import Store
+from watchdog_gpu.store.decisions import ACTIONS_DEFERRED
 
 log = logging.getLogger(__name__)
 
@@ -201,17 +203,7 @@ class Watchdog:
         findings = stitch_episodes(evaluation.findings, recorded, now, self.settings.continuity)
         self.store.record_findings(findings, now)
         self.last_evaluated_at = now
-        context = self.settings.context
-        latched = self.store.fuse_latched()
-        if latched != context.fuse_latched:
-            context = PlanContext(
-                context.mode,
-                context.rules,
-                context.safety,
-                context.protected_accounts,
-                fuse_latched=latched,
-            )
-        result = plan(findings, view, now, context)
+        result = plan(findings, view, now, self.settings.context)
         self._planned_keys = {
             d.action.idempotency_key for d in result.decisions if d.action is not None
         }
@@ -219,6 +211,8 @@ class Watchdog:
             self._record(decision, now)
         if result.fuse_tripped:
             self._fuse_tripped(result, now)
+        if result.deferred:
+            self._deferred(result, now)
         self._resolve_cleared(findings, view, now)
         if report is not None:
             report.findings = findings
@@ -232,13 +226,14 @@ class Watchdog:
         if status is PlanStatus.EXECUTE and action is not None:
             message = f"{action.kind.value} planned: {finding.summary}"
             self._write(decision, now, "action_planned", message, action=action)
-        elif status is PlanStatus.WARN:
+        elif status is PlanStatus.WARN and decision.warning_key is not None:
             note = render_warning(
                 finding,
-                due_at=finding.due_at,
+                due_at=decision.due_at or finding.due_at,
                 action=finding.action,
                 dry_run=decision.dry_run,
                 now=now,
+                key=decision.warning_key,
             )
             self._write(decision, now, "warning", finding.summary, notification=note)
         elif status is PlanStatus.NOTIFY:
@@ -302,11 +297,38 @@ class Watchdog:
         )
         self.store.record_fuse_trip(now, result.fuse_reason, note)
 
+    def _deferred(self, result: Plan, now: datetime) -> None:
+        """One audit event per tick that deferred actions; one message per wave of them."""
+        note = None
+        if result.announce_deferral:
+            count = len(result.deferred)
+            note = PlannedNotification(
+                idempotency_key=f"fuse:deferred:{now.isoformat()}",
+                severity=Severity.WARNING,
+                title=f"{count} stops/destroys deferred by the fuse's rate limits",
+                body=(
+                    f"{result.deferral_reason}.\nThey go ahead on later ticks within the "
+                    "limits, oldest due first, each only while its condition still holds; no "
+                    "reset is needed. Instances: "
+                    + ", ".join(f"{a.account}/{a.instance_id}" for a in result.deferred)
+                ),
+                created_at=now,
+            )
+        self.store.add_audit_event(
+            ACTIONS_DEFERRED,
+            now,
+            message=result.deferral_reason,
+            data={"deferred": len(result.deferred)},
+        )
+        if note is not None:
+            self.store.enqueue_notification(note)
+
     def _resolve_cleared(self, findings: Sequence[Finding], view: FleetView, now: datetime) -> None:
         """One resolution per episode whose warning or alert went out and whose condition is
         gone, unless the episode ended in an action (the action message closed it)."""
         current = {finding.episode_key for finding in findings}
         keys = view.notification_keys
+        notices = index_notices(view.notice_times)
         acted_episodes = {
             record.idempotency_key.rsplit(":", 1)[0] for record in view.recent_actions
         } | {decision_key.rsplit(":", 1)[0] for decision_key in self._planned_keys}
@@ -314,11 +336,14 @@ class Watchdog:
             episode = record.episode_key
             if episode in current:
                 continue
-            told = f"{episode}:warning" in keys or f"{episode}:alert" in keys
+            standing = notices.get(episode, EpisodeNotices()).standing_since is not None
+            # An alert is told once per episode; a warning may be withdrawn and sent again
+            # (notices.py): a standing warning is always withdrawn when its condition clears.
+            alerted = f"{episode}:alert" in keys and f"{episode}:resolution" not in keys
             # An episode that led to an action is closed by the action's own message (which
             # may only be written later in this tick, by the executor).
             acted = episode in acted_episodes or f"{episode}:action" in keys
-            if not told or acted or f"{episode}:resolution" in keys:
+            if not (standing or alerted) or acted:
                 continue
             finding = Finding(
                 rule=record.rule,
@@ -336,8 +361,9 @@ class Watchdog:
                 finding,
                 reason=reason,
                 now=now,
-                action_cancelled=f"{episode}:warning" in keys,
+                action_cancelled=standing,
                 episode_key=episode,
+                key=next_notice_key(episode, RESOLUTION, keys, now),
             )
             self.store.record_decision(
                 now,

@@ -17,7 +17,7 @@ import pytest
 from tests.integration.cli_support import Result, freeze_clock, isolate, run, write_config
 from tests.integration.store_builders import instance, observation, planned_action
 from tests.support.sim_world import ServedWorld, served_world
-from watchdog_gpu.model import ActionStatus, InstanceState
+from watchdog_gpu.model import ActionStatus, InstanceState, PlannedNotification, Severity
 from watchdog_gpu.store import Store
 
 NOW = datetime(2026, 3, 3, 12, 0, tzinfo=UTC)
@@ -80,10 +80,40 @@ def once(capsys: pytest.CaptureFixture[str], config: Path, *flags: str) -> Resul
     return run(capsys, "once", "--config", str(config), *flags)
 
 
+def warn(store: Store, at: datetime) -> None:
+    """Record the grace warning of 9004's stopped_disk episode as sent at ``at``."""
+    episode = f"stopped_disk:{ACCOUNT}/9004:{(NOW - timedelta(days=2)).isoformat()}"
+    store.enqueue_notification(
+        PlannedNotification(
+            idempotency_key=f"{episode}:warning",
+            severity=Severity.WARNING,
+            title="vast-a/9004 will be destroyed",
+            body="",
+            created_at=at,
+        )
+    )
+
+
+def test_an_enforcing_tick_warns_first_when_no_warning_stands(
+    store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_for(tmp_path, db, sim, mode="enforce")
+
+    result = once(capsys, config)
+
+    assert result.code == 0, result.err
+    assert "decisions: 1 warn" in result.out.splitlines()
+    assert api_actions(sim) == []
+    assert store.list_actions() == []
+    kinds = [event.kind for event in store.list_audit_events(instance_id="9004")]
+    assert kinds == ["warning"]
+
+
 def test_an_enforcing_tick_destroys_the_instance_past_its_limit_and_records_it(
     store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = config_for(tmp_path, db, sim, mode="enforce")
+    warn(store, NOW - timedelta(hours=2))
 
     result = once(capsys, config)
 
@@ -107,6 +137,7 @@ def test_an_enforcing_tick_destroys_the_instance_past_its_limit_and_records_it(
 def test_a_dry_run_of_an_enforcing_configuration_changes_nothing_anywhere(
     store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    warn(store, NOW - timedelta(hours=2))
     config = config_for(tmp_path, db, sim, mode="enforce")
 
     result = once(capsys, config, "--dry-run")
@@ -132,6 +163,7 @@ def test_a_dry_run_of_an_enforcing_configuration_changes_nothing_anywhere(
 def test_a_dry_run_overrides_a_rule_that_enforces_on_its_own(
     store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    warn(store, NOW - timedelta(hours=2))
     config = config_for(
         tmp_path, db, sim, mode="monitor", extra='\n[rules.stopped_disk]\nmode = "enforce"\n'
     )
@@ -146,6 +178,7 @@ def test_a_dry_run_overrides_a_rule_that_enforces_on_its_own(
 def test_a_dry_run_of_a_monitoring_configuration_is_the_ordinary_recorded_tick(
     store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    warn(store, NOW - timedelta(hours=2))
     config = config_for(tmp_path, db, sim, mode="monitor")
 
     result = once(capsys, config, "--dry-run")

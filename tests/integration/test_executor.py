@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from watchdog_gpu.errors import PermanentError, ProviderError, TransientError
-from watchdog_gpu.executor import CALLING, Executor
+from watchdog_gpu.executor import CALLING, MAX_REFUSED_CALLS, Executor
 from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.model import (
     AccountObservation,
@@ -74,6 +74,14 @@ class ScriptedProvider:
             raise self.call_errors.pop(0)
         if self.gone_after_call:
             self.listing = []
+
+
+@dataclass
+class FailingListing(ScriptedProvider):
+    """Accepts calls, but every listing fails (an outage right after the destroy call)."""
+
+    def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
+        raise TransientError("vast: HTTP 500")
 
 
 def enqueue(store: Store, *, dry_run: bool = False, kind: ActionKind = ActionKind.DESTROY) -> None:
@@ -159,16 +167,71 @@ def test_a_failed_salvage_still_destroys_when_the_policy_says_destroy(store: Sto
     assert provider.calls == [("destroy", "9001")]
 
 
-def test_a_permanent_provider_error_fails_loudly(store: Store) -> None:
+def test_a_refused_call_is_told_at_once_retried_with_backoff_then_given_up(
+    store: Store,
+) -> None:
     enqueue(store)
-    provider = ScriptedProvider(call_errors=[PermanentError("vast: 400 bad request")])
-    executor(store, provider).run(NOW)
+    episode = KEY.removesuffix(":destroy")
+    refusals: list[ProviderError] = [
+        PermanentError("vast: 400 bad request") for _ in range(MAX_REFUSED_CALLS)
+    ]
+    provider = ScriptedProvider(call_errors=refusals)
+    runner = executor(store, provider)
+    runner.run(NOW)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING  # not final: retried with backoff
+    refused = store.get_notification(f"{episode}:refused")
+    assert refused is not None
+    assert refused.notification.severity.value == "critical"
+    assert "retried with backoff" in refused.notification.body
+    assert store.get_notification(f"{episode}:action") is None
+    runner.run(NOW + timedelta(seconds=1))  # backoff: not retried at once
+    assert len(provider.calls) == 1
+    now = NOW
+    while len(provider.calls) < MAX_REFUSED_CALLS:
+        action = store.get_action(KEY)
+        assert action is not None
+        assert action.next_attempt_at is not None
+        now = action.next_attempt_at
+        runner.run(now)
     action = store.get_action(KEY)
     assert action is not None
     assert action.status == ActionStatus.FAILED
-    message = store.get_notification(KEY.removesuffix(":destroy") + ":action")
-    assert message is not None
-    assert message.notification.severity.value == "critical"
+    final = store.get_notification(f"{episode}:action")
+    assert final is not None
+    assert final.notification.severity.value == "critical"
+    assert "final" in final.notification.body
+    assert "retried" not in final.notification.body
+    runner.run(now + timedelta(hours=1))
+    assert len(provider.calls) == MAX_REFUSED_CALLS
+
+
+def test_a_kill_is_escalated_by_time_since_the_call_while_listing_fails(store: Store) -> None:
+    enqueue(store)
+    episode = KEY.removesuffix(":destroy")
+    provider = FailingListing(gone_after_call=False)
+    runner = executor(store, provider)
+    runner.run(NOW)  # the destroy call goes out; the listing then fails for good
+    assert provider.calls == [("destroy", "9001")]
+    escalate_after = SafetyConfig().escalate_unverified_after
+    now = NOW
+    while now < NOW + escalate_after * 3:
+        action = store.get_action(KEY)
+        assert action is not None
+        assert action.next_attempt_at is not None
+        now = action.next_attempt_at
+        runner.run(now)
+    first = store.get_notification(f"{episode}:escalation:1")
+    assert first is not None
+    assert first.notification.severity.value == "critical"
+    assert first.created_at - NOW <= escalate_after + timedelta(minutes=15)
+    assert "listing the account fails" in first.notification.body
+    later = [store.get_notification(f"{episode}:escalation:{n}") for n in (2, 3)]
+    assert any(note is not None for note in later)  # and again while it lasts
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status in {ActionStatus.CALLED, ActionStatus.UNVERIFIED}  # never "done"
 
 
 def test_a_transient_error_is_retried_later_not_immediately(store: Store) -> None:

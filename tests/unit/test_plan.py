@@ -10,6 +10,7 @@ from watchdog_gpu.fleet import (
     AccountView,
     ActionRecord,
     FleetView,
+    FuseState,
     InstanceView,
     Protection,
     ProtectionKind,
@@ -18,13 +19,16 @@ from watchdog_gpu.fleet import (
 from watchdog_gpu.model import (
     ActionKind,
     Finding,
+    GpuSample,
     InstanceSnapshot,
     InstanceState,
     PlanStatus,
     Severity,
     StateSpan,
+    Verdict,
 )
-from watchdog_gpu.plan import PlanContext, action_key, plan
+from watchdog_gpu.plan import Plan, PlanContext, action_key
+from watchdog_gpu.plan import plan as plan_unwarned
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.low_balance import LowBalanceConfig
@@ -103,6 +107,21 @@ def context(
         protected_accounts=protected_accounts,
         fuse_latched=fuse_latched,
     )
+
+
+def warned(
+    findings: Sequence[Finding], at: datetime = NOW - timedelta(hours=1)
+) -> dict[str, datetime]:
+    """Notice times of a warning for each finding, sent at ``at`` and never withdrawn."""
+    return {f"{f.episode_key}:warning": at for f in findings}
+
+
+def plan(findings: Sequence[Finding], view: FleetView, now: datetime, ctx: PlanContext) -> Plan:
+    """The planner, with a standing warning for every finding unless the view records some."""
+    if not view.notice_times:
+        times = warned(findings)
+        view = replace(view, notice_times=times, notification_keys=frozenset(times))
+    return plan_unwarned(findings, view, now, ctx)
 
 
 def statuses(decisions: Sequence[object]) -> list[PlanStatus]:
@@ -222,44 +241,97 @@ def test_a_finding_for_a_gone_instance_is_not_acted_on() -> None:
     assert result.actions == ()
 
 
-def test_the_fuse_holds_actions_beyond_the_per_tick_limit_and_trips() -> None:
+def test_rate_limits_defer_actions_beyond_the_per_tick_limit_without_tripping() -> None:
+    views = [instance(str(i)) for i in range(10)]
+    findings = [finding(str(i), due_at=NOW - timedelta(minutes=i)) for i in range(5)]
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=3))
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.DEFERRED] * 2 + [PlanStatus.EXECUTE] * 3
+    assert [a.instance_id for a in result.deferred] == ["0", "1"]  # the oldest due go first
+    assert not result.fuse_tripped
+    assert result.blocked == ()
+    assert result.announce_deferral
+    assert "3 per tick" in result.deferral_reason
+
+
+def test_a_continuing_deferral_wave_is_announced_once() -> None:
     views = [instance(str(i)) for i in range(10)]
     findings = [finding(str(i)) for i in range(5)]
     ctx = context(safety=SafetyConfig(max_actions_per_tick=3))
-    result = plan(findings, fleet(*views), NOW, ctx)
-    assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 3
-    assert statuses(result.decisions).count(PlanStatus.BLOCKED) == 2
-    assert len(result.blocked) == 2
-    assert result.fuse_tripped
-    assert "per tick" in result.fuse_reason
+    last_tick = FuseState(last_deferred_at=NOW - timedelta(minutes=1))
+    result = plan(findings, fleet(*views, fuse=last_tick), NOW, ctx)
+    assert len(result.deferred) == 2
+    assert not result.announce_deferral
+    long_ago = FuseState(last_deferred_at=NOW - timedelta(hours=1))
+    assert plan(findings, fleet(*views, fuse=long_ago), NOW, ctx).announce_deferral
 
 
-def test_the_fuse_counts_actions_of_the_last_hour() -> None:
-    done = tuple(
-        ActionRecord(
-            f"old-{i}",
+def test_the_fuse_counts_actions_of_the_last_hour_but_not_dry_runs_or_the_budget() -> None:
+    def record(i: int, *, dry_run: bool = False, rule: str = "idle_gpu") -> ActionRecord:
+        return ActionRecord(
+            f"old-{i}-{dry_run}-{rule}",
             "vast-main",
             f"old{i}",
-            "idle_gpu",
+            rule,
             ActionKind.DESTROY,
-            "verified",
-            False,
+            "dry_run" if dry_run else "verified",
+            dry_run,
             NOW - timedelta(minutes=30),
         )
-        for i in range(9)
+
+    done = (
+        *(record(i) for i in range(9)),
+        *(record(i, dry_run=True) for i in range(20)),
+        *(record(i, rule="budget") for i in range(20)),
     )
     views = [instance(str(i)) for i in range(10)]
     result = plan([finding("1"), finding("2")], fleet(*views, recent_actions=done), NOW, context())
-    assert statuses(result.decisions) == [PlanStatus.EXECUTE, PlanStatus.BLOCKED]
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE, PlanStatus.DEFERRED]
+    assert not result.fuse_tripped
 
 
-def test_the_fuse_refuses_to_act_on_most_of_a_large_fleet_in_one_tick() -> None:
+def test_dry_runs_never_count_towards_the_fuse_and_are_never_held() -> None:
     views = [instance(str(i)) for i in range(4)]
-    findings = [finding(str(i)) for i in range(3)]
+    findings = [finding(str(i)) for i in range(4)]
+    ctx = context("monitor", safety=SafetyConfig(max_actions_per_tick=1), fuse_latched=True)
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE] * 4
+    assert not result.fuse_tripped
+    assert result.deferred == result.blocked == ()
+
+
+def test_a_wave_of_idle_instances_is_not_a_runaway_policy() -> None:
+    views = [instance(str(i)) for i in range(4)]
+    findings = [finding(str(i)) for i in range(4)]
     ctx = context(safety=SafetyConfig(max_actions_per_tick=10, max_fleet_fraction=0.5))
     result = plan(findings, fleet(*views), NOW, ctx)
-    assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 2
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE] * 4
+    assert not result.fuse_tripped
+
+
+def test_time_based_rules_acting_on_most_of_the_fleet_in_one_tick_trip_the_fuse() -> None:
+    views = [instance(str(i)) for i in range(4)]
+    findings = [finding(str(i), rule="max_runtime") for i in range(3)]
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=10, max_fleet_fraction=0.5))
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.BLOCKED] * 3
     assert result.fuse_tripped
+    assert "billing fleet of 4" in result.fuse_reason
+
+
+def test_an_idle_rule_firing_on_a_gpu_busy_a_tick_ago_trips_the_fuse() -> None:
+    busy = GpuSample(
+        account="vast-main",
+        instance_id="1",
+        gpu_index=0,
+        at=NOW - timedelta(minutes=1),
+        verdict=Verdict.BUSY,
+    )
+    views = [replace(instance("1"), samples=(busy,)), instance("2")]
+    result = plan([finding("1"), finding("2")], fleet(*views), NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.BLOCKED, PlanStatus.BLOCKED]
+    assert result.fuse_tripped
+    assert "vast-main/1" in result.fuse_reason
 
 
 def test_two_forgotten_instances_of_a_two_instance_fleet_are_not_a_runaway() -> None:
@@ -268,10 +340,14 @@ def test_two_forgotten_instances_of_a_two_instance_fleet_are_not_a_runaway() -> 
     assert not result.fuse_tripped
 
 
-def test_a_latched_fuse_blocks_ordinary_actions_but_not_the_budget_emergency() -> None:
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_latched_fuse_blocks_ordinary_actions_but_not_the_budget_emergency(
+    recorded: bool,
+) -> None:
     views = [instance("1"), instance("2")]
     findings = [finding("1"), finding("2", rule="budget")]
-    result = plan(findings, fleet(*views), NOW, context(fuse_latched=True))
+    view = fleet(*views, fuse=FuseState(latched=recorded))
+    result = plan(findings, view, NOW, context(fuse_latched=not recorded))
     assert statuses(result.decisions) == [PlanStatus.BLOCKED, PlanStatus.EXECUTE]
     assert not result.fuse_tripped  # already latched: no second trip alert
 
@@ -284,7 +360,46 @@ def test_the_budget_emergency_has_its_own_limit() -> None:
     )
     result = plan(findings, fleet(*views), NOW, ctx)
     assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 5
-    assert statuses(result.decisions).count(PlanStatus.BLOCKED) == 1
+    assert statuses(result.decisions).count(PlanStatus.DEFERRED) == 1
+    assert not result.fuse_tripped
+
+
+def test_a_due_action_without_a_warning_is_warned_first_and_acted_on_a_full_lead_later() -> None:
+    view = fleet(instance())
+    result = plan_unwarned([finding(due_at=NOW - timedelta(hours=2))], view, NOW, context())
+    (decision,) = result.decisions
+    assert decision.status is PlanStatus.WARN
+    assert decision.warning_key == f"{finding().episode_key}:warning"
+    assert decision.due_at == NOW + IdleGpuConfig().warn_before
+
+
+def test_a_warning_younger_than_warn_before_postpones_the_action() -> None:
+    sent = NOW - timedelta(minutes=4)
+    times = warned([finding()], at=sent)
+    view = fleet(instance(), notice_times=times, notification_keys=frozenset(times))
+    (decision,) = plan_unwarned([finding(due_at=NOW)], view, NOW, context()).decisions
+    assert decision.status is PlanStatus.WARN
+    assert decision.warning_key is None  # it stands: no second message
+    assert decision.due_at == sent + IdleGpuConfig().warn_before
+
+
+def test_a_withdrawn_warning_restarts_the_clock_with_a_new_warning() -> None:
+    episode = finding().episode_key
+    times = {
+        f"{episode}:warning": NOW - timedelta(hours=3),
+        f"{episode}:resolution": NOW - timedelta(hours=2),
+    }
+    view = fleet(instance(), notice_times=times, notification_keys=frozenset(times))
+    (decision,) = plan_unwarned([finding(due_at=NOW)], view, NOW, context()).decisions
+    assert decision.status is PlanStatus.WARN
+    assert decision.warning_key == f"{episode}:warning:{int(NOW.timestamp())}"
+    assert decision.due_at == NOW + IdleGpuConfig().warn_before
+
+
+def test_a_rule_without_grace_needs_no_warning() -> None:
+    ctx = replace(context(), rules={**context().rules, "budget": BudgetConfig(skip_grace=True)})
+    result = plan_unwarned([finding(rule="budget")], fleet(instance()), NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.EXECUTE]
 
 
 def test_switching_to_enforce_mid_episode_acts_despite_the_earlier_dry_run() -> None:

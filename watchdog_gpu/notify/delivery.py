@@ -10,9 +10,12 @@ format Apprise users already keep), beside or instead of inline routes. Each ser
 tagged with the severities it receives (``info``, ``warning``, ``critical``) or ``always``; a
 service with none of them would receive nothing, so it is a configuration error.
 
-``deliver_due`` drains what the store's outbox says is due. A failure is recorded with the next
-attempt time (exponential backoff from ``retry_initial`` doubling up to ``retry_max``) and the
-loop goes on: a dead notifier never blocks an action and never loses a message.
+``deliver_due`` drains what the store's outbox says is due, one message per severity and pass:
+the due messages of one severity (so of one set of routes) go out together as one batch
+(``render.render_batch``), so a tick that warns about eight instances pages once. A failure
+is recorded with the next attempt time (exponential backoff from ``retry_initial`` doubling up
+to ``retry_max``) and the loop goes on: a dead notifier never blocks an action and never
+loses a message.
 
 Apprise URLs hold tokens (webhook secrets, bot tokens, passwords). They are only ever logged or
 stored in Apprise's privacy-masked form, and every detail text is scrubbed of the raw URL's
@@ -35,7 +38,7 @@ from watchdog_gpu.config import NotifySection
 from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.log import url_secret_parts
 from watchdog_gpu.model import PlannedNotification, Severity
-from watchdog_gpu.notify.render import render_test
+from watchdog_gpu.notify.render import render_batch, render_test
 
 logger = logging.getLogger(__name__)
 
@@ -300,44 +303,60 @@ def deliver_due(
 ) -> DeliveryReport:
     """Deliver up to ``limit`` due messages; failures stay queued until a later attempt.
 
-    Given the store's outbox, a deliverer, ``now`` and the retry backoff. The n-th failed attempt
+    Given the store's outbox, a deliverer, ``now`` and the retry backoff. Messages of one
+    severity are delivered as one batch and share its outcome. The n-th failed attempt
     of a message is marked due again at ``now + backoff.delay(n)``; one failing message never
     stops the others.
     Returns counts of delivered, unrouted (no route for the severity) and failed messages.
     Store errors propagate (the tick records them); delivery itself never raises.
     """
     report = DeliveryReport()
+    batches: dict[Severity, list[ClaimedNotification]] = {}
     for claimed in outbox.claim_due_notifications(now, limit):
-        message = claimed.notification
+        batches.setdefault(claimed.notification.severity, []).append(claimed)
+    for batch in batches.values():
+        message = render_batch([claimed.notification for claimed in batch], now)
         result = delivery.deliver(message)
-        if result.ok:
-            outbox.mark_notification_delivered(message.idempotency_key, now)
-            if result.routed:
-                report.delivered += 1
-                logger.info(
-                    "notification delivered key=%s severity=%s",
-                    message.idempotency_key,
-                    message.severity.value,
-                )
-            else:
-                report.unrouted += 1
-            continue
-        failures = claimed.attempts + 1
-        next_attempt_at = now + backoff.delay(failures)
-        outbox.mark_notification_failed(
-            message.idempotency_key, now, result.detail, next_attempt_at
-        )
-        report.failed += 1
-        logger.warning(
-            "notification delivery failed key=%s severity=%s attempts=%d next_attempt_at=%s "
-            "detail=%s",
-            message.idempotency_key,
-            message.severity.value,
-            failures,
-            next_attempt_at.isoformat(),
-            result.detail,
-        )
+        for claimed in batch:
+            _record_result(outbox, claimed, result, now=now, backoff=backoff, report=report)
     return report
+
+
+def _record_result(
+    outbox: NotificationOutbox,
+    claimed: ClaimedNotification,
+    result: DeliveryResult,
+    *,
+    now: datetime,
+    backoff: Backoff,
+    report: DeliveryReport,
+) -> None:
+    """Mark one message of a delivered (or failed) batch and count it."""
+    message = claimed.notification
+    if result.ok:
+        outbox.mark_notification_delivered(message.idempotency_key, now)
+        if result.routed:
+            report.delivered += 1
+            logger.info(
+                "notification delivered key=%s severity=%s",
+                message.idempotency_key,
+                message.severity.value,
+            )
+        else:
+            report.unrouted += 1
+        return
+    failures = claimed.attempts + 1
+    next_attempt_at = now + backoff.delay(failures)
+    outbox.mark_notification_failed(message.idempotency_key, now, result.detail, next_attempt_at)
+    report.failed += 1
+    logger.warning(
+        "notification delivery failed key=%s severity=%s attempts=%d next_attempt_at=%s detail=%s",
+        message.idempotency_key,
+        message.severity.value,
+        failures,
+        next_attempt_at.isoformat(),
+        result.detail,
+    )
 
 
 def notify_test(delivery: AppriseDelivery, now: datetime) -> list[RouteTestResult]:

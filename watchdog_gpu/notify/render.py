@@ -18,6 +18,7 @@ kind            key                              function
 warning         ``{episode_key}:warning``        :func:`render_warning`
 action          ``{episode_key}:action``         :func:`render_action_result`
 blocked         ``{episode_key}:blocked``        :func:`render_action_result` (BLOCKED)
+refused         ``{episode_key}:refused``        :func:`render_action_result` (RETRYING)
 resolution      ``{episode_key}:resolution``     :func:`render_resolution`
 alert           ``{episode_key}:alert``          :func:`render_alert`
 escalation      ``{episode_key}:escalation:{n}`` :func:`render_escalation`
@@ -40,7 +41,7 @@ name/label for the instance, shown in quotes).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -66,7 +67,8 @@ class ActionOutcome(StrEnum):
 
     VERIFIED = "verified"  # the re-listing shows it gone (or stopped for a stop)
     UNVERIFIED = "unverified"  # the call went out, the listing still shows it billing
-    FAILED = "failed"  # the provider call failed
+    FAILED = "failed"  # the provider refused the call repeatedly: given up (final)
+    RETRYING = "retrying"  # the provider refused the call: it is retried a bounded number of times
     HELD = "held"  # salvage failed and on_failure = "hold": kept, a human decides
     BLOCKED = "blocked"  # the blast-radius fuse refused it
     DRY_RUN = "dry_run"  # monitor mode: decided and recorded, nothing changed
@@ -86,6 +88,7 @@ def render_warning(
     now: datetime,
     usd_so_far: float | None = None,
     snooze_for: str = DEFAULT_SNOOZE,
+    key: str | None = None,
 ) -> PlannedNotification:
     """The grace warning sent ``warn_before`` ahead of a stop/destroy (severity warning).
 
@@ -113,6 +116,7 @@ def render_warning(
         now=now,
         dry_run=dry_run,
         episode=None,
+        key=key,
     )
 
 
@@ -160,10 +164,22 @@ def render_action_result(
         lines.append(_cost_line(rate, _so_far(subject, usd_so_far)))
         lines.append("Next: re-checking with backoff; you will hear again if it keeps billing.")
     elif outcome is ActionOutcome.FAILED:
-        title = f"Could not {infinitive} {name}: {subject.rule}"
-        lines.append(f"The {infinitive} call failed; it keeps billing.")
+        title = f"Gave up trying to {infinitive} {name}: {subject.rule}"
+        lines.append(f"The provider refused the {infinitive} call again; it keeps billing.")
         lines.append(_cost_line(rate, _so_far(subject, usd_so_far)))
-        lines.append("Next: retried with backoff. Check the provider console.")
+        lines.append(
+            f"Next: nothing more from watchdog-gpu (final). {infinitive.capitalize()} it in the "
+            "provider console, or fix the account's API key."
+        )
+    elif outcome is ActionOutcome.RETRYING:
+        kind = "refused"
+        title = f"Could not {infinitive} {name}: {subject.rule}"
+        lines.append(f"The provider refused the {infinitive} call; it keeps billing.")
+        lines.append(_cost_line(rate, _so_far(subject, usd_so_far)))
+        lines.append(
+            "Next: retried with backoff while the condition still holds, a few times at most; "
+            "you will hear when it is given up. Check the provider console and the API key."
+        )
     elif outcome is ActionOutcome.HELD:
         title = f"Holding {name}: salvage failed, not {verb}"
         lines.append(f"Salvage before the {infinitive} failed, so it was kept; it keeps billing.")
@@ -201,11 +217,14 @@ def render_resolution(
     action_cancelled: bool = False,
     dry_run: bool = False,
     episode_key: str | None = None,
+    key: str | None = None,
 ) -> PlannedNotification:
-    """The one message that closes an episode: the condition cleared (severity info).
+    """The message that closes an episode: the condition cleared (severity info).
 
     ``reason`` says how, in a few words ("GPU busy again", "instance gone", "balance back above
-    $20"). ``action_cancelled`` adds that the warned-about stop/destroy will not happen.
+    $20"). ``action_cancelled`` adds that the warned-about stop/destroy will not happen: the
+    warning is withdrawn. ``key`` overrides the idempotency key (a second withdrawal of the same
+    episode, see ``watchdog_gpu.notices``).
     """
     lines = _preamble(subject, dry_run)
     lines.append(f"Cleared: {_clean(reason, _DETAIL_LIMIT)}.")
@@ -224,6 +243,7 @@ def render_resolution(
         now=now,
         dry_run=dry_run,
         episode=episode_key,
+        key=key,
     )
 
 
@@ -288,14 +308,17 @@ def render_escalation(
     burned = None if rate is None else rate * elapsed.total_seconds() / 3600
     lines.append(
         f"The {action.value} call went out at {format_clock(acted_at, now)} "
-        f"({format_duration(elapsed)} ago); the provider does not list it as "
+        f"({format_duration(elapsed)} ago); the provider has not confirmed it "
         f"{_target_state(action)} yet."
     )
     since = "unknown" if burned is None else f"about {format_usd(burned)}"
     lines.append(f"Cost: {format_rate(rate)}, {since} since the {action.value} call.")
     if detail:
         lines.append(f"Detail: {_clean(detail, _DETAIL_LIMIT)}")
-    lines.append(f"Next: still retrying. {action.value.capitalize()} it in the provider console.")
+    lines.append(
+        f"Next: still checking (and retrying while the condition holds). "
+        f"{action.value.capitalize()} it in the provider console."
+    )
     title = f"{name} still billing {format_duration(elapsed)} after {action.value} (#{number})"
     key = notification_key(_episode_of(subject, episode_key), "escalation", number)
     return PlannedNotification(
@@ -307,6 +330,31 @@ def render_escalation(
         rule=subject.rule,
         account=subject.account,
         instance_id=subject.instance_id,
+    )
+
+
+def render_batch(items: Sequence[PlannedNotification], now: datetime) -> PlannedNotification:
+    """Several messages of one severity as one (one push per route, severity and delivery
+    pass): the title counts them and names the first; the body keeps every message whole, so
+    each still carries its snooze/protect commands. Raises ValueError for an empty batch or
+    mixed severities."""
+    if not items:
+        raise ValueError("an empty batch")
+    severity = items[0].severity
+    if any(item.severity is not severity for item in items):
+        raise ValueError("a batch holds messages of one severity")
+    if len(items) == 1:
+        return items[0]
+    noun = {Severity.INFO: "updates", Severity.WARNING: "warnings", Severity.CRITICAL: "alerts"}
+    title = f"{len(items)} {noun[severity]}: {items[0].title}"
+    sections = [f"[{n}/{len(items)}] {item.title}\n{item.body}" for n, item in enumerate(items, 1)]
+    return PlannedNotification(
+        idempotency_key=f"batch:{items[0].idempotency_key}",
+        severity=severity,
+        title=_clean(title, _TITLE_LIMIT),
+        body="\n\n".join(sections),
+        created_at=now,
+        items=tuple(items),
     )
 
 
@@ -396,10 +444,11 @@ def _notification(
     now: datetime,
     dry_run: bool,
     episode: str | None,
+    key: str | None = None,
 ) -> PlannedNotification:
     prefix = "[monitor] " if dry_run else ""
     return PlannedNotification(
-        idempotency_key=notification_key(_episode_of(subject, episode), kind),
+        idempotency_key=key or notification_key(_episode_of(subject, episode), kind),
         severity=severity,
         title=_clean(prefix + title, _TITLE_LIMIT),
         body="\n".join(lines),

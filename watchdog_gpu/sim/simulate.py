@@ -98,10 +98,16 @@ class CapturingDelivery:
     """Delivers every notification by recording it (the simulator's phone)."""
 
     clock: VirtualClock
+    # Every message delivered (the items of a batch one by one) and the push it went out in.
     sent: list[tuple[datetime, PlannedNotification]] = field(default_factory=list)
+    push_of: list[int] = field(default_factory=list)
+    pushes: int = 0
 
     def deliver(self, notification: PlannedNotification) -> DeliveryResult:
-        self.sent.append((self.clock.now(), notification))
+        self.pushes += 1
+        for item in notification.items or (notification,):
+            self.sent.append((self.clock.now(), item))
+            self.push_of.append(self.pushes)
         return DeliveryResult(ok=True, detail="captured", routed=True)
 
 
@@ -298,8 +304,9 @@ class Simulation:
                 "instance": note.instance_id,
                 "rule": note.rule,
                 "title": note.title,
+                "push": push,
             }
-            for at, note in self.capture.sent
+            for (at, note), push in zip(self.capture.sent, self.capture.push_of, strict=True)
         ]
 
     def _instances(self) -> dict[str, dict[str, Any]]:

@@ -22,6 +22,7 @@ from watchdog_gpu.store.types import JsonValue
 
 FUSE_TRIPPED = "fuse_tripped"
 FUSE_RESET = "fuse_reset"
+ACTIONS_DEFERRED = "actions_deferred"
 
 
 def append_audit(

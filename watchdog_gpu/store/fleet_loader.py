@@ -26,9 +26,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.fleet import AccountView, FleetView, InstanceView, VolumeView
+from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeView
 from watchdog_gpu.model import ActionStatus, InstanceState, StateSpan
 from watchdog_gpu.store import convert
+from watchdog_gpu.store.decisions import ACTIONS_DEFERRED, FUSE_RESET, FUSE_TRIPPED
 from watchdog_gpu.store.history import FleetHistory, NewestIds
 from watchdog_gpu.store.history_rows import (
     PROBES_QUERY,
@@ -43,6 +44,7 @@ from watchdog_gpu.store.schema import (
     Account,
     AccountSnapshotRow,
     ActionOutboxRow,
+    AuditEventRow,
     FindingRow,
     GpuSampleRow,
     Instance,
@@ -136,9 +138,16 @@ _ACTIONS = select(*ActionOutboxRow.__table__.columns).where(
         ActionOutboxRow.status.in_(OPEN_ACTION_STATUSES),
     )
 )
-_NOTIFICATION_KEYS = select(NotificationOutboxRow.idempotency_key).where(
-    NotificationOutboxRow.created_at >= bindparam("notifications_since")
+_NOTIFICATION_KEYS = select(
+    NotificationOutboxRow.idempotency_key, NotificationOutboxRow.created_at
+).where(NotificationOutboxRow.created_at >= bindparam("notifications_since"))
+_LATEST_FUSE_EVENT = (
+    select(AuditEventRow.kind)
+    .where(AuditEventRow.kind.in_((FUSE_TRIPPED, FUSE_RESET)))
+    .order_by(AuditEventRow.at.desc(), AuditEventRow.id.desc())
+    .limit(1)
 )
+_LAST_DEFERRED = select(func.max(AuditEventRow.at)).where(AuditEventRow.kind == ACTIONS_DEFERRED)
 _ALL_INSTANCES = select(*Instance.__table__.columns).order_by(
     Instance.account, Instance.instance_id
 )
@@ -162,6 +171,12 @@ def load_fleet_view(
     newest = history.newest_ids(conn) if history is not None else None
     account_views = _account_views(conn, accounts, history, newest)
     names = list(account_views)
+    notices = {
+        row.idempotency_key: row.created_at
+        for row in conn.execute(
+            _NOTIFICATION_KEYS, {"notifications_since": now - notification_lookback}
+        )
+    }
     window_start = min(spend_since, now - lookback)
     instances = _instance_views(
         conn, names, now, window_start, now - lookback, history=history, newest=newest
@@ -188,10 +203,16 @@ def load_fleet_view(
                 key=lambda row: (row.created_at, row.id),
             )
         ),
-        notification_keys=frozenset(
-            conn.scalars(_NOTIFICATION_KEYS, {"notifications_since": now - notification_lookback})
-        ),
+        notification_keys=frozenset(notices),
+        notice_times=notices,
+        fuse=fuse_state(conn),
     )
+
+
+def fuse_state(conn: Connection) -> FuseState:
+    """The fuse as the audit trail records it (both reads use the (kind, at) index)."""
+    latest = conn.scalar(_LATEST_FUSE_EVENT)
+    return FuseState(latched=latest == FUSE_TRIPPED, last_deferred_at=conn.scalar(_LAST_DEFERRED))
 
 
 def instance_records(conn: Connection, *, include_gone: bool) -> list[InstanceRecord]:

@@ -35,10 +35,13 @@ class ScriptedDelivery:
     def __init__(self, failing: set[str]) -> None:
         self.failing = failing
         self.sent: list[str] = []
+        self.pushes: list[PlannedNotification] = []
 
     def deliver(self, notification: PlannedNotification) -> DeliveryResult:
-        self.sent.append(notification.idempotency_key)
-        if notification.idempotency_key in self.failing:
+        keys = [item.idempotency_key for item in notification.items or (notification,)]
+        self.sent.extend(keys)
+        self.pushes.append(notification)
+        if self.failing & set(keys):
             return DeliveryResult(ok=False, detail="FAILURE; connection refused")
         return DeliveryResult(ok=True, detail="SUCCESS")
 
@@ -54,8 +57,8 @@ def test_backoff_doubles_from_the_initial_delay_up_to_the_maximum() -> None:
 
 def test_one_failing_message_neither_stops_the_others_nor_gets_lost() -> None:
     outbox = MemoryOutbox()
-    for key in ("a", "b", "c"):
-        outbox.enqueue(message(key))
+    for key, severity in (("a", Severity.INFO), ("b", Severity.WARNING), ("c", Severity.CRITICAL)):
+        outbox.enqueue(message(key, severity))
     delivery = ScriptedDelivery(failing={"b"})
     backoff = Backoff(initial=timedelta(seconds=30), maximum=timedelta(hours=1))
 
@@ -65,6 +68,47 @@ def test_one_failing_message_neither_stops_the_others_nor_gets_lost() -> None:
     assert delivery.sent == ["a", "b", "c"]
     assert outbox.rows["b"].delivered_at is None
     assert outbox.rows["b"].last_error == "FAILURE; connection refused"
+
+
+def test_the_messages_of_one_pass_and_one_severity_go_out_as_one_push() -> None:
+    outbox = MemoryOutbox()
+    for key in ("w1", "w2", "w3"):
+        outbox.enqueue(
+            PlannedNotification(
+                idempotency_key=key,
+                severity=Severity.WARNING,
+                title=f"title {key}",
+                body=f"body {key}\nSnooze: watchdog-gpu snooze acct/{key} --for 2h",
+                created_at=NOW,
+            )
+        )
+    outbox.enqueue(message("c1", Severity.CRITICAL))
+    delivery = ScriptedDelivery(failing=set())
+
+    report = deliver_due(outbox, delivery, NOW, Backoff())
+
+    assert report.delivered == 4
+    warnings, critical = delivery.pushes
+    assert [item.idempotency_key for item in warnings.items] == ["w1", "w2", "w3"]
+    assert warnings.severity is Severity.WARNING
+    assert warnings.title.startswith("3 warnings: title w1")
+    for key in ("w1", "w2", "w3"):
+        assert f"title {key}\nbody {key}\nSnooze: watchdog-gpu snooze acct/{key}" in warnings.body
+    assert critical.idempotency_key == "c1"  # alone: sent as it is
+    assert critical.items == ()
+
+
+def test_a_failed_batch_keeps_every_message_it_carried_queued() -> None:
+    outbox = MemoryOutbox()
+    for key in ("a", "b"):
+        outbox.enqueue(message(key))
+    delivery = ScriptedDelivery(failing={"b"})
+
+    report = deliver_due(outbox, delivery, NOW, Backoff())
+
+    assert (report.delivered, report.failed) == (0, 2)
+    assert outbox.rows["a"].delivered_at is None
+    assert outbox.rows["b"].delivered_at is None
 
 
 def test_each_further_failure_waits_twice_as_long() -> None:

@@ -166,7 +166,13 @@ def test_a_notify_only_finding_cannot_be_warned_about_as_a_kill() -> None:
     [
         (ActionOutcome.VERIFIED, Severity.WARNING, "action", "verified gone"),
         (ActionOutcome.UNVERIFIED, Severity.CRITICAL, "action", "does not list it as gone yet"),
-        (ActionOutcome.FAILED, Severity.CRITICAL, "action", "call failed; it keeps billing"),
+        (
+            ActionOutcome.FAILED,
+            Severity.CRITICAL,
+            "action",
+            "nothing more from watchdog-gpu (final)",
+        ),
+        (ActionOutcome.RETRYING, Severity.CRITICAL, "refused", "retried with backoff while"),
         (ActionOutcome.HELD, Severity.CRITICAL, "action", "Salvage before the destroy failed"),
         (ActionOutcome.BLOCKED, Severity.CRITICAL, "blocked", "blast-radius fuse refused"),
         (ActionOutcome.DRY_RUN, Severity.WARNING, "action", "would have been destroyed"),

@@ -1,0 +1,96 @@
+"""The record of warnings: which episode has a *standing* warning, and since when.
+
+A destructive action may only follow a warning that was sent at least the rule's ``warn_before``
+earlier and was not withdrawn since (docs/safety.md, "Warnings"). A warning is withdrawn by the
+episode's resolution ("Resolved … the planned destroy is cancelled"): the condition cleared, or
+the executor cancelled the action. When the condition comes back — as the same episode or a new
+one — the clock starts again with a new warning.
+
+Messages of an episode are keyed ``{episode_key}:{kind}`` (see ``notify/render.py``). A second
+warning or resolution of the same episode (after a withdrawal) gets a uniquifying suffix
+``:{epoch seconds}``, so the outbox's idempotency keeps one message per kind *per tick* and
+nothing is lost. This module reads those keys back from the fleet view's ``notice_times``
+(key → when it was enqueued).
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+WARNING = "warning"
+RESOLUTION = "resolution"
+_TRACKED = frozenset({WARNING, RESOLUTION})
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeKey:
+    """A parsed message key ``{episode}:{kind}`` or ``{episode}:{kind}:{n}``."""
+
+    episode: str
+    kind: str
+    number: int | None = None
+
+    def format(self) -> str:
+        base = f"{self.episode}:{self.kind}"
+        return base if self.number is None else f"{base}:{self.number}"
+
+    @classmethod
+    def parse(cls, key: str, kinds: Container[str] = _TRACKED) -> NoticeKey | None:
+        """The parts of ``key``, or None when its kind is not one of ``kinds``. Episode keys
+        hold colons (an ISO time ends them), so the key is read from the right."""
+        head, _, last = key.rpartition(":")
+        if last.isascii() and last.isdigit() and head:
+            rest, _, kind = head.rpartition(":")
+            if kind in kinds and rest:
+                return cls(rest, kind, int(last))
+            return None
+        if last in kinds and head:
+            return cls(head, last)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeNotices:
+    """When the latest warning and the latest resolution of one episode were enqueued."""
+
+    last_warning_at: datetime | None = None
+    last_resolution_at: datetime | None = None
+
+    @property
+    def standing_since(self) -> datetime | None:
+        """The time of the warning that stands (sent and not withdrawn since), or None."""
+        warned = self.last_warning_at
+        if warned is None:
+            return None
+        resolved = self.last_resolution_at
+        return warned if resolved is None or resolved < warned else None
+
+
+def index_notices(notice_times: Mapping[str, datetime]) -> dict[str, EpisodeNotices]:
+    """Warnings and resolutions by episode key, from message keys and their enqueue times."""
+    index: dict[str, EpisodeNotices] = {}
+    for key, at in notice_times.items():
+        parsed = NoticeKey.parse(key)
+        if parsed is None:
+            continue
+        known = index.get(parsed.episode, EpisodeNotices())
+        if parsed.kind == WARNING:
+            if known.last_warning_at is None or at > known.last_warning_at:
+                known = EpisodeNotices(at, known.last_resolution_at)
+        elif known.last_resolution_at is None or at > known.last_resolution_at:
+            known = EpisodeNotices(known.last_warning_at, at)
+        index[parsed.episode] = known
+    return index
+
+
+def next_notice_key(episode: str, kind: str, existing: Container[str], now: datetime) -> str:
+    """The key of a new ``kind`` message of ``episode``: the plain key the first time, then
+    one made unique by ``now`` (one per tick; a replan in the same tick is a no-op)."""
+    plain = NoticeKey(episode, kind).format()
+    if plain not in existing:
+        return plain
+    return NoticeKey(episode, kind, int(now.timestamp())).format()
