@@ -261,13 +261,7 @@ class Executor:
         last_error: str | None = None,
     ) -> None:
         """A step that ends with the action's one result message."""
-        note = render_action_result(
-            row_subject(row),
-            outcome=outcome,
-            now=state.now,
-            detail=detail,
-            episode_key=episode_key_of(row),
-        )
+        note = _result_note(row, state, outcome, detail)
         self._step(
             row,
             state,
@@ -445,13 +439,7 @@ class Executor:
             return
         note = None
         if row.attempts <= 1:
-            note = render_action_result(
-                row_subject(row),
-                outcome=ActionOutcome.RETRYING,
-                now=state.now,
-                detail=detail,
-                episode_key=episode_key_of(row),
-            )
+            note = _result_note(row, state, ActionOutcome.RETRYING, detail)
         self._retry_later(
             row,
             state,
@@ -628,6 +616,18 @@ class _OutboxKeys:
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.store.get_notification(key) is not None
+
+
+def _result_note(
+    row: ActionRow, state: _Pass, outcome: ActionOutcome, detail: str
+) -> PlannedNotification:
+    return render_action_result(
+        row_subject(row),
+        outcome=outcome,
+        now=state.now,
+        detail=detail,
+        episode_key=episode_key_of(row),
+    )
 
 
 def escalation_number(elapsed: timedelta, after: timedelta) -> int:
