@@ -226,3 +226,54 @@ def test_a_standby_stops_cleanly_on_sigterm(tmp_path: Path, database_url: str) -
     finally:
         a.stop()
         b.stop()
+
+
+def test_every_operator_command_works_on_postgresql_and_never_shows_the_password(
+    tmp_path: Path, database_url: str
+) -> None:
+    canary = "pg-canary-5b7d1e"  # the test server trusts loopback, so any password is accepted
+    config = tmp_path / "team.toml"
+    config.write_text(
+        _config(tmp_path, database_url, "node-a")
+        .read_text(encoding="utf-8")
+        .replace('mode = "monitor"', 'mode = "enforce"')
+        .replace(
+            'node_name = "node-a"',
+            'node_name = "node-a"\ndatabase_password = { env = "WD_TEST_DB_PASSWORD" }',
+        ),
+        encoding="utf-8",
+    )
+
+    def command(*arguments: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "watchdog_gpu", *arguments, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_SECONDS,
+            check=False,
+            env={**environment(tmp_path), "WD_TEST_DB_PASSWORD": canary},
+        )
+        assert canary not in result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        return result
+
+    assert command("db", "upgrade").returncode == 0
+    polled = command("once")  # the provider's port is closed: the poll fails, recorded
+    assert polled.returncode == 1
+    assert "vast-main: FAILED" in polled.stdout
+    dry = command("once", "--dry-run")  # enforce config: runs on an SQLite copy of the database
+    assert dry.returncode == 1, dry.stderr
+    assert "vast-main: FAILED" in dry.stdout
+    status = command("status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert '"leader"' in status.stdout
+    assert '"vast-main"' in status.stdout
+    protected = command("protect", "--account", "vast-main", "--reason", "team test")
+    assert protected.returncode == 0, protected.stderr
+    assert command("unprotect", "--account", "vast-main").returncode == 0
+    fuse = command("fuse", "status")
+    assert fuse.returncode == 0, fuse.stderr
+    events = command("events", "--json")
+    assert events.returncode == 0, events.stderr
+    assert "protection_added" in events.stdout
+    assert "protection_removed" in events.stdout

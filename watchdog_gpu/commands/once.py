@@ -123,18 +123,43 @@ def _database_for_run(
     from sqlalchemy.engine import make_url
 
     url = make_url(settings.watchdog.effective_database_url(environ))
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+    server = url.get_backend_name() != "sqlite"
+    if not server and url.database in (None, "", ":memory:"):
         raise CommandError(
             "--dry-run of a configuration that enforces runs on a copy of the database, "
-            'which needs an SQLite file; set [watchdog] mode = "monitor" and run `once`'
+            'which needs a database file or server; set [watchdog] mode = "monitor" and run '
+            "`once`"
         )
-    source = Path(url.database).expanduser()
     with tempfile.TemporaryDirectory(prefix="watchdog-gpu-dry-run-") as directory:
         target = Path(directory) / "dry-run.db"
-        if source.is_file():
-            _copy_sqlite(source, target)
-        watchdog = settings.watchdog.model_copy(update={"database_url": f"sqlite:///{target}"})
+        if server:  # PostgreSQL: the team's history copied into a throw-away SQLite file
+            _copy_server_database(url.render_as_string(hide_password=False), target)
+        else:
+            source = Path(url.database or "").expanduser()
+            if source.is_file():
+                _copy_sqlite(source, target)
+        watchdog = settings.watchdog.model_copy(
+            update={"database_url": f"sqlite:///{target}", "database_password": None}
+        )
         yield settings.model_copy(update={"watchdog": watchdog})
+
+
+def _copy_server_database(url: str, target: Path) -> None:
+    """A copy of a server database (PostgreSQL) into the SQLite file ``target`` (``db copy``)."""
+    from watchdog_gpu.errors import StoreError
+    from watchdog_gpu.store import create_engine_for, sqlite_url
+    from watchdog_gpu.store.copy import copy_database
+
+    source, copy = create_engine_for(url), create_engine_for(sqlite_url(target))
+    try:
+        copy_database(source, copy)
+    except StoreError as error:
+        raise CommandError(
+            f"cannot copy the database for the dry run: {error}", code=EXIT_FAILURE
+        ) from None
+    finally:
+        source.dispose()
+        copy.dispose()
 
 
 def _copy_sqlite(source: Path, target: Path) -> None:
