@@ -92,7 +92,10 @@ def child_environment(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def sim_serve(tmp_path: Path) -> Iterator[dict[str, str]]:
+def sim_serve(
+    tmp_path: Path, scenario: Path = SCENARIOS / "forgotten_4090.toml"
+) -> Iterator[dict[str, str]]:
+    """``watchdog-gpu sim serve`` of ``scenario`` at 60x speed; yields its URLs by provider."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -101,7 +104,7 @@ def sim_serve(tmp_path: Path) -> Iterator[dict[str, str]]:
             "sim",
             "serve",
             "--scenario",
-            str(SCENARIOS / "forgotten_4090.toml"),
+            str(scenario),
             "--speed",
             "60",
         ],
@@ -126,7 +129,22 @@ def sim_serve(tmp_path: Path) -> Iterator[dict[str, str]]:
             process.stdout.close()
 
 
-def write_config(tmp_path: Path, vast_url: str, metrics_port: int, ping_url: str) -> Path:
+DEAD_MANS_SWITCH = 'dead_mans_switch_url = { env = "WD_TEST_PING_URL" }\n'
+NO_PROBE = "[probe]\nenabled = false\n"
+
+
+def write_config(
+    tmp_path: Path,
+    vast_url: str,
+    metrics_port: int,
+    *,
+    watchdog: str = DEAD_MANS_SWITCH,
+    sections: str = NO_PROBE,
+    account: str = "",
+) -> Path:
+    """A config polling the simulator's vast-main every 2 s (key in ``$WD_TEST_VAST_KEY``) with
+    metrics on ``metrics_port``; ``watchdog`` lines go to ``[watchdog]``, ``sections`` before the
+    account, ``account`` after it (e.g. its ``[accounts.ssh]``)."""
     config = tmp_path / "config.toml"
     config.write_text(
         f"""
@@ -134,21 +152,18 @@ def write_config(tmp_path: Path, vast_url: str, metrics_port: int, ping_url: str
 poll_interval = "2s"
 probe_interval = "2s"
 database_url = "{sqlite_url(tmp_path / "state" / "watchdog-gpu.db")}"
-dead_mans_switch_url = {{ env = "WD_TEST_PING_URL" }}
-
+{watchdog}
 [metrics]
 listen_address = "127.0.0.1"
 port = {metrics_port}
 
-[probe]
-enabled = false
-
+{sections}
 [[accounts]]
 name = "vast-main"
 provider = "vast"
 api_key = {{ env = "WD_TEST_VAST_KEY" }}
 api_url = "{vast_url}"
-""",
+{account}""",
         encoding="utf-8",
     )
     return config
@@ -162,7 +177,7 @@ def test_the_daemon_runs_against_the_simulator_and_stops_cleanly_on_a_signal(
     metrics_port = free_port()
     with sim_serve(tmp_path) as urls, HttpReceiver() as receiver:
         ping_path = "/ping/5f3c1d2e-token"
-        config = write_config(tmp_path, urls["vast"], metrics_port, ping_path)
+        config = write_config(tmp_path, urls["vast"], metrics_port)
         environ = child_environment(
             tmp_path,
             NOTIFY_SOCKET=str(notify.path),

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import socket
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,8 +24,17 @@ from tests.integration.store_builders import (
     probe,
     sample,
 )
+from tests.support.prometheus import (
+    ALERTS,
+    DASHBOARD,
+    PrometheusServer,
+    dashboard_panels,
+    dashboard_queries,
+    running_prometheus,
+    wait_for,
+)
 from tests.support.requirements import require_program
-from watchdog_gpu.clock import SystemClock, VirtualClock
+from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.metrics import Metrics, MetricsConfig, new_registry, serve_metrics, stop_metrics
 from watchdog_gpu.model import InstanceState, ProbeOutcome, ProbeStatus
@@ -37,43 +43,7 @@ from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_
 
 pytestmark = pytest.mark.prometheus
 
-ROOT = Path(__file__).resolve().parents[2]
-ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
-DASHBOARD = ROOT / "deploy" / "grafana" / "watchdog-gpu.json"
 NOW = T0 + minutes(60)
-WAIT_SECONDS = 60.0
-CLOCK = SystemClock()
-# What the dashboard's Grafana macros and variables become in a plain Prometheus query.
-GRAFANA_SUBSTITUTIONS = {
-    "$__rate_interval": "30s",
-    "$__interval": "5s",
-    "$__range": "1h",
-    "$account": ".*",
-}
-
-
-def wait_for(what: str, check: Callable[[], Any]) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``WAIT_SECONDS``."""
-    deadline = CLOCK.monotonic() + WAIT_SECONDS
-    last_error: Exception | None = None
-    while CLOCK.monotonic() < deadline:
-        try:
-            result = check()
-        except (httpx.HTTPError, ValueError, KeyError) as error:
-            last_error, result = error, None
-        if result:
-            return result
-        CLOCK.sleep(0.2)
-    pytest.fail(
-        f"timed out after {WAIT_SECONDS:.0f}s waiting for {what} (last error: {last_error})"
-    )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe_socket:
-        probe_socket.bind(("127.0.0.1", 0))
-        port: int = probe_socket.getsockname()[1]
-        return port
 
 
 def record_fleet(store: Store) -> None:
@@ -143,79 +113,12 @@ def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
         engine.dispose()
 
 
-@dataclass
-class PrometheusServer:
-    base_url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def get(self, path: str, **params: str) -> Any:
-        response = httpx.get(f"{self.base_url}{path}", params=params, timeout=10)
-        payload = response.json()
-        assert payload["status"] == "success", (path, params, payload)
-        return payload["data"]
-
-    def query(self, expression: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.get("/api/v1/query", query=expression)["result"]
-        return result
-
-
 @pytest.fixture(scope="module")
 def prometheus(
     exporter: Exporter, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusServer]:
-    binary = require_program("prometheus", hint="Debian package prometheus")
-    workdir = tmp_path_factory.mktemp("prometheus")
-    shutil.copy(ALERTS, workdir / "alerts.yml")
-    (workdir / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "rule_files: [alerts.yml]\n"
-        "scrape_configs:\n"
-        "  - job_name: watchdog_gpu\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n",
-        encoding="utf-8",
-    )
-    port = free_port()
-    log = workdir / "prometheus.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=1h",
-                "--log.level=warn",
-            ],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    server = PrometheusServer(f"http://127.0.0.1:{port}", process, log)
-    try:
-        wait_for("Prometheus to be ready", lambda: _ready(server))
-        wait_for("the watchdog_gpu target to be up", lambda: _target_up(server, exporter.port))
+    with running_prometheus(exporter.port, tmp_path_factory.mktemp("prometheus")) as server:
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
-
-
-def _ready(server: PrometheusServer) -> bool:
-    if server.process.poll() is not None:
-        pytest.fail(f"prometheus exited: {server.log.read_text(errors='replace')[-2000:]}")
-    return httpx.get(f"{server.base_url}/-/ready", timeout=5).status_code == 200
-
-
-def _target_up(server: PrometheusServer, port: int) -> bool:
-    targets = server.get("/api/v1/targets", state="active")["activeTargets"]
-    return any(
-        target["scrapeUrl"] == f"http://127.0.0.1:{port}/metrics" and target["health"] == "up"
-        for target in targets
-    )
 
 
 # -- promtool ---------------------------------------------------------------------------------
@@ -272,54 +175,25 @@ def test_prometheus_scrapes_the_exporter_and_answers_queries_about_the_fleet(
 def test_the_shipped_alert_rules_evaluate_against_the_live_metrics(
     prometheus: PrometheusServer,
 ) -> None:
-    def evaluated() -> list[dict[str, Any]] | None:
-        groups = prometheus.get("/api/v1/rules")["groups"]
-        rules = [rule for group in groups for rule in group["rules"]]
+    def evaluated() -> dict[str, dict[str, Any]] | None:
+        rules = prometheus.alert_rules()
         # A rule never evaluated reports the zero time 0001-01-01.
-        if rules and not any(rule["lastEvaluation"].startswith("0001") for rule in rules):
+        if rules and not any(r["lastEvaluation"].startswith("0001") for r in rules.values()):
             return rules
         return None
 
-    rules = wait_for("every alert rule to be evaluated", evaluated)
-    by_name = {rule["name"]: rule for rule in rules}
+    by_name = wait_for("every alert rule to be evaluated", evaluated)
 
     assert len(by_name) == ALERTS.read_text().count("- alert: ") >= 11
-    assert {rule["health"] for rule in rules} == {"ok"}
+    assert {rule["health"] for rule in by_name.values()} == {"ok"}
     # 103 has never been probed: the blind-instances alert matches real series (pending: for 30m)
     assert wait_for(
         "WatchdogGpuBlindInstances to match",
-        lambda: _alert_state(prometheus, "WatchdogGpuBlindInstances"),
+        lambda: prometheus.alert_state("WatchdogGpuBlindInstances"),
     ) in {"pending", "firing"}
 
 
-def _alert_state(prometheus: PrometheusServer, name: str) -> str | None:
-    groups = prometheus.get("/api/v1/rules")["groups"]
-    for group in groups:
-        for rule in group["rules"]:
-            if rule["name"] == name and rule["state"] != "inactive":
-                return str(rule["state"])
-    return None
-
-
 # -- the Grafana dashboard --------------------------------------------------------------------
-
-
-def dashboard_panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for panel in panels:
-        yield panel
-        yield from dashboard_panels(panel.get("panels", []))  # collapsed rows nest panels
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    queries = []
-    for panel in dashboard_panels(dashboard["panels"]):
-        for target in panel.get("targets", []):
-            expression = target["expr"]
-            for macro, replacement in GRAFANA_SUBSTITUTIONS.items():
-                expression = expression.replace(macro, replacement)
-            queries.append((panel["title"], expression))
-    return queries
 
 
 def test_the_dashboard_has_queries_and_every_one_is_plain_promql_after_substitution() -> None:
