@@ -301,3 +301,26 @@ def test_json_without_accounts_is_not_ready_to_run(
     assert code == 0
     assert report["ready_to_run"] is False
     assert report["refusals"][0]["path"] == "accounts"
+
+
+def test_an_apprise_config_file_counts_as_somewhere_to_notify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    apprise_file = tmp_path / "apprise.yml"
+    apprise_file.write_text("version: 1\nurls:\n  - json://127.0.0.1:9/x:\n      tag: always\n")
+    apprise_file.chmod(0o600)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[[accounts]]\nname = "a"\nprovider = "vast"\napi_key = { env = "K" }\n'
+        '[notify]\nconfig = "apprise.yml"\n',
+        encoding="utf-8",
+    )
+
+    main(["config", "check", "--config", str(config)])
+    text = capsys.readouterr().out
+    main(["config", "check", "--config", str(config), "--json"])
+    document = json.loads(capsys.readouterr().out)
+
+    assert "notify: 0 routes and an Apprise config file (notify.config)" in text
+    assert "no routes" not in text  # not warned about: the file is somewhere to notify
+    assert document["notify_config"] == f"file {apprise_file} (set)"

@@ -137,6 +137,9 @@ def check_report(
             for name, action, mode, note in _rules(settings)
         ],
         "notify_routes": len(settings.notify.routes),
+        "notify_config": None
+        if settings.notify.config is None
+        else settings.notify.config.describe(environ),
         "from_environment": [
             {"path": path, "variable": variable}
             for path, variable in _environment_sources(settings, environ)
@@ -174,7 +177,10 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
     if disabled:
         lines.append(f"  disabled: {', '.join(disabled)}")
     routes = len(settings.notify.routes)
-    lines.append(f"notify: {routes} route{'s' if routes != 1 else ''}")
+    notify = f"notify: {routes} route{'s' if routes != 1 else ''}"
+    if settings.notify.config is not None:
+        notify += " and an Apprise config file (notify.config)"
+    lines.append(notify)
     other = [
         [f"{path}:", reference.describe(environ)]
         for path, reference in iter_secret_references(settings)
