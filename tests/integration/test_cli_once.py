@@ -8,6 +8,7 @@ run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli_support import Result, freeze_clock, isolate, run, write_config
+from tests.integration.sshd import write_ed25519_key
 from tests.integration.store_builders import instance, observation, planned_action
 from tests.support.sim_world import ServedWorld, served_world
 from watchdog_gpu.model import ActionStatus, InstanceState, PlannedNotification, Severity
@@ -267,3 +269,49 @@ def test_an_invalid_configuration_is_exit_2(
 
     assert result.code == 2
     assert "watchdog.mode" in result.err
+
+
+def test_a_tick_whose_probes_all_fail_is_degraded_not_healthy(
+    db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The probe is on, but no SSH server answers for the simulated running instances.
+    key = tmp_path / "id_ed25519"
+    write_ed25519_key(key)
+    config = config_for(tmp_path, db, sim, mode="monitor").read_text()
+    config = config.replace(
+        "[probe]\nenabled = false", '[probe]\nenabled = true\nconnect_timeout = "2s"'
+    )
+    config += f'\n[accounts.ssh]\nkey_file = "{key}"\n'
+    path = tmp_path / "probing.toml"
+    path.write_text(config)
+
+    text = once(capsys, path)
+    as_json = once(capsys, path, "--json")
+
+    assert text.code == 1, text.err
+    last = text.out.splitlines()[-1]
+    assert last.startswith("result: DEGRADED: ")
+    assert "probe(s) failed, so those instances' GPUs are unknown" in last
+    assert "\x1b[" not in text.out
+    report = json.loads(as_json.out)
+    assert as_json.code == 1
+    assert report["result"] == "degraded"
+    assert report["accounts"] == {ACCOUNT: "ok"}
+    assert report["probes"]
+    assert all(probe["status"] != "ok" for probe in report["probes"])
+
+
+def test_json_of_a_healthy_enforcing_tick(
+    db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = once(capsys, config_for(tmp_path, db, sim, mode="enforce"), "--json")
+
+    report = json.loads(result.out)
+    assert result.code == 0, result.err
+    assert report["result"] == "healthy"
+    assert report["at"] == "2026-03-03T12:00:00Z"
+    assert report["accounts"] == {ACCOUNT: "ok"}
+    assert {"status": "execute", "action": "destroy", "subject": f"{ACCOUNT}/9004"}.items() <= (
+        report["decisions"][0].items()
+    )
+    assert report["actions"] == {"called": 1}

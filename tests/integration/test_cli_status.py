@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +23,7 @@ from tests.integration.store_builders import (
     probe,
     sample,
 )
+from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.model import (
     ActionKind,
     Finding,
@@ -371,4 +376,101 @@ def test_a_gpu_idle_in_every_sample_reads_at_least_and_a_failed_probe_is_named(
     window_start = NOW - lookback_for(default_configs())
     first = min(T0 + minutes(m) for m in range(0, 111, 10) if T0 + minutes(m) >= window_start)
     shown = format_duration(T0 + minutes(110) - first)
-    assert f"idle ≥ {shown} (probe: unreachable)" in line_of(result.out, "vast-main/101")
+    # The latest probe failed: now is unknown; the idle run is only what was last seen.
+    assert f"unknown: probe unreachable (last seen idle ≥ {shown})" in line_of(
+        result.out, "vast-main/101"
+    )
+
+
+def test_a_busy_gpu_whose_probe_then_fails_is_unknown_never_busy(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for minute in range(0, 111, 10):
+        at = T0 + minutes(minute)
+        store.record_observation(observation(instance("101", at=at), at=at), at)
+        store.record_probe(probe("101", at, sample("101", at, 0, 97.0)))
+    store.record_observation(observation(instance("101", at=NOW), at=NOW), NOW)
+    store.record_probe(
+        ProbeOutcome(
+            account=ACCOUNT,
+            instance_id="101",
+            at=NOW,
+            status=ProbeStatus.TIMEOUT,
+            duration_seconds=45.0,
+            detail="timed out",
+        )
+    )
+
+    text = run(capsys, "status", "--db", str(db))
+    as_json = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
+
+    line = line_of(text.out, "vast-main/101")
+    assert "unknown: probe timeout (last seen busy)" in line
+    assert "\x1b[" not in text.out  # not a terminal: no colour
+    [gpu] = [item["gpu"] for item in as_json["instances"]]
+    assert gpu["status"] == "unknown"
+    assert gpu["last_probe_status"] == "timeout"
+    assert gpu["last_seen"] == "busy"
+
+
+def on_a_terminal(argv: list[str], environ: dict[str, str]) -> str:
+    """What ``watchdog-gpu ARGV`` writes to a pseudo-terminal (a real pty, a real process)."""
+    main_fd, child_fd = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog_gpu", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=child_fd,
+            stderr=subprocess.PIPE,
+            env=environ,
+            timeout=60,
+            check=False,
+        )
+        os.close(child_fd)
+        child_fd = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        if child_fd >= 0:
+            os.close(child_fd)
+        os.close(main_fd)
+    assert done.returncode == 0, done.stderr
+    return b"".join(chunks).decode()
+
+
+def test_the_gpu_state_is_coloured_on_a_terminal_unless_no_color(
+    store: Store, db: Path, tmp_path: Path
+) -> None:
+    # The command runs in its own process, on the real clock.
+    now = SystemClock().now().replace(microsecond=0)
+    store.record_observation(
+        observation(instance("101", at=now), instance("102", at=now), at=now), now
+    )
+    store.record_probe(probe("101", now, sample("101", now, 0, 97.0)))
+    store.record_probe(
+        ProbeOutcome(
+            account=ACCOUNT,
+            instance_id="102",
+            at=now,
+            status=ProbeStatus.UNREACHABLE,
+            duration_seconds=10.0,
+            detail="connection refused",
+        )
+    )
+    environ = {key: value for key, value in os.environ.items() if key not in {"NO_COLOR", "TERM"}}
+    environ["HOME"] = str(tmp_path)
+
+    coloured = on_a_terminal(["status", "--db", str(db)], {**environ, "TERM": "xterm"})
+    plain = on_a_terminal(["status", "--db", str(db)], {**environ, "NO_COLOR": "1"})
+
+    assert "\x1b[32mbusy\x1b[0m" in coloured
+    assert "\x1b[31munknown: probe unreachable\x1b[0m" in coloured
+    assert "\x1b[" not in plain
+    assert "unknown: probe unreachable" in plain

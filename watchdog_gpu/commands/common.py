@@ -317,15 +317,24 @@ def operator_name() -> str:
 # -- output -----------------------------------------------------------------------------------
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
-    """Fixed-width columns (two spaces apart), a header line, no trailing spaces."""
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    indent: str = "",
+    paint: Callable[[int, int, str], str] | None = None,
+) -> list[str]:
+    """Fixed-width columns (two spaces apart), a header line, no trailing spaces. ``paint(row,
+    column, text)`` may colour a body cell; widths are measured on the plain text."""
     widths = [len(header) for header in headers]
     for row in rows:
         for column, cell in enumerate(row):
             widths[column] = max(widths[column], len(cell))
     lines = []
-    for row in (headers, *rows):
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+    for index, row in enumerate((headers, *rows)):
+        cells = []
+        for column, (cell, width) in enumerate(zip(row, widths, strict=True)):
+            shown = paint(index - 1, column, cell) if paint is not None and index > 0 else cell
+            cells.append(shown + " " * (width - len(cell)))
         lines.append((indent + "  ".join(cells)).rstrip())
     return lines
 

@@ -3,12 +3,14 @@
 A summary for people, not a decision: the idle rule judges windows with coverage
 (:mod:`watchdog_gpu.probe.window`); this only says what the latest samples show and since when.
 Unknown is not idle here either: a GPU whose latest sample is unknown makes the instance
-``unknown``, and an unknown sample ends an idle run.
+``unknown``, and an unknown sample ends an idle run. Neither is an unreachable GPU busy: when
+the latest probe failed (SSH down, timed out, unreadable output), what the GPUs do now is unknown,
+whatever the older samples said (they are shown as "last seen").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +34,7 @@ class GpuActivity:
     last_busy_at: datetime | None = None
     last_probe_status: str | None = None
     last_probe_at: datetime | None = None
+    last_seen: str | None = None  # what the samples said before the probe started failing
 
     @property
     def idle_for(self) -> timedelta | None:
@@ -41,17 +44,26 @@ class GpuActivity:
 
     @property
     def text(self) -> str:
-        """``busy``, ``idle 42 min``, ``idle ≥ 2 h``, ``unknown``, ``no samples``, ``-``; plus
-        ``(probe: unreachable)`` when the latest probe failed."""
+        """``busy``, ``idle 42 min``, ``idle ≥ 2 h``, ``unknown``, ``no samples``, ``-``; or,
+        when the latest probe failed, ``unknown: probe unreachable (last seen busy)``."""
         if self.status == "not_running":
             return "-"
+        if self.probe_failed:
+            seen = f" (last seen {self.last_seen})" if self.last_seen else ""
+            return f"unknown: probe {self.last_probe_status}{seen}".replace("_", " ")
         shown = self.status.replace("_", " ")
         idle_for = self.idle_for
         if self.status == "idle" and idle_for is not None:
             shown = f"idle {'≥ ' if self.idle_at_least else ''}{format_duration(idle_for)}"
-        if self.last_probe_status not in (None, ProbeStatus.OK.value):
-            shown += f" (probe: {self.last_probe_status})"
         return shown
+
+    @property
+    def probe_failed(self) -> bool:
+        """The latest probe of a running instance failed: its GPUs are unknown now."""
+        return self.status == "unknown" and self.last_probe_status not in (
+            None,
+            ProbeStatus.OK.value,
+        )
 
     def as_json(self) -> dict[str, Any]:
         idle_for = self.idle_for
@@ -64,6 +76,7 @@ class GpuActivity:
             "last_busy_at": json_time(self.last_busy_at),
             "last_probe_status": self.last_probe_status,
             "last_probe_at": json_time(self.last_probe_at),
+            "last_seen": self.last_seen,
         }
 
 
@@ -76,19 +89,25 @@ def gpu_activity(instance: InstanceView, threshold_percent: float) -> GpuActivit
         return GpuActivity("not_running", last_probe_status=probe_status, last_probe_at=probe_at)
     samples = sorted(instance.samples, key=lambda sample: sample.at)
     if not samples:
-        return GpuActivity("no_samples", last_probe_status=probe_status, last_probe_at=probe_at)
-    judged = [(sample, sample_verdict(sample, threshold_percent)) for sample in samples]
-    last_busy = max((s.at for s, v in judged if v is Verdict.BUSY), default=None)
-    status, idle_since, at_least = _current(judged)
-    return GpuActivity(
-        status,
-        idle_since=idle_since,
-        idle_at_least=at_least,
-        last_sample_at=samples[-1].at,
-        last_busy_at=last_busy,
-        last_probe_status=probe_status,
-        last_probe_at=probe_at,
-    )
+        activity = GpuActivity("no_samples", last_probe_status=probe_status, last_probe_at=probe_at)
+    else:
+        judged = [(sample, sample_verdict(sample, threshold_percent)) for sample in samples]
+        last_busy = max((s.at for s, v in judged if v is Verdict.BUSY), default=None)
+        status, idle_since, at_least = _current(judged)
+        activity = GpuActivity(
+            status,
+            idle_since=idle_since,
+            idle_at_least=at_least,
+            last_sample_at=samples[-1].at,
+            last_busy_at=last_busy,
+            last_probe_status=probe_status,
+            last_probe_at=probe_at,
+        )
+    failed = probe is not None and probe.status is not ProbeStatus.OK
+    if failed and (not samples or probe_at is None or probe_at >= samples[-1].at):
+        seen = None if not samples else replace(activity, last_probe_status=None).text
+        return replace(activity, status="unknown", last_seen=seen)
+    return activity
 
 
 def _current(judged: list[tuple[GpuSample, Verdict]]) -> tuple[str, datetime | None, bool]:

@@ -17,8 +17,13 @@ daemon's at start-up, takes over actions another process left ``claimed``, assum
 process is gone. Both take the database's lock (:mod:`watchdog_gpu.store.lock`); a dry run on a
 copy needs none.
 
-Exit codes: 0 the tick was healthy; 1 an account could not be polled or a rule failed (the
-summary says which), or the database failed; 2 invalid configuration or missing secrets (each
+The last line is the result: ``healthy``; ``DEGRADED`` when accounts were polled and the rules
+ran but a probe failed (those instances' GPUs are unknown: never judged idle, never counted
+busy); ``UNHEALTHY`` when an account could not be polled or a rule failed. ``--json`` prints one
+JSON object instead of the summary (the same facts, ``result`` among them).
+
+Exit codes: 0 the tick was healthy; 1 it was degraded or unhealthy (the summary says why), or
+the database failed; 2 invalid configuration or missing secrets (each
 listed), ``--dry-run`` of an enforcing configuration on a database that is not SQLite, a daemon
 holding the database, or a database written by a newer watchdog-gpu.
 """
@@ -28,20 +33,30 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands import common
-from watchdog_gpu.commands.common import CommandError, print_lines, reports_errors, timestamp
+from watchdog_gpu.commands.colour import colour_enabled, paint
+from watchdog_gpu.commands.common import (
+    CommandError,
+    json_time,
+    print_json,
+    print_lines,
+    reports_errors,
+    timestamp,
+)
 from watchdog_gpu.config import ConfigError, Settings
 from watchdog_gpu.errors import DatabaseInUseError, SchemaTooNewError, WatchdogError
 from watchdog_gpu.log import install_redaction
-from watchdog_gpu.model import ActionStatus, PlanStatus
+from watchdog_gpu.model import ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
 from watchdog_gpu.notify.render import format_clock
 from watchdog_gpu.store.lock import NoLock, database_lock
 from watchdog_gpu.tick import TickReport, Watchdog
@@ -66,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--dry-run", action="store_true", help="monitor mode for this run: change nothing"
     )
     parser.add_argument("--config", type=Path, metavar="PATH", help="configuration file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run_once)
 
 
@@ -86,8 +102,25 @@ def run_once(args: argparse.Namespace) -> int:
             report, notes = _tick(run_settings, environ, dry_run=args.dry_run, on_copy=on_copy)
     finally:
         lock.release()
-    print_lines(summary_lines(report, notes, sent=not on_copy))
-    return EXIT_OK if report.healthy else EXIT_FAILURE
+    if args.json:
+        print_json(summary_json(report, notes, sent=not on_copy))
+    else:
+        colour = colour_enabled(sys.stdout)
+        print_lines(summary_lines(report, notes, sent=not on_copy, colour=colour))
+    return EXIT_OK if result_of(report) == "healthy" else EXIT_FAILURE
+
+
+def result_of(report: TickReport) -> str:
+    """``healthy``, ``degraded`` (a probe failed: some GPUs are unknown) or ``unhealthy``."""
+    if not report.healthy:
+        return "unhealthy"
+    if _failed_probes(report):
+        return "degraded"
+    return "healthy"
+
+
+def _failed_probes(report: TickReport) -> list[ProbeOutcome]:
+    return [probe for probe in report.probes if probe.status is not ProbeStatus.OK]
 
 
 def _url(settings: Settings, environ: Mapping[str, str]) -> str:
@@ -231,8 +264,11 @@ def _dry_tick(watchdog: Watchdog, now: datetime, notes: list[str]) -> TickReport
 # -- the summary ------------------------------------------------------------------------------
 
 
-def summary_lines(report: TickReport, notes: list[str], *, sent: bool = True) -> list[str]:
-    """The human summary of one tick (``sent``: False when notifications were held back)."""
+def summary_lines(
+    report: TickReport, notes: list[str], *, sent: bool = True, colour: bool = False
+) -> list[str]:
+    """The human summary of one tick (``sent``: False when notifications were held back;
+    ``colour``: the result coloured, for a terminal)."""
     now = report.now
     failed = {account: kind for account, kind in report.polled.items() if kind != "ok"}
     lines = [f"tick at {timestamp(now)}"]
@@ -267,8 +303,80 @@ def summary_lines(report: TickReport, notes: list[str], *, sent: bool = True) ->
             f"notifications: {delivered.delivered} delivered, {delivered.failed} failed "
             f"(kept for retry), {delivered.unrouted} without a route"
         )
-    lines.append("result: healthy" if report.healthy else "result: UNHEALTHY")
+    lines.append(_result_line(report, colour))
     return lines
+
+
+_RESULT_COLOURS = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red"}
+
+
+def _result_line(report: TickReport, colour: bool) -> str:
+    result = result_of(report)
+    text = result if result == "healthy" else result.upper()
+    failed = _failed_probes(report)
+    if result == "degraded":
+        text += (
+            f": {len(failed)} of {len(report.probes)} probe(s) failed, so those instances' GPUs "
+            "are unknown (never judged idle, never counted busy)"
+        )
+    elif failed:
+        text += f"; {len(failed)} of {len(report.probes)} probe(s) failed too"
+    return f"result: {paint(text, _RESULT_COLOURS[result], colour)}"
+
+
+def summary_json(report: TickReport, notes: list[str], *, sent: bool = True) -> dict[str, Any]:
+    """The ``--json`` form of :func:`summary_lines`."""
+    plan = report.plan
+    executed = report.executed
+    delivered = report.delivered
+    return {
+        "at": json_time(report.now),
+        "result": result_of(report),
+        "notes": notes,
+        "accounts": dict(report.polled),
+        "probes": [
+            {
+                "instance": f"{probe.account}/{probe.instance_id}",
+                "status": probe.status.value,
+                "detail": probe.detail or None,
+            }
+            for probe in report.probes
+        ],
+        "findings": [
+            {
+                "rule": finding.rule,
+                "subject": finding.subject,
+                "action": finding.action.value,
+                "due_at": json_time(finding.due_at),
+                "summary": finding.summary,
+            }
+            for finding in report.findings
+        ],
+        "decisions": [
+            {
+                "status": decision.status.value,
+                "action": decision.finding.action.value,
+                "subject": decision.finding.subject,
+                "rule": decision.finding.rule,
+                "dry_run": decision.dry_run,
+                "note": decision.note or None,
+            }
+            for decision in (plan.decisions if plan is not None else ())
+        ],
+        "fuse_tripped": bool(plan is not None and plan.fuse_tripped),
+        "rules_failed": dict(report.failed_rules),
+        "actions": None
+        if executed is None
+        else dict(Counter(status for _, _, status in executed.outcomes)),
+        "notifications": None
+        if delivered is None
+        else {
+            "delivered": delivered.delivered,
+            "failed": delivered.failed,
+            "unrouted": delivered.unrouted,
+        },
+        "notifications_sent": sent,
+    }
 
 
 def _plan_lines(report: TickReport) -> list[str]:

@@ -43,12 +43,14 @@ Times are ISO 8601 UTC strings (``...Z``) or null; money in US dollars (null = u
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
+from watchdog_gpu.commands.colour import colour_enabled, paint
 from watchdog_gpu.commands.common import (
     Source,
     add_source_arguments,
@@ -141,7 +143,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(status_json(status))
     else:
-        print_lines(status_lines(status))
+        print_lines(status_lines(status, colour=colour_enabled(sys.stdout)))
     return EXIT_OK
 
 
@@ -298,8 +300,13 @@ def _due(
 # -- text -------------------------------------------------------------------------------------
 
 
-def status_lines(status: FleetStatus) -> list[str]:
-    """The human tables."""
+# The GPU column on a terminal: busy is safe, idle is what the rules act on, unknown (a failed
+# probe, unreadable samples) is neither and needs a look.
+_GPU_COLOURS = {"busy": "green", "idle": "yellow", "unknown": "red", "no_samples": "red"}
+
+
+def status_lines(status: FleetStatus, *, colour: bool = False) -> list[str]:
+    """The human tables (``colour``: the GPU state coloured, for a terminal)."""
     if not status.accounts:
         return [f"no accounts recorded yet (database {status.database})"]
     now = status.as_of
@@ -316,9 +323,15 @@ def status_lines(status: FleetStatus) -> list[str]:
     )
     lines.append("")
     if status.instances:
+        instances = status.instances
+
+        def gpu_colour(row: int, column: int, text: str) -> str:
+            return paint(text, _GPU_COLOURS.get(instances[row].gpu.status), colour and column == 4)
+
         lines += table(
             ("INSTANCE", "NAME", "STATE", "$/H", "GPU", "PENDING", "SNOOZED", "PROTECTED"),
-            [_instance_row(instance, now) for instance in status.instances],
+            [_instance_row(instance, now) for instance in instances],
+            paint=gpu_colour,
         )
     else:
         lines.append("no instances")
