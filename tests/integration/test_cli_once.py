@@ -302,8 +302,9 @@ def test_a_tick_whose_probes_all_fail_is_degraded_not_healthy(
 
 
 def test_json_of_a_healthy_enforcing_tick(
-    db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
+    store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    warn(store, NOW - timedelta(hours=2))
     result = once(capsys, config_for(tmp_path, db, sim, mode="enforce"), "--json")
 
     report = json.loads(result.out)
@@ -311,7 +312,8 @@ def test_json_of_a_healthy_enforcing_tick(
     assert report["result"] == "healthy"
     assert report["at"] == "2026-03-03T12:00:00Z"
     assert report["accounts"] == {ACCOUNT: "ok"}
-    assert {"status": "execute", "action": "destroy", "subject": f"{ACCOUNT}/9004"}.items() <= (
-        report["decisions"][0].items()
-    )
+    executed = [d for d in report["decisions"] if d["status"] == "execute"]
+    assert [(d["action"], d["subject"], d["rule"]) for d in executed] == [
+        ("destroy", f"{ACCOUNT}/9004", "stopped_disk")
+    ]
     assert report["actions"] == {"called": 1}
