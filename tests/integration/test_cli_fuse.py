@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,31 @@ def test_fuse_needs_an_action(capsys: pytest.CaptureFixture[str]) -> None:
         run(capsys, "fuse")
 
     assert exit_info.value.code == 2
+
+
+def test_status_json_of_a_tripped_fuse(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trip(store)
+
+    result = run(capsys, "fuse", "status", "--db", str(db), "--json")
+
+    report = json.loads(result.out)
+    assert result.code == 0
+    assert report["tripped"] is True
+    assert report["tripped_at"] == "2026-03-01T13:30:00Z"
+    assert report["why"] == TRIP_REASON
+    assert report["limits"]["per_tick"] == 3
+    assert report["limits"]["from_config"] is False
+    assert [held["instance"] for held in report["held_actions"]] == [
+        "vast-main/101",
+        "vast-main/102",
+    ]
+
+
+def test_status_json_of_a_fuse_that_never_tripped(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = json.loads(run(capsys, "fuse", "status", "--db", str(db), "--json").out)
+
+    assert (report["tripped"], report["tripped_at"], report["held_actions"]) == (False, None, [])

@@ -21,8 +21,10 @@ from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     add_source_arguments,
     current_time,
+    json_time,
     opened_source,
     operator_name,
+    print_json,
     print_lines,
     ref,
     reports_errors,
@@ -44,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = fuse.add_subparsers(dest="fuse_action", metavar="{status,reset}", required=True)
     status = actions.add_parser("status", help="is the fuse tripped, and what does it hold")
     add_source_arguments(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=run_status)
     reset = actions.add_parser("reset", help="release the fuse after checking the fleet")
     add_source_arguments(reset)
@@ -65,6 +68,33 @@ def run_status(args: argparse.Namespace) -> int:
             if action.status not in _NOT_ACTED
         ]
         safety = source.safety
+    if args.json:
+        print_json(
+            {
+                "tripped": latched,
+                "tripped_at": json_time(trip.at) if trip is not None else None,
+                "why": (trip.message or None) if trip is not None else None,
+                "limits": {
+                    "per_tick": safety.max_actions_per_tick,
+                    "per_hour": safety.max_actions_per_hour,
+                    "fleet_fraction": safety.max_fleet_fraction,
+                    "budget_emergency_per_tick": safety.budget_emergency_max_actions_per_tick,
+                    "from_config": source.settings is not None,
+                },
+                "destructive_actions_last_hour": len(acted),
+                "held_actions": [
+                    {
+                        "planned_at": json_time(action.created_at),
+                        "action": action.kind.value,
+                        "instance": ref(action.account, action.instance_id),
+                        "rule": action.rule,
+                        "reason": " ".join(action.reason.split()),
+                    }
+                    for action in blocked
+                ],
+            }
+        )
+        return EXIT_OK
     lines = []
     if latched:
         when = f" at {timestamp(trip.at)}" if trip is not None else ""
