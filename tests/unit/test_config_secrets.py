@@ -265,3 +265,17 @@ def test_a_private_secret_file_and_systemd_credentials_are_not_warned_about(
         assert resolved is not None
 
     assert not [r for r in caplog.records if r.name == "watchdog_gpu.secrets"]
+
+
+def test_an_ssh_key_file_readable_by_others_is_warned_about_when_secrets_resolve(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key_file = _secret_file(tmp_path / "id_ed25519", 0o644)
+    config = config_with_key(tmp_path, '"k"', f'\n[accounts.ssh]\nkey_file = "{key_file}"\n')
+    settings = load_settings(config, {})
+
+    with caplog.at_level(logging.WARNING, logger="watchdog_gpu.secrets"):
+        assert resolve_secrets(settings, {}) == []
+
+    assert f"secret file {key_file} is readable by group and others" in caplog.text
+    assert f"fix: chmod 600 {key_file}" in caplog.text

@@ -9,12 +9,13 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from watchdog_gpu.errors import ConfigProblem
-from watchdog_gpu.secrets import SecretReference
+from watchdog_gpu.secrets import SecretReference, warn_if_exposed
 
 if TYPE_CHECKING:
     from watchdog_gpu.config.settings import Settings
@@ -143,6 +144,9 @@ def resolve_secrets(
             problems.append(
                 ConfigProblem(f"accounts[{index}].ssh.key_file", f"{key_file} is {reason}")
             )
+        elif key_file is not None:
+            with suppress(OSError):  # gone since: the SSH runner reports it
+                warn_if_exposed(key_file, key_file.stat().st_mode)  # logged once, with the fix
     return problems
 
 
