@@ -7,8 +7,11 @@ then supervises (:mod:`watchdog_gpu.supervisor`): ``WATCHDOG=1`` only while the 
 progress, ``STATUS=`` with a one-line summary.
 
 Shutdown (SIGTERM or SIGINT): ``STOPPING=1``; runs not yet started are dropped (each job checks
-the stop event first); the scheduler is shut down with ``wait=True``, so the job in flight — an
-action's salvage, provider call or verification included — finishes; while that lasts the daemon
+the stop event first); provider calls waiting to retry give up at once (the stop event cancels
+their retry budgets: a poll is recorded as failed, a stop/destroy goes back to pending and is
+resumed at the next start — nothing is lost); the scheduler is shut down with ``wait=True``, so
+the job in flight — an action's salvage, a provider request on the wire or a verification —
+finishes; while that lasts the daemon
 asks systemd for more stop time (``EXTEND_TIMEOUT_USEC``, at most
 :data:`MAX_SHUTDOWN_EXTENSION` in all); then the SSH and HTTP clients, the metrics endpoint and
 the database are closed and the process exits 0. A second SIGTERM/SIGINT during shutdown is
@@ -102,7 +105,9 @@ class Daemon:
         self.environ = environ
         self.dead_mans_switch = dead_mans_switch
         self.on_close = on_close
-        self.stop = threading.Event()
+        # The assembly's event: setting it also cancels the retry waits of provider calls in
+        # flight, so a stop during an outage does not wait out their retry budgets.
+        self.stop = assembly.stop
         self.progress = Progress(clock)
         self.observer = observer
         self.scheduler = build_scheduler(len(assembly.providers))

@@ -11,6 +11,7 @@
     │   ├── AuthError               401/403: the key is wrong or revoked; not retried
     │   ├── RateLimitedError        429 after the retry budget; carries retry_after_seconds
     │   ├── TransientError          5xx, timeouts, connection errors after the retry budget
+    │   │   └── RetryCancelledError     the daemon is stopping: a retry wait was cut short
     │   ├── PermanentError          4xx other than the above, or a payload we cannot read
     │   └── NotFoundError           the instance does not exist (destroy treats this as success)
     ├── ProbeError                  an SSH probe failed; ``status`` says how (a ProbeStatus value)
@@ -103,6 +104,12 @@ class RateLimitedError(ProviderError):
 
 class TransientError(ProviderError):
     kind = "transient"
+
+
+class RetryCancelledError(TransientError):
+    """A retry wait was cut short because the daemon is stopping. Transient for every caller: the
+    call did not succeed and may be repeated later (a poll simply failed; a stop/destroy goes
+    back to pending and is resumed at the next start)."""
 
 
 class PermanentError(ProviderError):

@@ -8,8 +8,9 @@ builders with other transports, runners or clocks.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import httpx
@@ -30,6 +31,7 @@ from watchdog_gpu.probe.command import ProbeCommandSpec
 from watchdog_gpu.probe.prober import Prober
 from watchdog_gpu.probe.runner import AccountRunners, CommandRunner
 from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_http_client
+from watchdog_gpu.providers.http import stoppable_sleep
 from watchdog_gpu.rules import lookback_for
 from watchdog_gpu.rules.base import DestructiveRuleConfig, SalvageConfig
 from watchdog_gpu.store import ActionRow, Store, create_engine_for, upgrade_to_head
@@ -64,8 +66,12 @@ def build_providers(
     clock: Clock,
     environ: Mapping[str, str],
     transport_for: TransportFactory | None = None,
+    *,
+    stop: threading.Event | None = None,
 ) -> dict[str, Provider]:
-    """One provider adapter per account, each with its own ``httpx.Client``."""
+    """One provider adapter per account, each with its own ``httpx.Client``. When ``stop`` is
+    given, setting it cancels every retry wait in flight (see ``stoppable_sleep``)."""
+    sleep = clock.sleep if stop is None else stoppable_sleep(clock.sleep, stop)
     providers: dict[str, Provider] = {}
     for account in settings.accounts:
         api_key = _secret_value(settings, account, environ)
@@ -79,7 +85,7 @@ def build_providers(
             account.name,
             client,
             api_key,
-            sleep=clock.sleep,
+            sleep=sleep,
             monotonic=clock.monotonic,
             retry_budget_seconds=account.retry_budget.total_seconds(),
         )
@@ -218,13 +224,15 @@ def action_guard(store: Store, context: PlanContext) -> Callable[[ActionRow, dat
 
 @dataclass
 class Assembly:
-    """Everything the composition root built, so the caller can close it."""
+    """Everything the composition root built, so the caller can close it. Setting ``stop``
+    cancels the provider calls' retry waits (the daemon uses it as its stop event)."""
 
     watchdog: Watchdog
     store: Store
     providers: dict[str, Provider]
     prober: Prober | None
     runner: CommandRunner | None
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:
         close = getattr(self.runner, "close", None)
@@ -250,7 +258,8 @@ def assemble(
     network (the simulator and tests); by default real HTTP and paramiko are used."""
     if store is None:
         store = open_store(settings.watchdog.effective_database_url(environ))
-    providers = build_providers(settings, clock, environ, transport_for)
+    stop = threading.Event()
+    providers = build_providers(settings, clock, environ, transport_for, stop=stop)
     if runner is None and settings.probe.enabled:
         runner = build_ssh_runners(settings, store, clock, environ)
     prober = build_prober(settings, runner, store, clock)
@@ -274,4 +283,4 @@ def assemble(
         prober=prober,
         delivery=build_delivery(settings, environ),
     )
-    return Assembly(watchdog, store, providers, prober, runner)
+    return Assembly(watchdog, store, providers, prober, runner, stop)

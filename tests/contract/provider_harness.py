@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from typing import TypeVar
 import httpx
 
 from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, BaseProvider
+from watchdog_gpu.providers.http import stoppable_sleep
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 CANARY_KEY = "canary-key-5c1d9e"
@@ -129,8 +131,10 @@ def build(
     time: FakeTime | None = None,
     retry_budget_seconds: float = 60,
     base_url: str | None = None,
+    stop: threading.Event | None = None,
 ) -> BaseProvider:
-    """A real provider adapter over a MockTransport serving ``api``."""
+    """A real provider adapter over a MockTransport serving ``api``; with ``stop``, its retry
+    waits are the daemon's stoppable ones."""
     clock = time or FakeTime()
     client = httpx.Client(
         base_url=base_url or DEFAULT_API_URLS[provider], transport=httpx.MockTransport(api)
@@ -139,7 +143,7 @@ def build(
         f"{provider}-main",
         client,
         api.api_key,
-        sleep=clock.sleep,
+        sleep=clock.sleep if stop is None else stoppable_sleep(clock.sleep, stop),
         monotonic=clock.monotonic,
         retry_budget_seconds=retry_budget_seconds,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 
 import httpx
@@ -15,6 +16,7 @@ from watchdog_gpu.errors import (
     PermanentError,
     ProviderError,
     RateLimitedError,
+    RetryCancelledError,
     TransientError,
 )
 from watchdog_gpu.model import InstanceState
@@ -129,6 +131,42 @@ def test_a_run_of_500s_ends_in_a_transient_error_within_the_retry_budget(
     for attempt, delay in enumerate(time.sleeps, start=1):
         step = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (attempt - 1))
         assert step / 2 <= delay <= step  # exponential, with jitter in the upper half
+
+
+@by_provider
+def test_a_stop_cancels_the_retry_budget_of_a_call_in_flight(listing: Listing) -> None:
+    stop = threading.Event()
+
+    class StoppedDuringBackoff(FakeTime):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            if len(self.sleeps) == 3:
+                stop.set()  # SIGTERM arrives while the third wait runs
+
+    time = StoppedDuringBackoff()
+    start = time.now
+    api = listing.api(respond(500, {"error": "internal", "msg": "boom"}))
+    provider = build(listing.provider, api, time=time, retry_budget_seconds=600, stop=stop)
+
+    with pytest.raises(RetryCancelledError, match="stopping") as caught:
+        provider.list_instances(NOW)
+
+    assert isinstance(caught.value, TransientError)  # callers keep it for a later retry
+    assert time.now - start < 10  # nowhere near the 600 s budget
+    assert len(api.requests) <= 3
+    assert CANARY_KEY not in str(caught.value)
+
+
+def test_a_stop_before_a_retry_makes_no_further_request() -> None:
+    stop = threading.Event()
+    stop.set()
+    api = LISTINGS[0].api(respond(503, {"error": "busy"}), respond(fixture=LISTINGS[0].ok_fixture))
+    provider = build("vast", api, stop=stop)
+
+    with pytest.raises(RetryCancelledError):
+        provider.list_instances(NOW)
+
+    assert len(api.requests) == 1
 
 
 @by_provider

@@ -14,6 +14,10 @@ Discipline (product.md §3):
   ``NotFoundError``; other 4xx, redirects and unreadable bodies → ``PermanentError``. A body that
   says the key is invalid (Vast answers some calls with 404 "Invalid user key") → ``AuthError``,
   so a destroy can never mistake a bad key for "already gone".
+- A retry wait ends early when the daemon stops: the ``sleep`` the composition root passes is
+  :func:`stoppable_sleep`, which raises ``RetryCancelledError`` (a ``TransientError``) as soon
+  as the stop event is set, so a stop never waits out a retry budget and the caller records an
+  ordinary transient failure (nothing is lost: a poll failed, an action is retried later).
 - Every decoded payload is scrubbed (:mod:`watchdog_gpu.providers.scrub`) before the caller sees
   it; error messages carry the status and a scrubbed, truncated excerpt of the body, never a
   header.
@@ -27,6 +31,7 @@ import logging
 import math
 import random
 import re
+import threading
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -38,6 +43,7 @@ from watchdog_gpu.errors import (
     PermanentError,
     ProviderError,
     RateLimitedError,
+    RetryCancelledError,
     TransientError,
 )
 from watchdog_gpu.providers.scrub import scrub_payload, scrub_text, truncate
@@ -47,6 +53,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+# How often a stoppable retry wait looks at the stop event (seconds of the clock's time).
+STOP_CHECK_SECONDS = 0.25
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 30.0
 USER_AGENT = "watchdog-gpu"
@@ -245,6 +253,30 @@ class ProviderHttp:
         ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** (attempt - 1))
         # "Equal jitter": at least half the exponential step, so retries always back off.
         return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+
+def stoppable_sleep(
+    sleep: Callable[[float], None], stop: threading.Event
+) -> Callable[[float], None]:
+    """A retry wait over the clock's ``sleep`` that the daemon's ``stop`` event cuts short: it
+    sleeps in slices of :data:`STOP_CHECK_SECONDS` and raises :class:`RetryCancelledError` when
+    the event is set before, during or at the end of the wait, so the retry budget of a call in
+    flight is abandoned and the job ends within a fraction of a second of the stop. (Slices are
+    counted, not measured against a deadline: a virtual clock cannot advance by less than a
+    microsecond.)"""
+
+    def wait(seconds: float) -> None:
+        remaining = seconds
+        while True:
+            if stop.is_set():
+                raise RetryCancelledError("retry cancelled: watchdog-gpu is stopping")
+            if remaining <= 0:
+                return
+            step = min(remaining, STOP_CHECK_SECONDS)
+            sleep(step)
+            remaining -= step
+
+    return wait
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:
