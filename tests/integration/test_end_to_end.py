@@ -448,8 +448,8 @@ def test_the_forgotten_instance_is_destroyed_the_phone_is_told_and_the_daemon_st
     assert listing == {account.busy_id: InstanceState.RUNNING}
     assert (lint.returncode, lint.stdout, lint.stderr) == (0, "", "")
     assert (
-        'watchdog_gpu_actions_total{action="destroy",outcome="verified",rule="idle_gpu"} 1.0'
-        in scrape
+        f'watchdog_gpu_actions_total{{account="{account.name}",action="destroy",'
+        'outcome="verified",rule="idle_gpu"} 1.0' in scrape
     )
     assert "msg=stopped" in output
 
