@@ -11,13 +11,10 @@ out after the restart.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -26,9 +23,12 @@ import pytest
 from tests.integration.test_daemon_run import (
     NotifySocket,
     child_environment,
+    sim_serve,
     wait_until,
+    write_config,
 )
 from tests.scenarios.helpers import SCENARIOS
+from tests.support.http_receiver import free_port
 from tests.support.sim_world import ServedWorld, served_world
 from watchdog_gpu.executor import Executor
 from watchdog_gpu.model import (
@@ -52,56 +52,15 @@ RETRY_BUDGET = "10m"
 EXIT_BOUND_SECONDS = 60.0
 
 
-@contextmanager
-def sim_serve(tmp_path: Path) -> Iterator[dict[str, str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "watchdog_gpu", "sim", "serve", "--scenario", str(SCENARIO)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=child_environment(tmp_path),
+def write_outage_config(tmp_path: Path, vast_url: str) -> Path:
+    """Enforce mode, no probes, metrics on a free port, a long retry budget per call."""
+    return write_config(
+        tmp_path,
+        vast_url,
+        free_port(),
+        watchdog='mode = "enforce"\n',
+        account=f'retry_budget = "{RETRY_BUDGET}"\n',
     )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line, "sim serve printed no URLs"
-        yield json.loads(line)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-def write_config(tmp_path: Path, vast_url: str) -> Path:
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f"""
-[watchdog]
-mode = "enforce"
-poll_interval = "5s"
-database_url = "{sqlite_url(tmp_path / "state" / "watchdog-gpu.db")}"
-
-[metrics]
-enabled = false
-
-[probe]
-enabled = false
-
-[[accounts]]
-name = "vast-main"
-provider = "vast"
-api_key = {{ env = "WD_TEST_VAST_KEY" }}
-api_url = "{vast_url}"
-retry_budget = "{RETRY_BUDGET}"
-""",
-        encoding="utf-8",
-    )
-    return config
 
 
 class StderrLines:
@@ -137,8 +96,8 @@ def test_sigterm_during_a_provider_outage_stops_at_once_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
     notify = NotifySocket(tmp_path / "notify.sock")
-    with sim_serve(tmp_path) as urls:
-        config = write_config(tmp_path, urls["vast"])
+    with sim_serve(tmp_path, SCENARIO) as urls:
+        config = write_outage_config(tmp_path, urls["vast"])
         environ = child_environment(
             tmp_path, NOTIFY_SOCKET=str(notify.path), WD_TEST_VAST_KEY=API_KEY
         )
