@@ -265,11 +265,14 @@ def free_loopback_port() -> int:
 
 
 def scrape_actions(port: int) -> list[str]:
-    """The ``watchdog_gpu_actions_total`` samples the daemon's ``/metrics`` exports."""
+    """The ``watchdog_gpu_actions_total`` samples the daemon's ``/metrics`` exports that counted
+    something (every known series starts at 0: those would bury the ones that happened)."""
     try:
         response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5.0)
     except httpx.HTTPError as error:
         return [f"(the metrics endpoint did not answer: {type(error).__name__})"]
     return [
-        line for line in response.text.splitlines() if line.startswith("watchdog_gpu_actions_total")
+        line
+        for line in response.text.splitlines()
+        if line.startswith("watchdog_gpu_actions_total") and not line.endswith(" 0.0")
     ]
