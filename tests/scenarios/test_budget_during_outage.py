@@ -11,6 +11,7 @@ instances wait for a listing that works. The outage is told once (a warning afte
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,11 @@ from tests.scenarios.helpers import (
     ENFORCE,
     Run,
     assert_spend_never_above_baseline,
+    finish,
     offset,
     run_scenario,
     scenario_data,
+    simulating,
     tick_seconds,
 )
 
@@ -96,3 +99,24 @@ def test_a_blip_shorter_than_outage_after_is_not_told(tmp_path: Path) -> None:
     blip = run_scenario(data, tmp_path, f"{ENFORCE}\n[rules.budget]\ndaily_usd = 300.0\n")
     assert outage_notes(blip) == []
     assert blip.actions == []
+
+
+def test_a_restart_during_the_outage_tells_it_no_second_time(tmp_path: Path) -> None:
+    # Record first, act second: the warning is an outbox row keyed by the outage's episode, so
+    # a daemon restarted in the middle of the outage neither repeats it nor loses the recovery.
+    with simulating(NAME, tmp_path, CONFIG) as sim:
+        restart_at = sim.scenario.start + timedelta(seconds=OUTAGE_START + OUTAGE_AFTER + 600)
+        while sim.next_tick <= restart_at:
+            sim.step()
+        sim.restart()
+        restarted = finish(sim)
+    assert [(n["severity"], n["account"]) for n in outage_notes(restarted)] == [
+        ("warning", "vast-main"),
+        ("info", "vast-main"),
+    ]
+    delivered = [
+        note.severity.value for _at, note in restarted.sent if note.rule == "account_health"
+    ]
+    assert delivered == ["warning", "info"]  # pushed once each, across the restart
+    (action,) = restarted.actions_for(RUNPOD)
+    assert CROSSING <= action["offset_s"] <= CROSSING + TICK
