@@ -8,9 +8,11 @@ and nothing is stopped or destroyed on what cannot be read.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.scenarios.helpers import Run, offset, run_scenario, tick_seconds
+from tests.scenarios.helpers import Run, offset, run_scenario, scenario_data, tick_seconds
 
 NAME = "unreadable_accounts"
 TICK = tick_seconds(NAME)
@@ -63,3 +65,20 @@ def test_nothing_is_acted_on_from_what_cannot_be_read(run: Run) -> None:
     assert run.actions == []
     assert run.api_calls == ()
     assert len(run.notifications) == 3
+
+
+def test_an_unmapped_runpod_state_is_told_the_same_way(tmp_path: Path) -> None:
+    data = scenario_data(NAME)
+    exploding = data["accounts"][0]
+    exploding["provider"] = "runpod"
+    exploding["instances"][0]["id"] = "x1y2z3w4v5u6ts"
+    data["accounts"] = [exploding]
+    run = run_scenario(data, tmp_path)
+    (note,) = run.notifications
+    assert (note["rule"], note["severity"], note["instance"]) == (
+        "unobserved",
+        "warning",
+        "x1y2z3w4v5u6ts",
+    )
+    due = EXPLODED_AT + UNOBSERVED_AFTER
+    assert due <= note["offset_s"] <= due + 2 * TICK

@@ -222,7 +222,7 @@ class RunpodRestV1(Dialect):
             "id": view.instance_id,
             "name": view.name,
             "image": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
-            "desiredStatus": status,
+            "desiredStatus": view.provider_state or status,
             "costPerHr": view.compute_usd_per_hour,
             "adjustedCostPerHr": view.compute_usd_per_hour,
             "interruptible": view.interruptible,
