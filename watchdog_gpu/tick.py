@@ -23,6 +23,8 @@ from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.executor import Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
+    ActionKind,
+    ActionStatus,
     Finding,
     GpuSample,
     InstanceSnapshot,
@@ -99,6 +101,12 @@ class TickReport:
         return all(result == "ok" for result in self.polled.values()) and not self.failed_rules
 
 
+def _leaving(snapshot: InstanceSnapshot, leaving: Mapping[tuple[str, str], datetime]) -> bool:
+    """Whether ``snapshot`` (listed running) predates its instance's accepted stop/destroy."""
+    since = leaving.get((snapshot.account, snapshot.instance_id))
+    return since is not None and snapshot.observed_at <= since
+
+
 def month_start(now: datetime, zone: str) -> datetime:
     """The first instant of the current month in ``zone`` (spend history starts there)."""
     local = now.astimezone(ZoneInfo(zone))
@@ -170,14 +178,30 @@ class Watchdog:
         return "ok"
 
     def probe(self, now: datetime) -> list[ProbeOutcome]:
-        """Probe every running instance with an SSH endpoint; record outcomes and samples."""
+        """Probe every running instance with an SSH endpoint; record outcomes and samples.
+
+        Not probed: an instance whose stop or destroy the provider accepted (``called``) or that
+        was verified after the listing that still says "running". Its SSH goes away before the
+        store's snapshot says so, and an "unreachable" outcome there is noise, not news."""
         if self.prober is None:
             return []
+        leaving: dict[tuple[str, str], datetime] = {}
+        recent = self.store.list_actions(
+            statuses=[ActionStatus.CALLED, ActionStatus.VERIFIED], since=now - timedelta(days=1)
+        )
+        for action in recent:
+            if action.dry_run or action.kind not in (ActionKind.DESTROY, ActionKind.STOP):
+                continue
+            # A call in flight skips every listing; a verified one the listings before it.
+            called = action.status == ActionStatus.CALLED
+            until = datetime.max.replace(tzinfo=now.tzinfo) if called else action.updated_at
+            leaving[(action.account, action.instance_id)] = until
         running = [
             record.snapshot
             for record in self.store.latest_instances()
             if record.snapshot.state is InstanceState.RUNNING
             and record.snapshot.account in self.providers
+            and not _leaving(record.snapshot, leaving)
         ]
         outcomes = [
             replace(outcome, samples=condense_samples(outcome.samples))

@@ -107,7 +107,7 @@ def test_the_demo_plays_the_whole_night_in_enforce_mode_and_exits_0(night: Night
     assert night.code == 0, night.stderr
     assert "The demo runs in\nenforce mode against simulated accounts" in night.stdout
     assert "06:00  the night is over. What the watchdog did:" in night.stdout
-    assert f"watchdog-gpu status --db {night.database}" in night.stdout
+    assert f"status --db {night.database}" in night.stdout
     assert "Traceback" not in night.stdout + night.stderr
 
 
@@ -276,3 +276,29 @@ def test_the_phone_ignores_what_is_not_an_apprise_message() -> None:
     assert phone.receive(b'{"message": "no title"}') is None
     assert phone.messages() == []
     phone.stop()
+
+
+def test_the_closing_hint_works_as_pasted(night: Night, tmp_path: Path) -> None:
+    hints = night.stdout.split("The database stays for you to look at:\n", 1)[1].splitlines()
+    commands = [line.strip() for line in hints if line.startswith("  ")]
+    assert [command.split()[-3] for command in commands] == ["status", "events"]
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,  # anywhere: the hint does not depend on the demo's directory
+            env=child_environment(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "vast-main" in done.stdout
+
+
+def test_no_probe_noise_about_instances_being_destroyed(night: Night) -> None:
+    # Once 9001's destroy is called, its SSH goes away before the listing says so: the probe
+    # leaves it alone instead of warning that it is unreachable.
+    lines = night.stdout.splitlines()
+    called = next(i for i, line in enumerate(lines) if "destroy called    vast-main/9001" in line)
+    assert not [line for line in lines[called:] if "probe instance=vast-main/9001" in line]

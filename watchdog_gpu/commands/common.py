@@ -24,6 +24,8 @@ import argparse
 import getpass
 import json
 import os
+import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -304,6 +306,19 @@ def parse_since(text: str, now: datetime) -> datetime:
             "(e.g. 2026-03-02T20:00:00Z)"
         ) from None
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def program_command(argv0: str | None = None, path: str | None = None) -> str:
+    """How to run this ``watchdog-gpu`` again from a shell, as pasted: ``watchdog-gpu`` when that
+    name on ``$PATH`` is this program, else its absolute path (``bash scripts/demo`` runs
+    ``.venv/bin/watchdog-gpu``, which is not on ``$PATH``), or ``python -m watchdog_gpu``."""
+    invoked = sys.argv[0] if argv0 is None else argv0
+    if Path(invoked).name in ("__main__.py", "-c", "") or not Path(invoked).exists():
+        return f"{shlex.quote(sys.executable)} -m watchdog_gpu"
+    found = shutil.which("watchdog-gpu", path=path)
+    if found is not None and Path(found).resolve() == Path(invoked).resolve():
+        return "watchdog-gpu"
+    return shlex.quote(str(Path(invoked).absolute()))
 
 
 def operator_name() -> str:

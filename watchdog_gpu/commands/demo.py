@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE, doc_paragraph, summary
+from watchdog_gpu.commands.common import program_command
 from watchdog_gpu.errors import StoreError
 
 DEFAULT_DATABASE = Path("watchdog-gpu-demo.db")
@@ -74,7 +75,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
         print(f"cannot run the demo: {error}", file=sys.stderr)
         return EXIT_FAILURE
     if result is not None:
-        print_result(result, sys.stdout, database=database)
+        print_result(result, sys.stdout, database=database, program=program_command())
     return code
 
 

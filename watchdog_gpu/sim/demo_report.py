@@ -4,6 +4,7 @@ watchdog (:func:`outcomes`, read from the database and the simulated world)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -161,8 +162,11 @@ def print_header(
     out.flush()
 
 
-def print_result(result: DemoResult, out: TextIO, *, database: Path) -> None:
-    """The table of what was done and the money, then where to look next."""
+def print_result(
+    result: DemoResult, out: TextIO, *, database: Path, program: str = "watchdog-gpu"
+) -> None:
+    """The table of what was done and the money, then where to look next (``program``: how to
+    run watchdog-gpu from the user's shell, e.g. ``.venv/bin/watchdog-gpu``)."""
     state = "the night is over" if result.completed else "the demo was interrupted"
     out.write(f"\n{clock_text(result.ended_at)}  {state}. What the watchdog did:\n\n")
     labels = [
@@ -197,8 +201,8 @@ def print_result(result: DemoResult, out: TextIO, *, database: Path) -> None:
         )
     out.write(
         "\nThe database stays for you to look at:\n"
-        f"  watchdog-gpu status --db {database}\n"
-        f"  watchdog-gpu events --db {database}\n"
+        f"  {program} status --db {shlex.quote(str(database))}\n"
+        f"  {program} events --db {shlex.quote(str(database))}\n"
     )
     out.flush()
 

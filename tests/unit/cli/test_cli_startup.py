@@ -10,11 +10,13 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from watchdog_gpu.cli import COMMANDS, build_parser, doc_paragraph
+from watchdog_gpu.commands.common import program_command
 
 HEAVY = ("sqlalchemy", "alembic", "apprise", "paramiko", "httpx", "rich", "pydantic")
 
@@ -100,3 +102,20 @@ def test_unprotect_has_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Removes a protection" in unprotect
     assert "No rule stops or destroys a protected instance" in protect
     assert "No rule stops or destroys" not in unprotect
+
+
+def test_the_command_to_run_again_works_as_pasted(tmp_path: Path) -> None:
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    program = venv_bin / "watchdog-gpu"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    # Not on $PATH (bash scripts/demo runs .venv/bin/watchdog-gpu): the absolute path.
+    assert program_command(str(program), path=str(elsewhere)) == str(program)
+    # On $PATH: the bare name.
+    assert program_command(str(program), path=str(venv_bin)) == "watchdog-gpu"
+    # python -m watchdog_gpu
+    assert program_command("/x/watchdog_gpu/__main__.py").endswith(" -m watchdog_gpu")
