@@ -42,6 +42,7 @@ from watchdog_gpu.model import (
     InstanceState,
     PlannedAction,
     PlannedNotification,
+    stop_took_effect,
 )
 from watchdog_gpu.notices import RESOLUTION, next_notice_key
 from watchdog_gpu.notify.render import (
@@ -654,7 +655,9 @@ def _accepted(error: ProviderError) -> bool:
 def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
     if current is None or current.state is InstanceState.GONE:
         return True
-    return kind is ActionKind.STOP and current.state is InstanceState.STOPPED
+    return kind is ActionKind.STOP and stop_took_effect(
+        current.state, interruptible=current.interruptible
+    )
 
 
 def episode_key_of(row: ActionRow) -> str:

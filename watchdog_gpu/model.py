@@ -114,6 +114,10 @@ class InstanceSnapshot:
     # Ports the provider publishes to the internet (for the hygiene rule: Jupyter/HTTP exposed).
     public_ports: tuple[int, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Provider fields that could not be read this time (a GraphQL partial error, a missing
+    # optional field): the values that depend on them are None (unknown). For humans (doctor,
+    # logs); never stored.
+    unreadable: tuple[str, ...] = ()
 
     @property
     def ref(self) -> InstanceRef:
@@ -143,6 +147,21 @@ def billed_usd_per_hour(
     if compute_usd_per_hour is None:
         return None
     return compute_usd_per_hour + storage_usd_per_hour
+
+
+# States in which a stop has taken effect: the GPU is released and only the disk bills. A stopped
+# interruptible instance may be read as paused where the provider cannot say who stopped it
+# (docs/providers.md, "Stop confirmation").
+STOP_CONFIRMING_STATES = frozenset({InstanceState.STOPPED, InstanceState.PAUSED})
+
+
+def stop_took_effect(state: InstanceState, *, interruptible: bool) -> bool:
+    """Whether an instance listed in ``state`` confirms a stop we asked for: ``stopped``, or
+    ``paused`` for an interruptible (bid/spot) instance — a stopped spot instance that the
+    provider reports as paused has stopped all the same."""
+    if state is InstanceState.STOPPED:
+        return True
+    return interruptible and state in STOP_CONFIRMING_STATES
 
 
 @dataclass(frozen=True, slots=True)
