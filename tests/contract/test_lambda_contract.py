@@ -41,7 +41,8 @@ def test_instances_are_normalised_field_by_field() -> None:
 
     assert booting.instance_id == "ddaedf1b7a0e41ac981711504493b242"
     assert (booting.state, booting.raw_state) == (InstanceState.STARTING, "booting")
-    assert booting.compute_usd_per_hour == pytest.approx(0.75)
+    # Billing begins once the instance passes its health checks: no compute while booting.
+    assert booting.compute_usd_per_hour == 0.0
     assert (booting.ssh_host, booting.ssh_port, booting.ssh_user) == (None, None, None)
     assert (booting.gpu_name, booting.gpu_count) == ("A10 (24 GB PCIe)", 1)
     assert booting.labels == {}
@@ -94,9 +95,9 @@ def test_filesystems_bill_per_gib_used_and_say_whether_they_are_mounted() -> Non
         True,
     )
     assert mounted.size_gb == pytest.approx(412.317)
-    assert mounted.usd_per_hour == pytest.approx(384 * 0.20 / 730)
+    assert mounted.usd_per_hour == pytest.approx(384 * 0.20 / 720)
     assert (unmounted.name, unmounted.attached) == ("old-datasets", False)
-    assert unmounted.usd_per_hour == pytest.approx(1024 * 0.20 / 730)
+    assert unmounted.usd_per_hour == pytest.approx(1024 * 0.20 / 720)
     assert unmounted.created_at == datetime(2025, 6, 2, 8, 30, tzinfo=UTC)
 
 

@@ -99,9 +99,11 @@ def test_pods_are_normalised_field_by_field() -> None:
     assert stopped.compute_usd_per_hour == pytest.approx(2.69)
     assert (stopped.gpu_name, stopped.gpu_count) == ("H100 SXM", 1)
 
+    # An EXITED spot pod: interrupted or stopped by its user, RunPod shows both alike, so it
+    # is a stopped disk (24 h), not a paused interruptible (30 min).
     spot = pods["w3e4r5t6y7u8io"]
     assert (spot.state, spot.raw_state, spot.interruptible) == (
-        InstanceState.PAUSED,
+        InstanceState.STOPPED,
         "EXITED",
         True,
     )
@@ -306,7 +308,7 @@ def test_the_rest_v1_pod_list_maps_like_the_graphql_one() -> None:
     assert pods["a8s7d6f5g4h3jk"].state is InstanceState.STOPPED
     assert pods["a8s7d6f5g4h3jk"].storage_usd_per_hour == pytest.approx(200 * 0.20 / HOURS)
     spot = pods["w3e4r5t6y7u8io"]
-    assert (spot.state, spot.interruptible) == (InstanceState.PAUSED, True)
+    assert (spot.state, spot.interruptible) == (InstanceState.STOPPED, True)
 
 
 def test_the_rest_v2_pod_list_maps_status_and_the_direct_ssh_endpoint() -> None:

@@ -81,15 +81,18 @@ def test_running_instances_are_normalised_field_by_field() -> None:
     assert (silent.ssh_host, silent.ssh_port) == ("ssh2.vast.ai", 21884)
 
 
-def test_an_outbid_interruptible_is_paused_and_bills_only_its_disk() -> None:
+def test_a_stopped_bid_instance_vast_cannot_tell_from_a_user_stop_is_a_stopped_disk() -> None:
+    # cur_state == intended_status == next_state == "stopped" with a bid below min_bid: outbid
+    # (dstack's reading) or stopped by the user after the market moved. Vast cannot say which;
+    # the less destructive reading (stopped_disk, 24 h) wins over paused (30 min).
     provider = build("vast", _v0_only("vast/instances_outbid_paused.json"))
 
     (paused,) = provider.list_instances(NOW)
 
     assert paused.instance_id == "50133412"
     assert paused.name == "sweep-lr-17"
-    assert paused.state is InstanceState.PAUSED
-    assert paused.raw_state == "stopped"
+    assert paused.state is InstanceState.STOPPED
+    assert paused.raw_state == "stopped (bid < min_bid)"
     assert paused.interruptible is True
     # Compute is the contract's own rate (dph_total − storage), never the offer's search price.
     assert paused.compute_usd_per_hour == pytest.approx(0.22)
@@ -125,12 +128,14 @@ def test_the_mixed_listing_maps_each_state_including_a_bid_waiting_for_its_gpu()
     assert {key: value.state for key, value in instances.items()} == {
         "50079779": InstanceState.RUNNING,
         "50090759": InstanceState.RUNNING,
-        "50133412": InstanceState.PAUSED,
-        "50133590": InstanceState.PAUSED,  # scheduling: an outbid bid trying to come back
+        "50133412": InstanceState.STOPPED,  # outbid or user stop: cannot tell, so stopped
+        "50133590": InstanceState.PAUSED,  # scheduling below min_bid: an outbid bid waiting
         "49877120": InstanceState.STOPPED,
     }
-    assert instances["50133590"].raw_state == "scheduling (intended running)"
+    assert instances["50133590"].raw_state == "scheduling (intended running, bid < min_bid)"
     assert instances["50133590"].interruptible is True
+    # Scheduling does not bill the GPU: only the disk.
+    assert instances["50133590"].compute_usd_per_hour == 0.0
 
 
 def test_an_empty_account_lists_no_instances() -> None:

@@ -50,7 +50,13 @@ def test_the_legacy_list_shows_each_existing_instance_with_its_status_and_prices
     assert busy["ssh_host"] == "127.0.0.1"
     paused = rows[9003]
     assert paused["is_bid"] is True
-    assert {paused[key] for key in ("actual_status", "intended_status", "cur_state")} == {"stopped"}
+    # Outbid, the documented way: scheduling while its user wants it running, bid below min_bid.
+    assert (paused["actual_status"], paused["intended_status"], paused["cur_state"]) == (
+        "scheduling",
+        "running",
+        "stopped",
+    )
+    assert paused["dph_base"] < paused["min_bid"]
     assert paused["instance"]["gpuCostPerHour"] == 0
     assert paused["ports"] is None
     assert rows[9004]["instance"]["totalHour"] == pytest.approx(200 * 0.20 / 720)

@@ -10,10 +10,12 @@ volumes and keys together).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from watchdog_gpu.errors import NotFoundError, PermanentError
 from watchdog_gpu.model import (
@@ -28,31 +30,50 @@ from watchdog_gpu.providers.parsing import runpod as parse
 
 GRAPHQL_PATH = "/graphql"
 
+# Only what the watchdog reads. The official SDK's own pods query (runpod 1.12.0,
+# api/queries/pods.py) asks for id, name, desiredStatus, podType, costPerHr, gpuCount,
+# volumeInGb, containerDiskInGb, runtime.ports and machine.gpuDisplayName among others; the
+# fields beyond those (OPTIONAL_POD_FIELDS) come from RunPod's GraphQL guide and schema. Should
+# the API reject one of them, the client falls back to SDK_PODS_QUERY and those fields are
+# unknown (docs/providers.md, "RunPod queries").
 PODS_QUERY = """query Pods {
   myself {
     pods {
-      id name desiredStatus podType lastStatusChange
-      imageName costPerHr adjustedCostPerHr lowestBidPriceToResume
-      gpuCount vcpuCount memoryInGb volumeInGb containerDiskInGb volumeMountPath
-      machineId locked uptimeSeconds ports templateId
-      machine {
-        gpuDisplayName gpuTypeId location podHostId secureCloud costPerHr currentPricePerGpu
-      }
+      id name desiredStatus podType costPerHr adjustedCostPerHr
+      gpuCount volumeInGb containerDiskInGb networkVolumeId
+      machine { gpuDisplayName }
       runtime {
         uptimeInSeconds
         ports { ip isIpPublic privatePort publicPort type }
-        gpus { id gpuUtilPercent memoryUtilPercent }
-        container { cpuPercent memoryPercent }
+        gpus { id gpuUtilPercent }
       }
     }
   }
 }"""
 
+SDK_PODS_QUERY = """query Pods {
+  myself {
+    pods {
+      id name desiredStatus podType costPerHr
+      gpuCount volumeInGb containerDiskInGb
+      machine { gpuDisplayName }
+      runtime { ports { ip isIpPublic privatePort publicPort type } }
+    }
+  }
+}"""
+
+OPTIONAL_POD_FIELDS = (
+    "adjustedCostPerHr",
+    "networkVolumeId",
+    "runtime.uptimeInSeconds",
+    "runtime.gpus",
+)
+
+# The official SDK's user query asks for pubKey and networkVolumes (api/queries/user.py);
+# runpodctl's `user` command for clientBalance, currentSpendPerHr and spendLimit.
 ACCOUNT_QUERY = """query Account {
   myself {
-    id email
     clientBalance currentSpendPerHr spendLimit
-    notifyLowBalance notifyPodsStale notifyPodsGeneral
     pubKey
     networkVolumes { id name size dataCenterId }
   }
@@ -65,6 +86,8 @@ _POD_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 
 class RunPodProvider(BaseProvider):
     """One RunPod account."""
@@ -72,11 +95,13 @@ class RunPodProvider(BaseProvider):
     name = "runpod"
     supports_stop = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pods_query = PODS_QUERY
+        self._reported_unreadable: set[str] = set()
+
     def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
-        return self._graphql(
-            PODS_QUERY,
-            lambda payload: parse.parse_pods(payload, account=self.account, now=now),
-        )
+        return self._read_pods(now)[0]
 
     def get_account(self, now: datetime) -> AccountSnapshot:
         return self._graphql(
@@ -85,6 +110,8 @@ class RunPodProvider(BaseProvider):
         )
 
     def list_volumes(self, now: datetime) -> tuple[VolumeSnapshot, ...]:
+        """The network volumes alone (``attached`` unknown: :meth:`observe` reads it from the
+        pods it lists anyway)."""
         return self._graphql(
             ACCOUNT_QUERY,
             lambda payload: parse.parse_network_volumes(payload, account=self.account, now=now),
@@ -97,8 +124,9 @@ class RunPodProvider(BaseProvider):
 
     def observe(self, now: datetime) -> AccountObservation:
         """Pods (required), then one account query for balance, network volumes and keys; each
-        of those three that cannot be read is named in ``problems``."""
-        instances = self.list_instances(now)
+        of those three that cannot be read is named in ``problems``. Volume attachment comes
+        from the pods' ``networkVolumeId``."""
+        instances, attachments = self._read_pods(now)
         problems: dict[str, str] = {}
         payload = self._secondary(
             "account", problems, lambda: self._graphql(ACCOUNT_QUERY, lambda payload: payload)
@@ -124,10 +152,51 @@ class RunPodProvider(BaseProvider):
         return AccountObservation(
             account=account or AccountSnapshot(self.name, self.account, now),
             instances=instances,
-            volumes=volumes or (),
+            volumes=parse.attach_network_volumes(volumes or (), attachments, instances),
             ssh_keys=ssh_keys or (),
             problems=problems,
         )
+
+    def _read_pods(
+        self, now: datetime
+    ) -> tuple[tuple[InstanceSnapshot, ...], dict[str, str | None] | None]:
+        """The pods and each pod's network volume (``None``: unknown). A query the API rejects
+        (HTTP 400: a field it does not know) is retried once with the SDK's own fields, which
+        this account keeps using."""
+        try:
+            payload = self._graphql(self._pods_query, _pods_payload)
+        except PermanentError as error:
+            if not _rejects_optional_field(error) or self._pods_query == SDK_PODS_QUERY:
+                raise
+            logger.warning(
+                "pods query rejected, falling back to the SDK's fields provider=%s account=%s "
+                "unknown_fields=%s",
+                self.name,
+                self.account,
+                ",".join(OPTIONAL_POD_FIELDS),
+            )
+            self._pods_query = SDK_PODS_QUERY
+            payload = self._graphql(self._pods_query, _pods_payload)
+        instances = parse.parse_pods(payload, account=self.account, now=now)
+        if self._pods_query == SDK_PODS_QUERY:
+            instances = tuple(
+                replace(pod, unreadable=tuple(sorted({*pod.unreadable, *OPTIONAL_POD_FIELDS})))
+                for pod in instances
+            )
+        self._log_unreadable(instances)
+        return instances, parse.pod_network_volumes(payload)
+
+    def _log_unreadable(self, instances: tuple[InstanceSnapshot, ...]) -> None:
+        """One warning per field per account for the life of the process (not one per poll)."""
+        for field in sorted({field for pod in instances for field in pod.unreadable}):
+            if field not in self._reported_unreadable:
+                self._reported_unreadable.add(field)
+                logger.warning(
+                    "pod field unreadable, treated as unknown provider=%s account=%s field=%s",
+                    self.name,
+                    self.account,
+                    field,
+                )
 
     def destroy(self, instance_id: str) -> None:
         """``podTerminate``; "pod not found to terminate" is success. An HTTP 404 means the
@@ -148,6 +217,19 @@ class RunPodProvider(BaseProvider):
 
     def _graphql(self, query: str, check: Callable[[object], T]) -> T:
         return self.http.request_json("POST", GRAPHQL_PATH, body={"query": query}, check=check)
+
+
+def _rejects_optional_field(error: PermanentError) -> bool:
+    """Whether a GraphQL validation error (HTTP 400) names one of the optional pod fields."""
+    leaves = {field.rsplit(".", 1)[-1] for field in OPTIONAL_POD_FIELDS}
+    return error.status_code == 400 and any(leaf in str(error) for leaf in leaves)
+
+
+def _pods_payload(payload: object) -> object:
+    """Checks a pods answer (raising what a whole-listing failure raises) and keeps it whole,
+    so the pods and their network volumes are read from one answer."""
+    parse.partial_field_errors(payload, "pods", ("myself", "pods"))
+    return payload
 
 
 def _checked_id(instance_id: str) -> str:

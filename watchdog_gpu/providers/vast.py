@@ -4,8 +4,8 @@ Calls (all with ``Authorization: Bearer <key>``; the base URL is the API root, p
 ``/api/v0`` or ``/api/v1``):
 
 - ``GET /api/v1/instances/?limit=25&order_by=[{"col":"id","dir":"asc"}][&after_token=T]``,
-  following ``next_token`` until it is null; when v1 answers 404 (not served), the unpaginated
-  ``GET /api/v0/instances/`` instead.
+  following ``next_token`` until it is null or empty (as the official client does); when v1
+  answers 404 (not served), the unpaginated ``GET /api/v0/instances/`` instead.
 - ``GET /api/v0/users/current/`` (echoes the API key: scrubbed before anything sees it).
 - ``GET /api/v0/volumes?owner=me&type=all_volume``.
 - ``GET /api/v0/ssh/``.

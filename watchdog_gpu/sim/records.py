@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from watchdog_gpu.sim.gpu import GpuState, GpuTimeline
+from watchdog_gpu.sim.provider_states import ProviderState, generic_billing
 from watchdog_gpu.sim.scenario import ApiMode, ScenarioAccount, ScenarioInstance, ScenarioVolume
 
 # States in which an instance exists (and so bills storage); compute bills in the first two.
 EXISTING_STATES = frozenset({"starting", "running", "paused", "stopped"})
 COMPUTE_STATES = frozenset({"starting", "running"})
 
-# The divisor each provider uses to turn $/GB/month into $/h. Vast's ``storage_total_cost`` is
-# exactly disk × storage_cost / 720 (both OpenAPI examples); RunPod does not say (730 is the
-# usual calendar average) and Lambda bills filesystems hourly from a monthly price.
-HOURS_PER_MONTH = {"vast": 720.0, "runpod": 730.0, "lambda": 730.0}
+# The divisor each provider uses to turn $/GB/month into $/h (docs/providers.md). Vast's
+# ``storage_total_cost`` is exactly disk × storage_cost / 720 (both OpenAPI examples); Lambda's
+# billing page prices a month as 720 hours; RunPod does not say (730, the calendar average).
+HOURS_PER_MONTH = {"vast": 720.0, "runpod": 730.0, "lambda": 720.0}
 
 
 class SimError(Exception):
@@ -57,13 +58,14 @@ class InstanceRecord:
     ordinal: int
     timeline: GpuTimeline
     state: str | None = None
+    # The provider's own state when a scenario set one (else the dialect's default rendering).
+    provider_state: ProviderState | None = None
     history: list[tuple[datetime, str | None]] = field(default_factory=list)
     created_at: datetime | None = None
     started_at: datetime | None = None
     state_since: datetime | None = None
     destroy_due: datetime | None = None
     label: str | None = None
-    provider_state: str | None = None  # a scripted raw state the provider lists instead
     compute_spend_usd: float = 0.0
     storage_spend_usd: float = 0.0
 
@@ -75,13 +77,32 @@ class InstanceRecord:
     def spend_usd(self) -> float:
         return self.compute_spend_usd + self.storage_spend_usd
 
+    @property
+    def compute_billed(self) -> bool:
+        """Whether compute bills now: per the scripted provider state, else per the provider
+        state the generic one stands for (a Vast instance that is starting is loading, which
+        bills no GPU yet)."""
+        if self.state not in EXISTING_STATES:
+            return False
+        exact = self.provider_state or generic_billing(self.provider, self.state)
+        if exact is not None:
+            return exact.compute
+        return self.state in COMPUTE_STATES
+
     def compute_usd_per_hour(self) -> float:
-        return self.spec.compute_usd_per_hour if self.state in COMPUTE_STATES else 0.0
+        """The compute rate billed now (after a RunPod Savings Plan discount)."""
+        if not self.compute_billed:
+            return 0.0
+        return self.spec.compute_usd_per_hour * (1 - self.spec.savings_plan_discount)
 
     def storage_usd_per_hour(self, state: str | None = None) -> float:
-        """Storage rate in ``state`` (default: the current one). Paused bills like stopped:
-        a preempted RunPod spot pod is simply EXITED, with the stopped volume rate."""
-        state = self.state if state is None else state
+        """Storage rate in ``state`` (default: the current one, with its provider state). Paused
+        bills like stopped: a preempted RunPod spot pod is simply EXITED, with the stopped
+        volume rate."""
+        if state is None:
+            state = self.state
+            if self.provider_state is not None and not self.provider_state.storage:
+                return 0.0
         if state not in EXISTING_STATES:
             return 0.0
         base = (
@@ -158,6 +179,10 @@ class InstanceView:
     state: str
     destroying: bool
     interruptible: bool
+    provider_state: ProviderState | None
+    compute_billed: bool
+    network_volume: str | None
+    savings_plan_discount: float
     gpu_name: str
     gpu_count: int
     compute_usd_per_hour: float  # the instance's compute price (billed only while running)
@@ -172,12 +197,11 @@ class InstanceView:
     state_since: datetime
     gpu: GpuState
     spend_usd: float
-    provider_state: str | None = None  # a scripted raw state listed instead of the usual one
 
     @property
     def billed_usd_per_hour(self) -> float:
-        compute = self.compute_usd_per_hour if self.state in COMPUTE_STATES else 0.0
-        return compute + self.storage_usd_per_hour
+        compute = self.compute_usd_per_hour if self.compute_billed else 0.0
+        return compute * (1 - self.savings_plan_discount) + self.storage_usd_per_hour
 
 
 @dataclass(frozen=True, slots=True)

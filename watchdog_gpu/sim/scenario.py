@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.errors import ConfigProblem, ScenarioError
+from watchdog_gpu.sim.provider_states import PROVIDER_STATES
 
 Provider = Literal["vast", "runpod", "lambda"]
 ScriptedState = Literal["starting", "running", "paused", "stopped", "gone"]
@@ -57,15 +58,19 @@ class InstanceEvent(_Frozen):
 
     at: Duration
     state: ScriptedState | None = None
+    # Additions (docs/scenario-format.md, "Provider states"): the provider's own state, exclusive
+    # with ``state``. A documented state of the provider moves the instance into it, with that
+    # state's billing; any other string (one no state table maps, e.g. "exploded") is listed
+    # as the raw state until the next state event, billing as the scripted state does.
+    # ``runtime`` (RunPod) says whether a RUNNING pod shows its runtime block.
+    provider_state: Annotated[str, Field(min_length=1, max_length=40)] | None = None
+    runtime: bool | None = None
     gpu_util: Percent | tuple[Percent, ...] | None = None
     gpu_pattern: GpuPattern | None = None
     enc: Percent | None = None
     mig: bool | None = None
     ssh: SshMode | None = None
     interactive_login: bool | None = None
-    # An addition: the provider lists the instance with this raw state string (one no state
-    # table maps, e.g. "exploded") until the next `state` event; billing follows the state.
-    provider_state: Annotated[str, Field(min_length=1, max_length=40)] | None = None
 
 
 class AccountEvent(_Frozen):
@@ -89,6 +94,11 @@ class ScenarioInstance(_Frozen):
     disk_gb: NonNegative = 0.0
     storage_usd_per_gb_month: NonNegative = 0.0
     stopped_storage_multiplier: NonNegative = 1.0
+    # Additions (docs/scenario-format.md): the network volume a RunPod pod uses (the id of one
+    # of the account's volumes) and a RunPod Savings Plan discount, as a fraction of the compute
+    # price (the pod's adjustedCostPerHr is the price times 1 − discount).
+    network_volume: str | None = None
+    savings_plan_discount: Annotated[float, Field(ge=0, lt=1, strict=True)] = 0.0
     # Additions to the public format (documented in docs/scenario-format.md): where SSH probes
     # should connect. Defaults to loopback so nothing ever dials an address outside this machine.
     ssh_host: str = "127.0.0.1"
@@ -327,6 +337,24 @@ def _check_account(scenario: Scenario, account: ScenarioAccount, path: str) -> l
     return problems
 
 
+def _check_pod_fields(
+    account: ScenarioAccount, instance: ScenarioInstance, path: str
+) -> list[ConfigProblem]:
+    if account.provider != "runpod":
+        return [
+            ConfigProblem(f"{path}.{name}", "a RunPod pod field")
+            for name in ("network_volume", "savings_plan_discount")
+            if name in instance.model_fields_set
+        ]
+    if instance.network_volume is not None and instance.network_volume not in {
+        volume.id for volume in account.volumes
+    }:
+        return [
+            ConfigProblem(f"{path}.network_volume", "not the id of one of the account's volumes")
+        ]
+    return []
+
+
 def _check_instance(
     scenario: Scenario, account: ScenarioAccount, instance: ScenarioInstance, path: str
 ) -> list[ConfigProblem]:
@@ -349,6 +377,7 @@ def _check_instance(
                     "Lambda bills no per-instance storage; script a volume (filesystem) instead",
                 )
             )
+    problems += _check_pod_fields(account, instance, path)
     try:
         ipaddress.ip_address(instance.ssh_host)
     except ValueError:
@@ -359,8 +388,10 @@ def _check_instance(
         event_path = f"{path}.events[{number}]"
         problems.extend(_check_offset(scenario, event.at, f"{event_path}.at"))
         problems.extend(_check_event(account, instance, event, event_path))
-        if event.state is not None and (first_state is None or event.at < first_state[0]):
-            first_state = (event.at, event.state, event_path)
+        documented = event.provider_state in PROVIDER_STATES[account.provider]
+        scripted = event.state or (documented and "provider_state")
+        if scripted and (first_state is None or event.at < first_state[0]):
+            first_state = (event.at, scripted, event_path)
     if first_state is None:
         problems.append(
             ConfigProblem(
@@ -386,8 +417,8 @@ def _check_event(
         problems.append(
             ConfigProblem(
                 path,
-                "an instance event needs at least one of state, gpu_util, gpu_pattern, enc, mig, "
-                "ssh, interactive_login, provider_state",
+                "an instance event needs at least one of state, provider_state, gpu_util, "
+                "gpu_pattern, enc, mig, ssh, interactive_login",
             )
         )
     if event.gpu_util is not None and event.gpu_pattern is not None:
@@ -421,6 +452,22 @@ def _check_event(
     if event.state == "stopped" and account.provider == "lambda":
         problems.append(
             ConfigProblem(f"{path}.state", "Lambda instances cannot be stopped, only terminated")
+        )
+    problems += _check_provider_state(event, account.provider, path)
+    return problems
+
+
+def _check_provider_state(event: InstanceEvent, provider: str, path: str) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+    if event.provider_state is not None and event.state is not None:
+        problems.append(
+            ConfigProblem(f"{path}.provider_state", "state and provider_state exclude each other")
+        )
+    if event.runtime is not None and (provider != "runpod" or event.provider_state != "RUNNING"):
+        problems.append(
+            ConfigProblem(
+                f"{path}.runtime", 'only a RunPod provider_state = "RUNNING" event takes runtime'
+            )
         )
     return problems
 

@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 
 from watchdog_gpu.clock import Clock, VirtualClock
 from watchdog_gpu.sim.gpu import GpuState, GpuTimeline, read_gpus
+from watchdog_gpu.sim.provider_states import ProviderState, scripted_state, unmapped_state
 from watchdog_gpu.sim.records import (
     COMPUTE_STATES,
     AccountRecord,
@@ -203,6 +204,13 @@ class SimulatedWorld:
     def volumes(self, account: str) -> list[VolumeView]:
         with self._lock:
             self._advance()
+            record = self._account(account)
+            # A volume is in use when scripted so or when an existing pod mounts it.
+            mounted = {
+                instance.spec.network_volume
+                for instance in record.instances.values()
+                if instance.exists and instance.spec.network_volume is not None
+            }
             return [
                 VolumeView(
                     volume_id=volume.spec.id,
@@ -210,10 +218,10 @@ class SimulatedWorld:
                     size_gb=volume.spec.size_gb,
                     storage_usd_per_gb_month=volume.spec.storage_usd_per_gb_month,
                     usd_per_hour=volume.usd_per_hour(),
-                    attached=volume.spec.attached,
+                    attached=volume.spec.attached or volume.spec.id in mounted,
                     created_at=volume.created_at,
                 )
-                for volume in self._account(account).volumes.values()
+                for volume in record.volumes.values()
                 if not volume.deleted
             ]
 
@@ -363,13 +371,16 @@ class SimulatedWorld:
             )
             record.instances[instance.id] = item
             for event in instance.events:
-                if event.state is not None:
+                scripted = scripted_state(
+                    spec.provider, event.state, event.provider_state, event.runtime
+                )
+                if scripted is not None:
                     self._schedule(
-                        self.origin + event.at, self._scripted_state(spec.name, item, event.state)
+                        self.origin + event.at, self._scripted_state(spec.name, item, *scripted)
                     )
-                if event.provider_state is not None:
+                elif event.provider_state is not None:  # a raw state no table maps
                     self._schedule(
-                        self.origin + event.at, _scripted_provider_state(item, event.provider_state)
+                        self.origin + event.at, _scripted_raw_state(item, event.provider_state)
                     )
         for volume in spec.volumes:
             record.volumes[volume.id] = VolumeRecord(volume, spec.provider, self.origin)
@@ -387,13 +398,13 @@ class SimulatedWorld:
         return record
 
     def _scripted_state(
-        self, account: str, record: InstanceRecord, state: str
+        self, account: str, record: InstanceRecord, state: str, exact: ProviderState | None
     ) -> Callable[[datetime], None]:
         def apply(at: datetime) -> None:
             if record.destroy_due is not None or record.state == "gone":
                 return  # a destroyed instance does not come back
-            if state != record.state:
-                self._set_state(record, state, at)
+            if state != record.state or exact != record.provider_state:
+                self._set_state(record, state, at, exact)
                 if state in ("stopped", "gone", "paused"):
                     self._log(at, account, record.spec.id, state, "script")
 
@@ -515,15 +526,26 @@ class SimulatedWorld:
                 self._begin_destroy(record.spec.name, instance, at, source="provider")
 
     # ----------------------------------------------------------------- transitions
-    def _set_state(self, record: InstanceRecord, state: str, at: datetime) -> None:
+    def _set_state(
+        self,
+        record: InstanceRecord,
+        state: str,
+        at: datetime,
+        exact: ProviderState | None = None,
+    ) -> None:
+        """Move ``record`` to ``state`` (and the provider state ``exact``, if scripted; an API
+        call or the provider's own behaviour clears it). The history holds what the probe
+        sees: a running instance whose container cannot answer (Vast ``frozen``, Lambda
+        ``unhealthy``) is recorded under its provider state, which the probe treats as down."""
         if record.created_at is None:
             record.created_at = at
         if state == "running" and record.state != "running":
             record.started_at = at
         record.state = state
+        record.provider_state = exact
         record.state_since = at
-        record.provider_state = None
-        record.history.append((at, state))
+        seen = exact.name if exact is not None and not exact.reachable else state
+        record.history.append((at, seen))
 
     def _begin_destroy(
         self, account: str, record: InstanceRecord, at: datetime, *, source: str
@@ -577,6 +599,10 @@ class SimulatedWorld:
             state=record.state,
             destroying=record.destroy_due is not None,
             interruptible=record.spec.interruptible,
+            provider_state=record.provider_state,
+            compute_billed=record.compute_billed,
+            network_volume=record.spec.network_volume,
+            savings_plan_discount=record.spec.savings_plan_discount,
             gpu_name=record.spec.gpu_name,
             gpu_count=record.spec.gpu_count,
             compute_usd_per_hour=record.spec.compute_usd_per_hour,
@@ -591,13 +617,15 @@ class SimulatedWorld:
             state_since=record.state_since,
             gpu=gpu,
             spend_usd=record.spend_usd,
-            provider_state=record.provider_state,
         )
 
 
-def _scripted_provider_state(record: InstanceRecord, raw: str) -> Callable[[datetime], None]:
+def _scripted_raw_state(record: InstanceRecord, raw: str) -> Callable[[datetime], None]:
+    """The provider lists ``raw`` (a state no table maps) until the next state change; the
+    instance keeps the billing and reachability of the state it is in."""
+
     def apply(at: datetime) -> None:
-        if record.exists and record.destroy_due is None:
-            record.provider_state = raw
+        if record.exists and record.destroy_due is None and record.state is not None:
+            record.provider_state = unmapped_state(record.provider, record.state, raw)
 
     return apply

@@ -42,24 +42,49 @@ def test_vast_on_demand_states(raw: object, expected: InstanceState) -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"),
+    ("actual", "intended", "bid", "min_bid", "expected"),
     [
-        ("running", S.RUNNING),
-        ("frozen", S.RUNNING),  # still holds (and bills) its GPU
-        ("stopped", S.PAUSED),
-        ("scheduling", S.PAUSED),
-        ("exited", S.PAUSED),
-        ("created", S.PAUSED),
-        ("loading", S.PAUSED),
-        (None, S.PAUSED),
-        ("unknown", S.UNKNOWN),
-        ("offline", S.UNKNOWN),
+        ("running", "running", 0.22, 0.31, S.RUNNING),
+        ("frozen", "frozen", 0.22, 0.31, S.RUNNING),  # still holds (and bills) its GPU
+        # Loading, created, provisioning or rebooting: starting, whatever the bid (the GPU is
+        # not billed yet and nothing was lost).
+        ("loading", "running", 0.22, 0.31, S.STARTING),
+        ("created", "running", 0.22, 0.31, S.STARTING),
+        (None, "running", 0.22, 0.31, S.STARTING),
+        ("rebooting", "running", 0.22, 0.31, S.STARTING),
+        # Scheduling: outbid only when the bid is below min_bid; else waiting for its GPU.
+        ("scheduling", "running", 0.22, 0.31, S.PAUSED),
+        ("scheduling", "running", 0.40, 0.31, S.STARTING),
+        ("scheduling", "running", None, None, S.STARTING),
+        # Stopped while the user wants it running: Vast took the GPU (outbid).
+        ("stopped", "running", 0.22, 0.31, S.PAUSED),
+        ("stopped", "running", None, None, S.PAUSED),
+        ("stopped", "running", 0.40, 0.31, S.STOPPED),  # a winning bid: not an outbid
+        # Stopped with intended "stopped": a user stop and an outbid look alike; the less
+        # destructive reading is a stopped disk.
+        ("stopped", "stopped", 0.22, 0.31, S.STOPPED),
+        ("stopped", "stopped", 0.40, 0.31, S.STOPPED),
+        ("stopped", None, 0.22, 0.31, S.STOPPED),
+        ("exited", "running", 0.22, 0.31, S.STOPPED),  # the container died: not an outbid
+        ("unknown", "running", 0.22, 0.31, S.UNKNOWN),
+        ("offline", "running", 0.22, 0.31, S.UNKNOWN),
     ],
 )
-def test_vast_interruptible_instances_that_are_not_running_are_paused(
-    raw: object, expected: InstanceState
+def test_vast_interruptible_instances_are_paused_only_when_held_off_their_gpu(
+    actual: object,
+    intended: str | None,
+    bid: float | None,
+    min_bid: float | None,
+    expected: InstanceState,
 ) -> None:
-    row = {"id": 1, "actual_status": raw, "is_bid": True}
+    row = {
+        "id": 1,
+        "actual_status": actual,
+        "intended_status": intended,
+        "is_bid": True,
+        "dph_base": bid,
+        "min_bid": min_bid,
+    }
 
     snapshot = vast.parse_instance(row, account="a", now=NOW)
 
@@ -74,7 +99,8 @@ def test_vast_interruptible_instances_that_are_not_running_are_paused(
         ("RUNNING", "RESERVED", None, S.STARTING),
         ("RUNNING", "INTERRUPTABLE", {}, S.RUNNING),
         ("EXITED", "RESERVED", None, S.STOPPED),
-        ("EXITED", "INTERRUPTABLE", None, S.PAUSED),
+        # Interrupted and user-stopped spot pods look alike: the less destructive reading.
+        ("EXITED", "INTERRUPTABLE", None, S.STOPPED),
         ("TERMINATED", "RESERVED", None, S.GONE),
         ("CREATED", "RESERVED", None, S.STARTING),
         ("RESTARTING", "RESERVED", None, S.STARTING),

@@ -128,12 +128,12 @@ def test_runpod_out_of_range_utilisation_is_unknown_not_clamped() -> None:
     assert runpod.parse_pod(pod, account="a", now=NOW).provider_gpu_util_percent == (None,)
 
 
-def test_lambda_filesystem_rate_is_per_gib_used_per_730_hour_month() -> None:
+def test_lambda_filesystem_rate_is_per_gib_used_per_720_hour_month() -> None:
     payload = {"data": [{"id": "f", "name": "n", "bytes_used": 10 * 1024**3, "is_in_use": False}]}
 
     (volume,) = lambda_cloud.parse_file_systems(payload, account="a", now=NOW)
 
-    assert volume.usd_per_hour == pytest.approx(10 * 0.20 / 730)
+    assert volume.usd_per_hour == pytest.approx(10 * 0.20 / 720)
     assert volume.attached is False
 
 

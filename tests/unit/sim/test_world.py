@@ -27,6 +27,7 @@ def one_instance(
     multiplier: float = 1.0,
     interruptible: bool = False,
     instance_id: str = "1",
+    storage: float = 0.10,
 ) -> str:
     balance_line = f"balance_usd = {balance}" if balance is not None else ""
     return f"""
@@ -38,7 +39,7 @@ provider = "{provider}"
 id = "{instance_id}"
 compute_usd_per_hour = 0.50
 disk_gb = 72
-storage_usd_per_gb_month = 0.10
+storage_usd_per_gb_month = {storage}
 stopped_storage_multiplier = {multiplier}
 interruptible = {str(interruptible).lower()}
 events = [{events}]
@@ -56,13 +57,29 @@ def test_a_running_instance_bills_compute_and_storage_by_the_hour() -> None:
     assert world.spend_usd("a", "1") == pytest.approx(3 * (0.50 + STORAGE_PER_HOUR))
 
 
-def test_a_starting_instance_bills_compute_too() -> None:
+@pytest.mark.parametrize(
+    ("provider", "starting_bills_compute"),
+    [
+        ("vast", False),  # loading: "GPU charges begin when status reaches running"
+        ("runpod", True),  # RUNNING without a runtime: the pod is rented
+        ("lambda", False),  # booting: billing begins once health checks pass
+    ],
+)
+def test_a_starting_instance_bills_compute_as_its_provider_does(
+    provider: str, starting_bills_compute: bool
+) -> None:
     world, clock = world_of(
-        one_instance(events='{ at = "0s", state = "starting" }, { at = "1h", state = "running" }')
+        one_instance(
+            provider=provider,
+            events='{ at = "0s", state = "starting" }, { at = "1h", state = "running" }',
+            storage=0.0 if provider == "lambda" else 0.10,  # Lambda bills no instance storage
+        )
     )
     clock.advance(timedelta(hours=2))
 
-    assert world.spend_usd("a", "1") == pytest.approx(2 * (0.50 + STORAGE_PER_HOUR))
+    storage_per_hour = world.instance("a", "1").storage_usd_per_hour  # type: ignore[union-attr]
+    starting_hour = (0.50 if starting_bills_compute else 0.0) + storage_per_hour
+    assert world.spend_usd("a", "1") == pytest.approx(starting_hour + 0.50 + storage_per_hour)
 
 
 @pytest.mark.parametrize("state", ["paused", "stopped"])
@@ -211,9 +228,7 @@ balance_usd = 0.0
 
 def test_a_destroy_leaves_the_instance_billing_until_the_provider_delay_has_passed() -> None:
     world, clock = world_of(
-        one_instance("lambda", instance_id="abc")
-        .replace("disk_gb = 72\n", "")
-        .replace("storage_usd_per_gb_month = 0.10\n", "")
+        one_instance("lambda", instance_id="abc", storage=0.0).replace("disk_gb = 72\n", "")
     )
     clock.advance(timedelta(hours=1))
     world.destroy("a", "abc")
@@ -260,9 +275,7 @@ def test_stop_releases_the_gpu_at_once_and_lambda_cannot_stop() -> None:
     assert world.spend_usd("a", "1") == pytest.approx(0.50 + 2 * STORAGE_PER_HOUR)
     assert world.gpu_state("a", "1").ssh == "down"
 
-    lambda_world, _ = world_of(
-        one_instance("lambda", instance_id="abc").replace("storage_usd_per_gb_month = 0.10\n", "")
-    )
+    lambda_world, _ = world_of(one_instance("lambda", instance_id="abc", storage=0.0))
     with pytest.raises(UnsupportedActionError):
         lambda_world.stop("a", "abc")
 

@@ -16,7 +16,7 @@ from watchdog_gpu.errors import PermanentError
 from watchdog_gpu.model import InstanceState
 
 # Hours in a billing month where a provider quotes storage in $/GB/month and does not say how it
-# divides (RunPod, Lambda): 365 × 24 / 12 = 730. Vast's own figures divide by 720 (see vast.py).
+# divides (RunPod): 365 × 24 / 12 = 730. Vast and Lambda say 720 (docs/providers.md).
 HOURS_PER_MONTH = 730.0
 
 # How much of a payload an error message may quote.

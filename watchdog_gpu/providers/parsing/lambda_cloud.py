@@ -1,10 +1,13 @@
 """Lambda Cloud payloads into the normalised model (pure).
 
-Facts used (docs/providers/lambda.md): success is ``{"data": ...}``; instances bill from launch
-until terminate, whatever they do (no stop, no spot); the price is the instance's own
-``instance_type.price_cents_per_hour``; local disk is part of that price, so instance storage
-bills nothing extra; filesystems bill per GiB used per month for as long as they exist (the docs'
-example rate, $0.20/GiB/month, is the one we know); there is no balance endpoint.
+Facts used, with their sources in ``docs/providers.md`` ("Lambda"): success is
+``{"data": ...}``; an instance bills "the moment you launch an instance and the instance passes
+health checks" until terminate, whatever it does (no stop, no spot) — so ``booting`` bills no
+compute yet; the price is the instance's own ``instance_type.price_cents_per_hour``; local disk
+is part of that price, so instance storage bills nothing extra; filesystems bill per GiB used per
+month in one-hour increments, a month being **720 hours** ("1,000 GiB continuously for a full
+month (720 hours)" at $0.20 is $200.00), for as long as they exist; the docs' example rate,
+$0.20/GiB/month, is the one we know; there is no balance endpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from watchdog_gpu.model import (
     VolumeSnapshot,
 )
 from watchdog_gpu.providers.parsing.common import (
-    HOURS_PER_MONTH,
     StateTable,
     as_list,
     as_object,
@@ -43,6 +45,8 @@ SSH_PORT = 22
 
 # The billing page's example rate ("might not reflect current pricing"), per GiB used per month.
 FILESYSTEM_USD_PER_GIB_MONTH = 0.20
+# Lambda prices a filesystem month as 720 hours (its billing page: 1,000 GiB for a month is $200).
+LAMBDA_HOURS_PER_MONTH = 720.0
 _GIB = 1024**3
 
 LAMBDA_STATES = StateTable(
@@ -100,7 +104,7 @@ def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnaps
         raw_state=status.strip()[:80] if isinstance(status, str) else describe(status),
         observed_at=now,
         interruptible=False,
-        compute_usd_per_hour=round(cents / 100, 6) if cents is not None else None,
+        compute_usd_per_hour=_compute_usd_per_hour(status, cents),
         storage_usd_per_hour=0.0,
         disk_gb=get_money(specs, "storage_gib"),
         gpu_name=get_str(instance_type, "gpu_description"),
@@ -110,6 +114,14 @@ def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnaps
         ssh_user=SSH_USER if ip else None,
         labels=_tags(fields.get("tags")),
     )
+
+
+def _compute_usd_per_hour(status: object, cents: float | None) -> float | None:
+    """The compute rate billed now: nothing while booting (billing begins once the instance
+    passes its health checks), else the type's price."""
+    if isinstance(status, str) and status.strip().lower() == "booting":
+        return 0.0
+    return round(cents / 100, 6) if cents is not None else None
 
 
 def parse_account(*, account: str, now: datetime) -> AccountSnapshot:
@@ -141,7 +153,7 @@ def parse_file_systems(
                 size_gb=round(used / 1e9, 3) if used is not None else None,
                 usd_per_hour=(
                     monthly_gb_rate_to_hourly(
-                        used / _GIB, FILESYSTEM_USD_PER_GIB_MONTH, HOURS_PER_MONTH
+                        used / _GIB, FILESYSTEM_USD_PER_GIB_MONTH, LAMBDA_HOURS_PER_MONTH
                     )
                     if used is not None
                     else None

@@ -2,16 +2,24 @@
 
 The client speaks GraphQL (``POST /graphql``), the only API with the balance, ``podType`` and
 per-GPU utilisation; parsers for the REST v1/v2 pod shapes sit alongside so a second path (or a
-cross-check) maps states through the same table. Facts used (docs/providers/runpod.md):
+cross-check) maps states through the same table. Every fact used here, with its source, is in
+``docs/providers.md`` ("RunPod"):
 
 - ``desiredStatus`` (GraphQL, REST v1) and ``status`` (REST v2) share one table, ``RUNPOD_STATES``.
-  ``RUNNING`` with ``runtime: null`` is still starting (image pull) or broken: ``starting``.
-- A spot pod (``podType == "INTERRUPTABLE"``, REST v1 ``interruptible``) that is ``EXITED`` lost
-  its GPU and keeps its volume: ``paused``.
+  ``RUNNING`` with ``runtime: null`` is still starting (image pull) or broken: ``starting`` (it
+  bills: the pod is rented).
+- A spot pod (``podType == "INTERRUPTABLE"``, REST v1 ``interruptible``) that is ``EXITED`` may
+  have been interrupted or stopped by its user: RunPod shows both the same way ("A user-stopped
+  spot pod looks the same"). The less destructive reading wins: ``stopped`` (the stopped-disk
+  rule), never ``paused``.
 - Storage: the pod volume bills $0.10/GB/month while running and **$0.20 while stopped**; the
   container disk bills $0.10 only while running; network volumes $0.07/GB/month for the first TB
   and $0.05 beyond, whatever the pods do. RunPod does not say how many hours a month has: 730.
-- Compute $/h is ``costPerHr``, the pod's own rental rate.
+- Compute $/h is ``adjustedCostPerHr`` ("effective $/h after Savings Plans") when it is read,
+  else ``costPerHr``, the pod's own rental rate.
+- GraphQL answers may carry partial errors (HTTP 200, ``errors`` with a ``path``, ``null`` at
+  that path): an error inside one pod's optional field makes that field unknown for that pod
+  (named in ``InstanceSnapshot.unreadable``) and keeps the listing; any other error fails it.
 - SSH is the public TCP mapping of container port 22 (``runtime.ports``), as ``root``; RunPod's
   ``ssh.runpod.io`` proxy cannot run a remote command, so it is not used.
 """
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from watchdog_gpu.errors import AuthError, NotFoundError, ProviderError, TransientError
@@ -78,6 +87,10 @@ RUNPOD_STATES = StateTable(
 
 _INTERRUPTIBLE_POD_TYPES = frozenset({"INTERRUPTABLE"})
 
+# Where a pod's fields sit in a ``myself { pods { ... } }`` answer: errors under this path with
+# a pod index and a field name are partial (that pod's field is unknown).
+_PODS_PATH = ("myself", "pods")
+
 
 def graphql_data(payload: object, operation: str) -> Mapping[str, object]:
     """The ``data`` object of a GraphQL answer.
@@ -96,6 +109,42 @@ def graphql_data(payload: object, operation: str) -> Mapping[str, object]:
     if data is None:
         raise broken_payload(PROVIDER, operation, f"'data' is {describe(envelope.get('data'))}")
     return data
+
+
+def partial_field_errors(
+    payload: object, operation: str, list_path: tuple[str, ...]
+) -> dict[int, frozenset[str]]:
+    """The fields each item of the list at ``list_path`` could not resolve, by item index
+    (``{2: {"runtime.gpus"}}`` for an error with path ``myself.pods.2.runtime.gpus``).
+
+    Raises the error of :func:`graphql_error` when any error lies elsewhere (on the list
+    itself, on an item as a whole, or without a path): that is not a partial answer.
+    """
+    envelope = as_object(payload)
+    if envelope is None:
+        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
+    errors = as_list(envelope.get("errors"))
+    if not errors:
+        return {}
+    unreadable: dict[int, set[str]] = {}
+    for entry in errors:
+        path = as_list((as_object(entry) or {}).get("path")) or []
+        depth = len(list_path)
+        head, index, rest = path[:depth], path[depth : depth + 1], path[depth + 1 :]
+        names = [part for part in rest if isinstance(part, str)]
+        if (
+            tuple(head) != list_path
+            or not index
+            or not isinstance(index[0], int)
+            or isinstance(index[0], bool)
+            or not names
+            or names[0] == "id"
+        ):
+            error = graphql_error(envelope, operation)
+            assert error is not None  # errors is a non-empty array
+            raise error
+        unreadable.setdefault(index[0], set()).add(".".join(names))
+    return {index: frozenset(fields) for index, fields in unreadable.items()}
 
 
 def graphql_error(envelope: Mapping[str, object], operation: str) -> ProviderError | None:
@@ -134,12 +183,61 @@ def graphql_error(envelope: Mapping[str, object], operation: str) -> ProviderErr
 
 def parse_pods(payload: object, *, account: str, now: datetime) -> tuple[InstanceSnapshot, ...]:
     """Parse ``query { myself { pods { ... } } }``. Raises ``PermanentError`` when the list or a
-    pod's id is unreadable (a silently dropped pod would look terminated)."""
-    myself = _myself(payload, "pods")
+    pod's id is unreadable (a silently dropped pod would look terminated). Partial errors inside
+    a pod's fields leave those fields unknown (see the module docstring)."""
+    unreadable = partial_field_errors(payload, "pods", _PODS_PATH)
+    envelope = as_object(payload) or {}
+    myself = as_object((as_object(envelope.get("data")) or {}).get("myself"))
+    if myself is None:
+        raise broken_payload(PROVIDER, "pods", "'myself' is missing or not an object")
     pods = as_list(myself.get("pods"))
     if pods is None:
         raise broken_payload(PROVIDER, "pods", f"'pods' is {describe(myself.get('pods'))}")
-    return tuple(parse_pod(pod, account=account, now=now) for pod in pods)
+    return tuple(
+        parse_pod(pod, account=account, now=now, unreadable=unreadable.get(index, frozenset()))
+        for index, pod in enumerate(pods)
+    )
+
+
+def pod_network_volumes(payload: object) -> dict[str, str | None] | None:
+    """Each pod's ``networkVolumeId`` (``None``: the pod has none) from a pods answer; ``None``
+    when any pod's field could not be read or was not asked for (attachment unknown)."""
+    try:
+        unreadable = partial_field_errors(payload, "pods", _PODS_PATH)
+    except ProviderError:
+        return None
+    envelope = as_object(payload) or {}
+    myself = as_object((as_object(envelope.get("data")) or {}).get("myself")) or {}
+    pods = as_list(myself.get("pods")) or []
+    attached: dict[str, str | None] = {}
+    for index, pod in enumerate(pods):
+        fields = as_object(pod) or {}
+        pod_id = get_id(fields, "id")
+        if (
+            pod_id is None
+            or "networkVolumeId" not in fields
+            or "networkVolumeId" in unreadable.get(index, frozenset())
+        ):
+            return None
+        attached[pod_id] = get_str(fields, "networkVolumeId")
+    return attached
+
+
+def attach_network_volumes(
+    volumes: tuple[VolumeSnapshot, ...],
+    pods: Mapping[str, str | None] | None,
+    instances: tuple[InstanceSnapshot, ...],
+) -> tuple[VolumeSnapshot, ...]:
+    """Volumes with ``attached`` read from the pods' ``networkVolumeId``: attached when a pod
+    that still exists (any state but terminated) names it, detached when every pod was read and
+    none does, unknown (``None``) when the pods' volume fields could not be read."""
+    if pods is None:
+        return volumes
+    existing = {
+        instance.instance_id for instance in instances if instance.state is not InstanceState.GONE
+    }
+    used = {volume for pod_id, volume in pods.items() if volume and pod_id in existing}
+    return tuple(replace(volume, attached=volume.volume_id in used) for volume in volumes)
 
 
 def parse_single_pod(payload: object, *, account: str, now: datetime) -> InstanceSnapshot | None:
@@ -148,8 +246,15 @@ def parse_single_pod(payload: object, *, account: str, now: datetime) -> Instanc
     return None if pod is None else parse_pod(pod, account=account, now=now)
 
 
-def parse_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
-    """One GraphQL ``Pod``. Only an unreadable ``id`` is fatal (``PermanentError``)."""
+def parse_pod(
+    pod: object, *, account: str, now: datetime, unreadable: frozenset[str] = frozenset()
+) -> InstanceSnapshot:
+    """One GraphQL ``Pod``. Only an unreadable ``id`` is fatal (``PermanentError``).
+
+    ``unreadable`` names the fields a partial error left ``null`` (dotted: ``runtime.gpus``):
+    their values are unknown, not absent — an unreadable ``runtime`` does not mean the
+    container is down.
+    """
     fields = _pod_fields(pod)
     pod_id = get_id(fields, "id")
     if pod_id is None:
@@ -157,7 +262,8 @@ def parse_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
     runtime = as_object(fields.get("runtime"))
     desired = fields.get("desiredStatus")
     interruptible = get_str(fields, "podType") in _INTERRUPTIBLE_POD_TYPES
-    state = _state(desired, interruptible=interruptible, runtime_up=runtime is not None)
+    runtime_up = runtime is not None or "runtime" in unreadable
+    state = _state(desired, runtime_up=runtime_up)
     raw_state = _raw_state(desired)
     if state is InstanceState.STARTING and raw_state == "RUNNING":
         raw_state = "RUNNING (runtime not up)"
@@ -175,7 +281,7 @@ def parse_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
         raw_state=raw_state,
         observed_at=now,
         interruptible=interruptible,
-        compute_usd_per_hour=get_money(fields, "costPerHr"),
+        compute_usd_per_hour=pod_compute_usd_per_hour(fields),
         storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
         disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
         gpu_name=get_str(machine, "gpuDisplayName"),
@@ -188,7 +294,14 @@ def parse_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
         ),
         provider_gpu_util_percent=_gpu_utilisation(runtime),
         public_ports=_public_ports_from_runtime(ports),
+        unreadable=tuple(sorted(unreadable)),
     )
+
+
+def pod_compute_usd_per_hour(fields: Mapping[str, object]) -> float | None:
+    """``adjustedCostPerHr`` (the rate after Savings Plans) when read, else ``costPerHr``."""
+    adjusted = get_money(fields, "adjustedCostPerHr")
+    return adjusted if adjusted is not None else get_money(fields, "costPerHr")
 
 
 def pod_storage_usd_per_hour(
@@ -232,7 +345,8 @@ def network_volume_usd_per_hour(size_gb: float) -> float:
 
 def parse_account(payload: object, *, account: str, now: datetime) -> AccountSnapshot:
     """Parse ``myself { clientBalance currentSpendPerHr spendLimit ... }``. RunPod's
-    ``spendLimit`` is in $/h (default 80); the API says nothing about auto-pay."""
+    ``spendLimit`` is in $/h (default 80); the API says nothing about auto-pay. A partial error
+    on one of these fields leaves it unknown."""
     myself = _myself(payload, "account")
     return AccountSnapshot(
         provider=PROVIDER,
@@ -248,9 +362,10 @@ def parse_account(payload: object, *, account: str, now: datetime) -> AccountSna
 def parse_network_volumes(
     payload: object, *, account: str, now: datetime
 ) -> tuple[VolumeSnapshot, ...]:
-    """Parse ``myself { networkVolumes { id name size dataCenterId } }`` (size in GB). The query
-    does not say whether a pod uses a volume, so ``attached`` is ``None``."""
-    myself = _myself(payload, "network volumes")
+    """Parse ``myself { networkVolumes { id name size dataCenterId } }`` (size in GB). The
+    account query does not say whether a pod uses a volume: ``attached`` is ``None`` until
+    :func:`attach_network_volumes` reads it from the pods."""
+    myself = _myself(payload, "network volumes", frozenset({"networkVolumes"}))
     return _network_volumes(myself.get("networkVolumes"), account=account, now=now)
 
 
@@ -264,7 +379,7 @@ def parse_rest_network_volumes(
 def parse_ssh_keys(payload: object, *, account: str) -> tuple[SshKeyRecord, ...]:
     """Parse ``myself { pubKey }``: every account key in one newline-separated string. RunPod
     keys have no ids, so each gets a stable one derived from its text."""
-    myself = _myself(payload, "ssh keys")
+    myself = _myself(payload, "ssh keys", frozenset({"pubKey"}))
     text = myself.get("pubKey")
     if text is None:
         return ()
@@ -328,7 +443,7 @@ def _rest_v1_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapsho
         raise broken_payload(PROVIDER, "REST v1 pod", "pod without a usable 'id'")
     interruptible = get_bool(fields, "interruptible") is True
     desired = fields.get("desiredStatus")
-    state = _state(desired, interruptible=interruptible, runtime_up=True)
+    state = _state(desired, runtime_up=True)
     gpu = as_object(fields.get("gpu")) or {}
     volume_gb = get_money(fields, "volumeInGb")
     container_gb = get_money(fields, "containerDiskInGb")
@@ -348,7 +463,7 @@ def _rest_v1_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapsho
         raw_state=_raw_state(desired),
         observed_at=now,
         interruptible=interruptible,
-        compute_usd_per_hour=get_money(fields, "costPerHr"),
+        compute_usd_per_hour=pod_compute_usd_per_hour(fields),
         storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
         disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
         gpu_name=get_str(gpu, "displayName"),
@@ -367,7 +482,7 @@ def _rest_v2_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapsho
     if pod_id is None:
         raise broken_payload(PROVIDER, "REST v2 pod", "pod without a usable 'id'")
     status = fields.get("status")
-    state = _state(status, interruptible=False, runtime_up=True)
+    state = _state(status, runtime_up=True)
     gpu = as_object(fields.get("gpu")) or {}
     mounts = as_object(fields.get("mounts")) or {}
     persistent = as_object(mounts.get("persistent"))
@@ -401,8 +516,32 @@ def _rest_v2_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapsho
     )
 
 
-def _myself(payload: object, operation: str) -> Mapping[str, object]:
-    myself = as_object(graphql_data(payload, operation).get("myself"))
+def _myself(
+    payload: object,
+    operation: str,
+    needs: frozenset[str] = frozenset(),
+) -> Mapping[str, object]:
+    """``data.myself`` of an answer, degraded per field: an error on a ``myself`` field this
+    part does not need leaves that field ``null`` (unknown, and the part keeps the rest); one
+    on a field it ``needs``, on ``myself`` itself or without a path raises the error of
+    :func:`graphql_error`."""
+    envelope = as_object(payload)
+    if envelope is None:
+        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
+    for entry in as_list(envelope.get("errors")) or []:
+        path = as_list((as_object(entry) or {}).get("path")) or []
+        field = path[1] if len(path) >= 2 and path[0] == "myself" else None
+        if not isinstance(field, str) or field in needs:
+            error = graphql_error(envelope, operation)
+            assert error is not None  # errors holds this entry
+            raise error
+    data = as_object(envelope.get("data"))
+    if data is None:
+        error = graphql_error(envelope, operation)
+        if error is not None:
+            raise error
+        raise broken_payload(PROVIDER, operation, f"'data' is {describe(envelope.get('data'))}")
+    myself = as_object(data.get("myself"))
     if myself is None:
         raise broken_payload(PROVIDER, operation, "'myself' is missing or not an object")
     return myself
@@ -415,12 +554,13 @@ def _pod_fields(pod: object) -> Mapping[str, object]:
     return fields
 
 
-def _state(raw: object, *, interruptible: bool, runtime_up: bool) -> InstanceState:
+def _state(raw: object, *, runtime_up: bool) -> InstanceState:
+    """The table's state; ``RUNNING`` without a runtime is starting. Whether the pod is a spot
+    pod changes nothing: an EXITED spot pod is stopped (interrupted and user-stopped look the
+    same, docs/providers.md)."""
     state = RUNPOD_STATES.lookup(raw)
     if state is InstanceState.RUNNING and not runtime_up:
         return InstanceState.STARTING
-    if state is InstanceState.STOPPED and interruptible:
-        return InstanceState.PAUSED
     return state
 
 

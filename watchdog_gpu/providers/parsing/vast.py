@@ -1,19 +1,28 @@
 """Vast.ai payloads into the normalised model (pure).
 
-Facts used here, with the reasoning (docs/providers/vast.md):
+Every fact used here, with its source, is in ``docs/providers.md`` ("Vast.ai"): the state table
+(provider state → our state → billed items → which rule may act) and the billing formulas.
 
-- State comes from ``actual_status`` (the container state) through ``VAST_STATES``. A null
-  status means "being provisioned".
-- Interruptible (``is_bid``) instances that are not running are **paused**: Vast has no outbid
-  flag; an outbid instance shows ``stopped`` (or ``scheduling`` while it waits for its GPU) and
-  keeps billing its disk (vast.md §7, "recommended detection").
-- ``frozen`` keeps memory and is still GPU-billed, so for billing it is ``running``; ``exited``
-  (process died) is assumed not to bill the GPU (vast.md §14.5) and becomes ``stopped``;
-  ``unknown`` (no heartbeat) and ``offline`` (host gone, not billed) stay ``unknown``.
-- Compute $/h is the contract's own figure: ``dph_total − storage_total_cost`` (which is
-  ``dph_base``), never the ``search`` (offer) prices. Storage $/h is ``storage_total_cost``, or
-  ``disk_space × storage_cost / 720`` — Vast divides by 720 hours, as both of its documented
-  examples show.
+- State comes from ``actual_status`` (the container state), refined by ``intended_status`` (what
+  the user asked for), ``is_bid`` and the bid (``dph_base``) against ``min_bid``
+  (:func:`vast_state`). Vast has no outbid flag: a bid instance is read as **paused** (outbid)
+  only when the user still wants it running (``intended_status == "running"``) and it is held
+  off its GPU (``stopped``, or ``scheduling`` with a bid below ``min_bid``). A bid instance that
+  is loading, created or rebooting is **starting**, never paused. Where Vast cannot tell an
+  outbid instance from one the user stopped (``intended_status == "stopped"``), the less
+  destructive reading wins: **stopped** (the stopped-disk rule, 24 h by default), not paused
+  (30 min).
+- ``frozen`` keeps memory and is still GPU-billed: ``running`` for billing (the container is
+  suspended, so a probe sees nothing: blind time, never idle); ``exited`` (process died) is
+  assumed not to bill the GPU and becomes ``stopped``; ``unknown`` (no heartbeat) and ``offline``
+  (host gone, not billed) stay ``unknown``.
+- Compute $/h is what the contract bills **in its current state**: ``dph_total −
+  storage_total_cost`` (which is ``dph_base``) while running/frozen/rebooting, and $0 while
+  created, loading or scheduling ("GPU charges begin when status reaches running"). Never the
+  ``search`` (offer) prices. Storage $/h is ``storage_total_cost``, or ``disk_space ×
+  storage_cost / 720`` — Vast divides by 720 hours, as both of its documented examples show.
+  Bandwidth is billed per byte (``inet_up_cost``/``inet_down_cost`` $/GB) and has no hourly
+  rate: it is not part of the $/h figures (docs/providers.md says how to read it).
 - SSH goes through the documented proxy endpoint ``ssh_host:ssh_port`` as ``root``; the direct
   port (``public_ipaddr`` + the ``22/tcp`` mapping) is the fallback when no proxy is listed.
 """
@@ -62,7 +71,7 @@ VAST_STATES = StateTable(
     {
         "null": InstanceState.STARTING,  # actual_status null: being provisioned
         "created": InstanceState.STARTING,
-        "loading": InstanceState.STARTING,
+        "loading": InstanceState.STARTING,  # image pull; GPU not billed yet
         "scheduling": InstanceState.STARTING,  # waiting for its GPU after a start/resume
         "rebooting": InstanceState.STARTING,
         "running": InstanceState.RUNNING,
@@ -73,7 +82,9 @@ VAST_STATES = StateTable(
     },
 )
 
-_PAUSABLE = frozenset({InstanceState.STARTING, InstanceState.STOPPED})
+# Container states in which Vast does not bill the GPU yet ("GPU charges begin when status
+# reaches running"); rebooting keeps its GPU and is counted as billing it.
+_GPU_NOT_BILLED_YET = frozenset({"null", "created", "loading", "scheduling"})
 
 
 def parse_instances(
@@ -92,15 +103,17 @@ def parse_instances_page(
     payload: object, *, account: str, now: datetime
 ) -> tuple[tuple[InstanceSnapshot, ...], str | None]:
     """Parse one page of ``GET /api/v1/instances/``: its instances and the ``next_token``
-    (``None`` on the last page). Raises ``PermanentError`` like :func:`parse_instances`."""
+    (``None`` on the last page: a null or empty-string token). Raises ``PermanentError`` like
+    :func:`parse_instances`."""
     envelope = as_object(payload)
     rows = _rows(payload, "instance page")
     assert envelope is not None  # _rows checked it
     token = envelope.get("next_token")
-    if token is not None and not (isinstance(token, str) and token):
+    if token is not None and not isinstance(token, str):
         raise broken_payload(PROVIDER, "instance page", f"next_token is {describe(token)}")
     instances = tuple(parse_instance(row, account=account, now=now) for row in rows)
-    return instances, token
+    # The official client pages "until next_token is empty": "" ends paging like null.
+    return instances, token or None
 
 
 def parse_single_instance(
@@ -284,14 +297,47 @@ def _rows(payload: object, what: str) -> list[object]:
 def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[InstanceState, str]:
     actual = fields.get("actual_status")
     key = "null" if actual is None else actual
-    state = VAST_STATES.lookup(key)
-    if interruptible and state in _PAUSABLE:
-        state = InstanceState.PAUSED
-    raw = actual.strip() if isinstance(actual, str) else str(key)
     intended = get_str(fields, "intended_status")
+    outbid = _bid_below_minimum(fields)
+    state = vast_state(key, intended=intended, interruptible=interruptible, outbid=outbid)
+    raw = actual.strip() if isinstance(actual, str) else str(key)
+    notes = []
     if intended and intended != raw:
-        raw = f"{raw} (intended {intended})"
+        notes.append(f"intended {intended}")
+    if interruptible and outbid:
+        notes.append("bid < min_bid")
+    if notes:
+        raw = f"{raw} ({', '.join(notes)})"
     return state, raw[:80]
+
+
+def vast_state(
+    actual: object, *, intended: str | None, interruptible: bool, outbid: bool | None
+) -> InstanceState:
+    """Our state for a Vast row (docs/providers.md, "Vast.ai states").
+
+    ``actual`` is ``actual_status`` (``"null"`` for a null), ``intended`` the
+    ``intended_status``, ``outbid`` whether the bid (``dph_base``) is below ``min_bid``
+    (``None`` when either is missing). Only a bid instance whose user still wants it running
+    and that is held off its GPU is paused; everything else keeps the table's state.
+    """
+    state = VAST_STATES.lookup(actual)
+    if not interruptible or intended != "running":
+        return state
+    held_off = (
+        state is InstanceState.STOPPED
+        and str(actual).strip().lower() == "stopped"
+        and outbid is not False
+    ) or (str(actual).strip().lower() == "scheduling" and outbid is True)
+    return InstanceState.PAUSED if held_off else state
+
+
+def _bid_below_minimum(fields: Mapping[str, object]) -> bool | None:
+    bid = get_money(fields, "dph_base")
+    minimum = get_money(fields, "min_bid")
+    if bid is None or minimum is None:
+        return None
+    return bid < minimum
 
 
 def _storage_usd_per_hour(fields: Mapping[str, object]) -> float | None:
@@ -306,6 +352,12 @@ def _storage_usd_per_hour(fields: Mapping[str, object]) -> float | None:
 
 
 def _compute_usd_per_hour(fields: Mapping[str, object], storage: float | None) -> float | None:
+    """The compute rate billed in the row's current state: $0 before the container first runs
+    (created, loading, scheduling, null), else ``dph_total − storage_total_cost``."""
+    actual = fields.get("actual_status")
+    key = "null" if actual is None else actual
+    if isinstance(key, str) and key.strip().lower() in _GPU_NOT_BILLED_YET:
+        return 0.0
     total = get_money(fields, "dph_total")
     if total is not None and storage is not None and total >= storage:
         return round(total - storage, 7)

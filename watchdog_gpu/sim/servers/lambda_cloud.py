@@ -186,7 +186,9 @@ _REGION = {"name": "us-sim-1", "description": "Simulated loopback"}
 
 def instance_object(view: InstanceView) -> dict[str, Any]:
     """A Lambda instance object for ``view``."""
-    status = "terminating" if view.destroying else _STATUS[view.state]
+    status = view.provider_state.name if view.provider_state is not None else _STATUS[view.state]
+    if view.destroying:
+        status = "terminating"
     booted = status not in ("booting",)
     unavailable = {"available": False, "reason_code": "vm-has-not-launched"}
     if view.destroying:

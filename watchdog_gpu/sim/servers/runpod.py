@@ -82,6 +82,7 @@ SCHEMA: Mapping[str, ObjectType] = {
                 "imageName",
                 "costPerHr",
                 "adjustedCostPerHr",
+                "networkVolumeId",
                 "lowestBidPriceToResume",
                 "costMultiplier",
                 "gpuCount",
@@ -319,8 +320,12 @@ class RunpodDialect(Dialect):
 
     def _pod_object(self, view: InstanceView) -> dict[str, Any]:
         now = self.world.now()
-        running = view.state == "running" and not view.destroying
-        status = "RUNNING" if view.state in ("starting", "running") else "EXITED"
+        exact = view.provider_state
+        if exact is not None:
+            status, running = exact.name, exact.runtime and not view.destroying
+        else:
+            running = view.state == "running" and not view.destroying
+            status = "RUNNING" if view.state in ("starting", "running") else "EXITED"
         if view.destroying:
             status = "TERMINATED"
         since = view.state_since.strftime(_JS_DATE)
@@ -332,7 +337,7 @@ class RunpodDialect(Dialect):
                 else f"Exited by User: {since}"
             ),
             "TERMINATED": f"Terminated by User: {since}",
-        }[status]
+        }.get(status, f"{status.capitalize()}: {since}")
         host_id = f"{view.instance_id}-{0x64410000 + view.ordinal:x}"
         return {
             "id": view.instance_id,
@@ -342,7 +347,10 @@ class RunpodDialect(Dialect):
             "lastStatusChange": change,
             "imageName": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
             "costPerHr": view.compute_usd_per_hour,
-            "adjustedCostPerHr": view.compute_usd_per_hour,
+            "adjustedCostPerHr": round(
+                view.compute_usd_per_hour * (1 - view.savings_plan_discount), 6
+            ),
+            "networkVolumeId": view.network_volume,
             "lowestBidPriceToResume": (
                 round(view.compute_usd_per_hour * 1.1, 4) if view.interruptible else None
             ),

@@ -30,6 +30,9 @@ def _iso(view: InstanceView, attribute: str) -> str | None:
     return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_V2_STATUS = {"CREATED": "PROVISIONING", "RESTARTING": "STARTING", "DEAD": "ERROR"}
+
+
 class RunpodRestV2(Dialect):
     provider = "runpod"
 
@@ -108,6 +111,9 @@ class RunpodRestV2(Dialect):
             "paused": "EXITED",
             "stopped": "EXITED",
         }[view.state]
+        if view.provider_state is not None:
+            # v2's finer actual status for each GraphQL desiredStatus.
+            status = _V2_STATUS.get(view.provider_state.name, status)
         if view.destroying:
             status = "TERMINATED"
         running = status == "RUNNING"
@@ -116,7 +122,7 @@ class RunpodRestV2(Dialect):
             "RUNNING": ["stop", "restart", "terminate"],
             "EXITED": ["start", "terminate"],
             "TERMINATED": [],
-        }[status]
+        }.get(status, ["terminate"])
         now = self.world.now()
         return {
             "id": view.instance_id,
@@ -215,6 +221,8 @@ class RunpodRestV1(Dialect):
 
     def pod(self, view: InstanceView) -> dict[str, Any]:
         status = "RUNNING" if view.state in ("starting", "running") else "EXITED"
+        if view.provider_state is not None:
+            status = view.provider_state.name
         if view.destroying:
             status = "TERMINATED"
         running = view.state == "running" and not view.destroying
@@ -224,7 +232,9 @@ class RunpodRestV1(Dialect):
             "image": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
             "desiredStatus": view.provider_state or status,
             "costPerHr": view.compute_usd_per_hour,
-            "adjustedCostPerHr": view.compute_usd_per_hour,
+            "adjustedCostPerHr": round(
+                view.compute_usd_per_hour * (1 - view.savings_plan_discount), 6
+            ),
             "interruptible": view.interruptible,
             "locked": False,
             "machineId": f"sim{view.ordinal:09d}",

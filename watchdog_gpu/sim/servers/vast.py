@@ -37,11 +37,39 @@ from watchdog_gpu.sim.records import (
 )
 from watchdog_gpu.sim.servers.base import Dialect
 
-_STATUS = {
+# (actual_status, intended_status, cur_state, next_state) of each generic state. A paused (outbid)
+# bid instance is shown the documented way: scheduling while its user wants it running, with its
+# bid below min_bid (docs/providers.md, "Vast.ai states").
+_STATUS: dict[str, tuple[str | None, str, str, str]] = {
     "starting": ("loading", "running", "running", "running"),
     "running": ("running", "running", "running", "running"),
-    "paused": ("stopped", "stopped", "stopped", "stopped"),
+    "paused": ("scheduling", "running", "stopped", "running"),
     "stopped": ("stopped", "stopped", "stopped", "stopped"),
+}
+# The same for each provider state a scenario may set (``provider_state``).
+_PROVIDER_STATUS: dict[str, tuple[str | None, str, str, str]] = {
+    "null": (None, "running", "running", "running"),
+    "created": ("created", "running", "running", "running"),
+    "loading": ("loading", "running", "running", "running"),
+    "scheduling": ("scheduling", "running", "stopped", "running"),
+    "running": ("running", "running", "running", "running"),
+    "stopped": ("stopped", "stopped", "stopped", "stopped"),
+    "exited": ("exited", "running", "running", "running"),
+    "frozen": ("frozen", "frozen", "running", "running"),
+    "rebooting": ("rebooting", "running", "running", "running"),
+    "offline": ("offline", "running", "running", "running"),
+    "unknown": ("unknown", "running", "running", "running"),
+}
+_STATUS_MESSAGES = {
+    "null": None,
+    "created": "Instance created, waiting to be provisioned",
+    "loading": "Pulling image layers",
+    "scheduling": "Attempting to schedule your instance. Your GPU is currently in use.",
+    "exited": ": OCI runtime create failed:",
+    "frozen": "Instance frozen",
+    "rebooting": "Rebooting",
+    "offline": "Host offline",
+    "unknown": "No recent heartbeat from the host",
 }
 # Computed columns the v1 list refuses to filter on (providers/vast.md §4.2).
 _COMPUTED = frozenset({"dph_total", "num_gpus", "duration", "uptime_mins", "instance", "search"})
@@ -316,10 +344,16 @@ class VastDialect(Dialect):
 
 def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
     """A Vast instance row (``GET /instances``) for ``view`` at ``now``."""
-    actual, intended, current, following = _STATUS[view.state]
-    actual = view.provider_state or actual
-    running = view.state == "running"
-    billing_compute = view.state in ("starting", "running")
+    exact = view.provider_state
+    actual, intended, current, following = (
+        _PROVIDER_STATUS.get(exact.name, (exact.name, "running", "running", "running"))
+        if exact is not None
+        else _STATUS[view.state]
+    )
+    running = view.state == "running" and (exact is None or exact.reachable)
+    billing_compute = view.compute_billed
+    # The bid against the current minimum winning bid: below it while outbid (paused).
+    min_bid_factor = 1.3 if view.state == "paused" and exact is None else 0.7
     storage = view.storage_usd_per_hour
     sm = [reading.sm for reading in view.gpu.gpus]
     gpu_util = None
@@ -404,7 +438,7 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
         "verification": "verified",
         "rentable": False,
         "external": False,
-        "min_bid": round(view.compute_usd_per_hour * 0.7, 4),
+        "min_bid": round(view.compute_usd_per_hour * min_bid_factor, 4),
         "is_bid": view.interruptible,
         "dph_base": view.compute_usd_per_hour,
         "dph_total": view.compute_usd_per_hour + storage,
@@ -424,6 +458,10 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
 def _status_message(view: InstanceView) -> str | None:
     if view.destroying:
         return "Destroying instance"
+    if view.provider_state is not None and view.provider_state.name in _STATUS_MESSAGES:
+        return _STATUS_MESSAGES[view.provider_state.name]
+    if view.state == "paused":
+        return _STATUS_MESSAGES["scheduling"]
     if view.state == "starting":
         return "Loading image"
     if view.state == "running":
