@@ -324,3 +324,57 @@ def test_an_apprise_config_file_counts_as_somewhere_to_notify(
     assert "notify: 0 routes and an Apprise config file (notify.config)" in text
     assert "no routes" not in text  # not warned about: the file is somewhere to notify
     assert document["notify_config"] == f"file {apprise_file} (set)"
+
+
+def test_stop_on_a_provider_that_cannot_stop_is_rejected_with_its_dotted_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "stop_on_lambda.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [[accounts]]
+            name = "lambda-lab"
+            provider = "lambda"
+            api_key = { env = "LAMBDA_API_KEY" }
+
+            [rules.idle_gpu]
+            action = "stop"
+
+            [rules.max_runtime]
+            enabled = false
+            action = "stop"
+            """
+        )
+    )
+
+    code = main(["config", "check", "--config", str(config)])
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "invalid configuration (1 problem):" in captured.err
+    assert '\n  rules.idle_gpu.action: "stop" is not possible on Lambda' in captured.err
+    assert "'lambda-lab'" in captured.err
+    assert "rules.max_runtime" not in captured.err  # a disabled rule cannot fail to stop
+
+
+def test_stop_is_accepted_when_every_provider_can_stop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "stop_on_vast.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [[accounts]]
+            name = "vast-main"
+            provider = "vast"
+            api_key = { env = "VAST_API_KEY" }
+
+            [rules.idle_gpu]
+            action = "stop"
+            """
+        )
+    )
+
+    assert main(["config", "check", "--config", str(config)]) == 0
+    assert "idle_gpu              stop" in capsys.readouterr().out

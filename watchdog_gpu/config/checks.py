@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.errors import ConfigProblem
 from watchdog_gpu.secrets import SecretReference, warn_if_exposed
 
@@ -54,6 +55,7 @@ def cross_check(settings: Settings) -> list[ConfigProblem]:
     retention too short for the idle window."""
     problems = duplicate_account_problems([account.name for account in settings.accounts])
     problems += _unknown_account_references(settings)
+    problems += _actions_providers_cannot_take(settings)
     probe = settings.probe
     sampling = probe.samples_per_probe * probe.sample_interval
     if probe.command_deadline <= sampling:
@@ -72,6 +74,30 @@ def cross_check(settings: Settings) -> list[ConfigProblem]:
                 "watchdog.sample_retention",
                 "must be at least rules.idle_gpu.idle (idle windows are computed from "
                 "stored samples)",
+            )
+        )
+    return problems
+
+
+def _actions_providers_cannot_take(settings: Settings) -> list[ConfigProblem]:
+    """``action = "stop"`` on an enabled rule while an account's provider cannot stop (Lambda):
+    the stop would fail every tick while the instance bills (docs/providers.md)."""
+    cannot_stop = [
+        account for account in settings.accounts if not CAPABILITIES[account.provider].can_stop
+    ]
+    if not cannot_stop:
+        return []
+    problems = []
+    for rule_name, rule in settings.rules:
+        if getattr(rule, "action", None) != "stop" or not getattr(rule, "enabled", True):
+            continue
+        names = ", ".join(repr(account.name) for account in cannot_stop)
+        providers = sorted({CAPABILITIES[a.provider].display_name for a in cannot_stop})
+        problems.append(
+            ConfigProblem(
+                f"rules.{rule_name}.action",
+                f'"stop" is not possible on {" / ".join(providers)} (account {names}): its '
+                'instances can only be terminated; use action = "destroy"',
             )
         )
     return problems

@@ -29,6 +29,7 @@ from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 import httpx
 
+from watchdog_gpu.capabilities import Capabilities
 from watchdog_gpu.errors import PermanentError, ProviderError
 from watchdog_gpu.model import (
     AccountObservation,
@@ -96,6 +97,7 @@ class BaseProvider:
     """Shared constructor and ``observe`` for the HTTP provider adapters."""
 
     name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]  # the provider's entry in watchdog_gpu.capabilities
     supports_stop: ClassVar[bool] = True
 
     def __init__(

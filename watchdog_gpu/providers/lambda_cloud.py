@@ -16,6 +16,7 @@ import logging
 import re
 from datetime import datetime
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.errors import NotFoundError, PermanentError
 from watchdog_gpu.model import AccountSnapshot, InstanceSnapshot, SshKeyRecord, VolumeSnapshot
 from watchdog_gpu.providers.base import BaseProvider
@@ -31,7 +32,8 @@ class LambdaProvider(BaseProvider):
     """One Lambda Cloud account."""
 
     name = "lambda"
-    supports_stop = False
+    capabilities = CAPABILITIES["lambda"]
+    supports_stop = CAPABILITIES["lambda"].can_stop
 
     def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
         return self.http.request_json(

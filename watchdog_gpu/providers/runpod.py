@@ -17,6 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.errors import NotFoundError, PermanentError
 from watchdog_gpu.model import (
     AccountObservation,
@@ -93,7 +94,8 @@ class RunPodProvider(BaseProvider):
     """One RunPod account."""
 
     name = "runpod"
-    supports_stop = True
+    capabilities = CAPABILITIES["runpod"]
+    supports_stop = CAPABILITIES["runpod"].can_stop
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -21,6 +21,7 @@ import logging
 import re
 from datetime import datetime
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.errors import NotFoundError, PermanentError
 from watchdog_gpu.model import AccountSnapshot, InstanceSnapshot, SshKeyRecord, VolumeSnapshot
 from watchdog_gpu.providers.base import BaseProvider
@@ -38,7 +39,8 @@ class VastProvider(BaseProvider):
     """One Vast.ai account."""
 
     name = "vast"
-    supports_stop = True
+    capabilities = CAPABILITIES["vast"]
+    supports_stop = CAPABILITIES["vast"].can_stop
 
     def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
         """Every instance, all v1 pages (or the v0 list where v1 is not served)."""

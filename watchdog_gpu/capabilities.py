@@ -1,0 +1,36 @@
+"""What each provider's API can do, declared once (pure: the config checks read it without
+loading the HTTP adapters; each adapter class points at its entry).
+
+Sources are in docs/providers.md: Lambda has no stop ("Instances can only be launched,
+restarted or terminated"), no spot product and no balance endpoint; RunPod and Vast stop
+instances, rent interruptible ones and report a balance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """One provider's abilities, as the rules, the config checks and ``doctor`` need them."""
+
+    display_name: str
+    can_stop: bool  # an instance can be stopped (GPU released, disk kept)
+    interruptible: bool  # bid/spot instances exist
+    balance: bool  # the API reports a prepaid balance
+    gpu_utilisation: bool  # the API reports per-GPU utilisation (an SSH-free signal)
+
+
+CAPABILITIES: Mapping[str, Capabilities] = {
+    "vast": Capabilities(
+        "Vast.ai", can_stop=True, interruptible=True, balance=True, gpu_utilisation=False
+    ),
+    "runpod": Capabilities(
+        "RunPod", can_stop=True, interruptible=True, balance=True, gpu_utilisation=True
+    ),
+    "lambda": Capabilities(
+        "Lambda", can_stop=False, interruptible=False, balance=False, gpu_utilisation=False
+    ),
+}
