@@ -21,6 +21,11 @@ class Capabilities:
     interruptible: bool  # bid/spot instances exist
     balance: bool  # the API reports a prepaid balance
     gpu_utilisation: bool  # the API reports per-GPU utilisation (an SSH-free signal)
+    # The balance field is documented as the spendable prepaid balance for every kind of key.
+    # Where it is not (Vast: ``credit`` vs ``balance``, and nothing says what a team key's
+    # /users/current shows), a balance floor only alerts: a wrong balance must not destroy a
+    # whole account (docs/providers.md, "Balances").
+    balance_spendable: bool = False
 
 
 CAPABILITIES: Mapping[str, Capabilities] = {
@@ -28,7 +33,12 @@ CAPABILITIES: Mapping[str, Capabilities] = {
         "Vast.ai", can_stop=True, interruptible=True, balance=True, gpu_utilisation=False
     ),
     "runpod": Capabilities(
-        "RunPod", can_stop=True, interruptible=True, balance=True, gpu_utilisation=True
+        "RunPod",
+        can_stop=True,
+        interruptible=True,
+        balance=True,
+        gpu_utilisation=True,
+        balance_spendable=True,  # clientBalance, as runpodctl's `user` shows it
     ),
     "lambda": Capabilities(
         "Lambda", can_stop=False, interruptible=False, balance=False, gpu_utilisation=False

@@ -18,10 +18,24 @@ AT_FLOOR = offset("1h")
 
 def test_a_balance_equal_to_the_floor_acts_at_the_tick_that_sees_it(tmp_path: Path) -> None:
     run = run_scenario(NAME, tmp_path, CONFIG)
-    (action,) = run.actions_for("vast-main/9601")
+    (action,) = run.actions_for("runpod-main/9601")
     assert (action["rule"], action["action"], action["result"]) == ("budget", "destroy", "verified")
     assert action["offset_s"] == AT_FLOOR
-    assert run.instances["vast-main/9601"]["final_state"] == "gone"
+    assert run.instances["runpod-main/9601"]["final_state"] == "gone"
+
+
+def test_a_vast_balance_at_the_floor_only_alerts(tmp_path: Path) -> None:
+    # Vast does not document which balance field a team key's account shows: a floor on it
+    # must not destroy the account's instances, it alerts critically (docs/providers.md).
+    data = scenario_data(NAME)
+    data["accounts"][0].update(name="vast-main", provider="vast")
+    run = run_scenario(data, tmp_path, CONFIG)
+    assert run.actions == []
+    assert run.instances["vast-main/9601"]["final_state"] == "running"
+    (floor,) = [n for n in run.notifications_for("vast-main/9601") if n["rule"] == "budget"]
+    assert (floor["severity"], floor["offset_s"]) == ("critical", AT_FLOOR)
+    (sent,) = [note for _at, note in run.sent if note.rule == "budget"]
+    assert "alert only" in sent.body
 
 
 def test_a_balance_above_the_floor_is_left_alone(tmp_path: Path) -> None:

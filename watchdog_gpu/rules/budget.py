@@ -60,6 +60,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.fleet import AccountView, FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
@@ -125,6 +126,7 @@ class Breach:
     description: str
     started_at: datetime | None  # None: the recorded data cannot date it
     spend_unknown: bool = False
+    alert_only: bool = False  # a floor on a balance the provider does not vouch for
 
 
 def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Finding]:
@@ -263,6 +265,14 @@ def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:
     if floor is None or balance is None or balance > floor:
         return None
     text = f"account {account.account} balance ${balance:.2f} is at or under the ${floor:.2f} floor"
+    capabilities = CAPABILITIES.get(account.provider)
+    if capabilities is not None and not capabilities.balance_spendable:
+        # docs/providers.md, "Balances": an uncertain balance never destroys an account.
+        text += (
+            f" ({capabilities.display_name} does not document this balance as spendable for "
+            "every kind of key: alert only)"
+        )
+        return Breach(f"account {account.account}", "balance", text, None, alert_only=True)
     return Breach(f"account {account.account}", "balance", text, None)
 
 
@@ -274,12 +284,13 @@ def _finding(instance: InstanceView, breaches: Sequence[Breach], config: BudgetC
     latest = instance.latest
     unique = list(dict.fromkeys(breach.description for breach in breaches))
     more = f" (and {len(unique) - 1} more)" if len(unique) > 1 else ""
+    alert_only = all(breach.alert_only for breach in breaches)
     return Finding(
         rule=NAME,
         account=latest.account,
         instance_id=latest.instance_id,
         severity=Severity.CRITICAL,
-        action=ActionKind(config.action),
+        action=ActionKind.NOTIFY if alert_only else ActionKind(config.action),
         summary=f"budget emergency: {unique[0]}{more}",
         episode_started_at=episode,
         due_at=due_at,

@@ -128,6 +128,28 @@ def test_a_balance_under_the_floor_concerns_that_account() -> None:
     assert "balance $0.50 is at or under the $1.00 floor" in findings["vast-main/1"].summary
 
 
+def test_a_floor_on_a_balance_the_provider_does_not_vouch_for_only_alerts() -> None:
+    # RunPod's clientBalance is the spendable balance; Vast documents no such field for every
+    # kind of key (docs/providers.md, "Balances"): its floor alerts and never destroys.
+    config = BudgetConfig(min_balance_usd=1.0)
+    accounts = (
+        account_view("vast-main", balance=0.5),
+        account_view("rp-main", provider="runpod", balance=0.5),
+    )
+    findings = judge(at(60), vast(), runpod(), config=config, accounts=accounts)
+    assert findings["vast-main/1"].action is ActionKind.NOTIFY
+    assert findings["vast-main/1"].severity is Severity.CRITICAL
+    assert "alert only" in findings["vast-main/1"].summary
+    assert findings["rp-main/a"].action is ActionKind.DESTROY
+
+
+def test_a_vast_floor_with_a_spend_ceiling_reached_too_still_acts() -> None:
+    config = BudgetConfig(min_balance_usd=1.0, daily_usd=0.5)
+    accounts = (account_view("vast-main", balance=0.5),)
+    (finding,) = judge(at(60), vast(), config=config, accounts=accounts).values()
+    assert finding.action is ActionKind.DESTROY
+
+
 def test_a_balance_equal_to_the_floor_has_reached_it() -> None:
     config = BudgetConfig(min_balance_usd=1.0)
     accounts = (account_view("vast-main", balance=1.0),)
