@@ -134,8 +134,8 @@ def test_the_mixed_listing_maps_each_state_including_a_bid_waiting_for_its_gpu()
     }
     assert instances["50133590"].raw_state == "scheduling (intended running, bid < min_bid)"
     assert instances["50133590"].interruptible is True
-    # Scheduling does not bill the GPU: only the disk.
-    assert instances["50133590"].compute_usd_per_hour == 0.0
+    # Paused bills only the disk; the contract's rate is kept for humans.
+    assert instances["50133590"].compute_usd_per_hour == pytest.approx(0.22)
 
 
 def test_an_empty_account_lists_no_instances() -> None:

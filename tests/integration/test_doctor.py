@@ -138,7 +138,8 @@ def test_the_text_report_names_each_account_instance_and_verdict(
     assert "  key: accepted — the instance listing works with this key" in lines
     # The raw state may hold spaces ("scheduling (intended running, bid < min_bid)").
     raw = "scheduling (intended running, bid < min_bid)"
-    row = next(line.replace(raw, "RAW").split() for line in lines if line.startswith("  9003 "))
+    line = next(line for line in lines if line.strip().startswith("9003 "))
+    row = line.replace(raw, "RAW").split()
     assert row[:8] == ["9003", "sweep-bid", "paused", "RAW", "yes", "$0.220/h", row[6], row[6]]
     assert any(
         line.startswith("  wait: destroy (dry run) vast-a/9003 (paused_interruptible) due ")

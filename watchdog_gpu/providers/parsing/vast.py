@@ -153,7 +153,7 @@ def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnaps
         raw_state=raw_state,
         observed_at=now,
         interruptible=interruptible,
-        compute_usd_per_hour=_compute_usd_per_hour(fields, storage),
+        compute_usd_per_hour=_compute_usd_per_hour(fields, storage, state),
         storage_usd_per_hour=storage,
         disk_gb=get_money(fields, "disk_space"),
         gpu_name=get_str(fields, "gpu_name"),
@@ -351,12 +351,20 @@ def _storage_usd_per_hour(fields: Mapping[str, object]) -> float | None:
     return monthly_gb_rate_to_hourly(size, rate, VAST_HOURS_PER_MONTH)
 
 
-def _compute_usd_per_hour(fields: Mapping[str, object], storage: float | None) -> float | None:
-    """The compute rate billed in the row's current state: $0 before the container first runs
-    (created, loading, scheduling, null), else ``dph_total − storage_total_cost``."""
+def _compute_usd_per_hour(
+    fields: Mapping[str, object], storage: float | None, state: InstanceState
+) -> float | None:
+    """The contract's compute rate, ``dph_total − storage_total_cost`` — and $0 for an
+    instance that is starting but not GPU-billed yet (created, loading, scheduling, null):
+    starting instances bill their compute rate, and these do not. (Paused and stopped ones keep
+    the contract's rate for humans; their state bills none of it.)"""
     actual = fields.get("actual_status")
     key = "null" if actual is None else actual
-    if isinstance(key, str) and key.strip().lower() in _GPU_NOT_BILLED_YET:
+    if (
+        state is InstanceState.STARTING
+        and isinstance(key, str)
+        and key.strip().lower() in _GPU_NOT_BILLED_YET
+    ):
         return 0.0
     total = get_money(fields, "dph_total")
     if total is not None and storage is not None and total >= storage:
