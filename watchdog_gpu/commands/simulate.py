@@ -60,8 +60,13 @@ def run_simulate(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     # The run's own decisions are the output; engine logs would only interleave with it.
     logging.getLogger("watchdog_gpu").setLevel(logging.WARNING)
-    with simulation(scenario, base, database=args.db) as sim:
-        result = sim.run()
+    try:
+        with simulation(scenario, base, database=args.db) as sim:
+            result = sim.run()
+    except ConfigError as error:  # what the scenario's providers cannot do
+        for problem in error.problems:
+            print(f"{args.config or args.scenario}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

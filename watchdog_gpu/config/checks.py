@@ -55,7 +55,7 @@ def cross_check(settings: Settings) -> list[ConfigProblem]:
     retention too short for the idle window."""
     problems = duplicate_account_problems([account.name for account in settings.accounts])
     problems += _unknown_account_references(settings)
-    problems += _actions_providers_cannot_take(settings)
+    problems += actions_providers_cannot_take(settings)
     probe = settings.probe
     sampling = probe.samples_per_probe * probe.sample_interval
     if probe.command_deadline <= sampling:
@@ -79,7 +79,7 @@ def cross_check(settings: Settings) -> list[ConfigProblem]:
     return problems
 
 
-def _actions_providers_cannot_take(settings: Settings) -> list[ConfigProblem]:
+def actions_providers_cannot_take(settings: Settings) -> list[ConfigProblem]:
     """``action = "stop"`` on an enabled rule while an account's provider cannot stop (Lambda):
     the stop would fail every tick while the instance bills (docs/providers.md)."""
     cannot_stop = [

@@ -284,7 +284,11 @@ def _finding(instance: InstanceView, breaches: Sequence[Breach], config: BudgetC
     latest = instance.latest
     unique = list(dict.fromkeys(breach.description for breach in breaches))
     more = f" (and {len(unique) - 1} more)" if len(unique) > 1 else ""
-    alert_only = all(breach.alert_only for breach in breaches)
+    # An instance in a state we cannot read (an unmapped provider state, Vast "offline") may
+    # bill nothing; it is reported with the emergency, never acted on (docs/providers.md).
+    alert_only = instance.state is InstanceState.UNKNOWN or all(
+        breach.alert_only for breach in breaches
+    )
     return Finding(
         rule=NAME,
         account=latest.account,

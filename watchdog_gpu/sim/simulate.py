@@ -25,6 +25,8 @@ import httpx
 
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import AccountConfig, Settings
+from watchdog_gpu.config.checks import actions_providers_cannot_take
+from watchdog_gpu.errors import ConfigError
 from watchdog_gpu.model import ActionStatus, PlannedNotification
 from watchdog_gpu.notify.delivery import Deliverer, DeliveryResult
 from watchdog_gpu.secrets import SecretReference
@@ -161,9 +163,15 @@ def simulation_settings(scenario: Scenario, base: Settings | None) -> Settings:
     )
     metrics = base.metrics.model_copy(update={"enabled": False})
     notify = base.notify.model_copy(update={"routes": []})
-    return base.model_copy(
+    settings = base.model_copy(
         update={"accounts": accounts, "watchdog": watchdog, "metrics": metrics, "notify": notify}
     )
+    # The scenario's accounts replace the file's: what their providers cannot do is checked
+    # again (a "stop" rule with a Lambda account in the scenario).
+    problems = actions_providers_cannot_take(settings)
+    if problems:
+        raise ConfigError(problems)
+    return settings
 
 
 @contextmanager

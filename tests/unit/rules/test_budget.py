@@ -143,6 +143,17 @@ def test_a_floor_on_a_balance_the_provider_does_not_vouch_for_only_alerts() -> N
     assert findings["rp-main/a"].action is ActionKind.DESTROY
 
 
+def test_an_instance_in_an_unknown_state_is_reported_in_an_emergency_never_destroyed() -> None:
+    config = BudgetConfig(daily_usd=0.5)
+    unknown = instance(
+        span(InstanceState.UNKNOWN, at(0), at(60), compute=None, storage=None),
+        instance_id="u",
+    )
+    findings = judge(at(60), vast(), unknown, config=config)
+    assert findings["vast-main/u"].action is ActionKind.NOTIFY
+    assert findings["vast-main/1"].action is ActionKind.DESTROY
+
+
 def test_a_vast_floor_with_a_spend_ceiling_reached_too_still_acts() -> None:
     config = BudgetConfig(min_balance_usd=1.0, daily_usd=0.5)
     accounts = (account_view("vast-main", balance=0.5),)

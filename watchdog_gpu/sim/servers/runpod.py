@@ -342,7 +342,7 @@ class RunpodDialect(Dialect):
         return {
             "id": view.instance_id,
             "name": view.name,
-            "desiredStatus": view.provider_state or status,
+            "desiredStatus": status,  # a scripted provider state's name included
             "podType": "INTERRUPTABLE" if view.interruptible else "RESERVED",
             "lastStatusChange": change,
             "imageName": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",

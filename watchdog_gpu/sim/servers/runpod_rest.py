@@ -230,7 +230,7 @@ class RunpodRestV1(Dialect):
             "id": view.instance_id,
             "name": view.name,
             "image": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
-            "desiredStatus": view.provider_state or status,
+            "desiredStatus": status,  # a scripted provider state's name included
             "costPerHr": view.compute_usd_per_hour,
             "adjustedCostPerHr": round(
                 view.compute_usd_per_hour * (1 - view.savings_plan_discount), 6
