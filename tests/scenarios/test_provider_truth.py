@@ -4,25 +4,33 @@ RunPod network-volume attachment and Savings Plan rates; what a provider cannot 
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.scenarios.helpers import ENFORCE, finish, offset, run_scenario, simulating
+from tests.scenarios.helpers import ENFORCE, Run, finish, offset, run_scenario, simulating
 from watchdog_gpu.errors import ConfigError
-from watchdog_gpu.spend import instance_spend
+from watchdog_gpu.spend import SpendFigure, instance_spend
+
+
+def _run_with_spend(
+    scenario: str, tmp_path: Path, config: str, key: str
+) -> tuple[Run, SpendFigure, float]:
+    """The run, what the watchdog recorded ``key`` as spending over the scenario, and what the
+    simulated provider billed it."""
+    with simulating(scenario, tmp_path, config) as sim:
+        run = finish(sim)
+        start, end = sim.scenario.start, sim.scenario.end
+        view = sim.store.load_fleet_view(sim.clock.now(), end - start, start)
+        recorded = instance_spend(view.instances[key].spans, start, end)
+        account, instance_id = key.split("/")
+        return run, recorded, sim.world.spend_usd(account, instance_id)
 
 
 def test_a_loading_bid_instance_is_never_destroyed_and_bills_no_gpu_while_loading(
     tmp_path: Path,
 ) -> None:
-    with simulating("vast_bid_states", tmp_path, ENFORCE) as sim:
-        run = finish(sim)
-        view = sim.store.load_fleet_view(sim.clock.now(), timedelta(hours=2), sim.scenario.start)
-        loading = view.instances["vast-bids/9701"]
-        recorded = instance_spend(loading.spans, sim.scenario.start, sim.scenario.end)
-        world = sim.world.spend_usd("vast-bids", "9701")
+    run, recorded, world = _run_with_spend("vast_bid_states", tmp_path, ENFORCE, "vast-bids/9701")
 
     assert run.actions_for("vast-bids/9701") == []
     assert run.instances["vast-bids/9701"]["final_state"] == "running"
@@ -71,12 +79,9 @@ VOLUME_AFTER_30M = f'{ENFORCE}\n[rules.volume_storage]\nafter = "30m"\n'
 def test_a_network_volume_is_detached_only_once_its_pod_is_gone_and_spend_follows_the_plan(
     tmp_path: Path,
 ) -> None:
-    with simulating("runpod_network_volume", tmp_path, VOLUME_AFTER_30M) as sim:
-        run = finish(sim)
-        view = sim.store.load_fleet_view(sim.clock.now(), timedelta(hours=3), sim.scenario.start)
-        pod = view.instances["runpod-lab/planpod0001"]
-        recorded = instance_spend(pod.spans, sim.scenario.start, sim.scenario.end)
-        world = sim.world.spend_usd("runpod-lab", "planpod0001")
+    run, recorded, world = _run_with_spend(
+        "runpod_network_volume", tmp_path, VOLUME_AFTER_30M, "runpod-lab/planpod0001"
+    )
 
     (alert,) = [note for note in run.notifications if note["rule"] == "volume_storage"]
     # The pod is gone at 1h (+ the provider's 45 s): detached from the next poll, alert 30m on.

@@ -329,23 +329,21 @@ def test_an_apprise_config_file_counts_as_somewhere_to_notify(
 def test_stop_on_a_provider_that_cannot_stop_is_rejected_with_its_dotted_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "stop_on_lambda.toml"
-    config.write_text(
-        textwrap.dedent(
-            """
-            [[accounts]]
-            name = "lambda-lab"
-            provider = "lambda"
-            api_key = { env = "LAMBDA_API_KEY" }
+    config = write(
+        tmp_path,
+        """
+        [[accounts]]
+        name = "lambda-lab"
+        provider = "lambda"
+        api_key = { env = "LAMBDA_API_KEY" }
 
-            [rules.idle_gpu]
-            action = "stop"
+        [rules.idle_gpu]
+        action = "stop"
 
-            [rules.max_runtime]
-            enabled = false
-            action = "stop"
-            """
-        )
+        [rules.max_runtime]
+        enabled = false
+        action = "stop"
+        """,
     )
 
     code = main(["config", "check", "--config", str(config)])
@@ -361,20 +359,7 @@ def test_stop_on_a_provider_that_cannot_stop_is_rejected_with_its_dotted_path(
 def test_stop_is_accepted_when_every_provider_can_stop(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "stop_on_vast.toml"
-    config.write_text(
-        textwrap.dedent(
-            """
-            [[accounts]]
-            name = "vast-main"
-            provider = "vast"
-            api_key = { env = "VAST_API_KEY" }
-
-            [rules.idle_gpu]
-            action = "stop"
-            """
-        )
-    )
+    config = write(tmp_path, ONE_ACCOUNT + '\n    [rules.idle_gpu]\n    action = "stop"\n')
 
     assert main(["config", "check", "--config", str(config)]) == 0
     assert "idle_gpu              stop" in capsys.readouterr().out

@@ -8,14 +8,12 @@ destructive rule armed and overdue, its GPUs idle for two days and the budget bl
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
-from tests.contract.provider_harness import fixture_json
+from tests.unit.providers.rows import fixture_row, vast_bid_row
 from tests.unit.rules.builders import T0, probes_every, samples
 from watchdog_gpu.fleet import AccountView, FleetView, InstanceView
 from watchdog_gpu.model import (
@@ -83,32 +81,23 @@ CASES |= {
 }
 
 
-def _fixture_row(fixture: str, *path: str | int) -> dict[str, Any]:
-    node: Any = fixture_json(fixture)
-    for step in path:
-        node = node[step]
-    return dict(copy.deepcopy(node))
-
-
 def _parse(provider: str, raw: str, interruptible: bool) -> InstanceSnapshot:
     if provider == "vast":
-        row = _fixture_row("vast/instances_outbid_paused.json", "instances", 0)
-        intended = {"stopped": "stopped", "frozen": "frozen"}.get(raw, "running")
-        row.update(
+        row = vast_bid_row(
             actual_status=None if raw == "null" else raw,
-            intended_status=intended,
+            intended_status={"stopped": "stopped", "frozen": "frozen"}.get(raw, "running"),
             is_bid=interruptible,
         )
         return vast.parse_instance(row, account="acct", now=NOW)
     if provider == "runpod":
-        pod = _fixture_row("runpod/myself_pods.json", "data", "myself", "pods", 0)
+        pod = fixture_row("runpod/myself_pods.json", "data", "myself", "pods", 0)
         status, _, flag = raw.partition("/")
         pod["desiredStatus"] = status
         pod["podType"] = "INTERRUPTABLE" if interruptible else "RESERVED"
         if status != "RUNNING" or flag == "no-runtime":
             pod["runtime"] = None
         return runpod.parse_pod(pod, account="acct", now=NOW)
-    row = _fixture_row("lambda/instances.json", "data", 0)
+    row = fixture_row("lambda/instances.json", "data", 0)
     row["status"] = raw
     return lambda_cloud.parse_instance(row, account="acct", now=NOW)
 

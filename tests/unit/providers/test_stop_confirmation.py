@@ -3,22 +3,12 @@ instances that the provider may show as paused (model.stop_took_effect, used by 
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import pytest
 
 from tests.contract.provider_harness import NOW, fixture_json
+from tests.unit.providers.rows import vast_bid_row
 from watchdog_gpu.model import InstanceState, stop_took_effect
 from watchdog_gpu.providers.parsing import runpod, vast
-
-
-def _vast_bid_row(**changes: Any) -> dict[str, Any]:
-    payload = fixture_json("vast/instances_outbid_paused.json")
-    assert isinstance(payload, dict)
-    row: dict[str, Any] = copy.deepcopy(payload["instances"][0])
-    row.update(changes)
-    return row
 
 
 @pytest.mark.parametrize(
@@ -32,7 +22,7 @@ def test_a_stopped_vast_bid_instance_confirms_the_stop(
     intended: str, expected_state: InstanceState
 ) -> None:
     snapshot = vast.parse_instance(
-        _vast_bid_row(actual_status="stopped", intended_status=intended), account="a", now=NOW
+        vast_bid_row(actual_status="stopped", intended_status=intended), account="a", now=NOW
     )
 
     assert snapshot.state is expected_state

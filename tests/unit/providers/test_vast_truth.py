@@ -4,32 +4,21 @@ each documented state: what the parser makes of the state, the bid and the bill
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import pytest
 
 from tests.contract.provider_harness import NOW, FakeApi, build, fixture_json, respond
+from tests.unit.providers.rows import vast_bid_row
 from watchdog_gpu.model import InstanceState, billed_usd_per_hour
 from watchdog_gpu.providers.parsing import vast
 
 S = InstanceState
 
 
-def _bid_row(**changes: Any) -> dict[str, Any]:
-    """The outbid fixture's bid row (bid 0.22 < min_bid 0.31, 64 GB disk) with ``changes``."""
-    payload = fixture_json("vast/instances_outbid_paused.json")
-    assert isinstance(payload, dict)
-    row: dict[str, Any] = copy.deepcopy(payload["instances"][0])
-    row.update(changes)
-    return row
-
-
 @pytest.mark.parametrize("status", ["loading", "created", None])
 def test_a_bid_instance_pulling_its_image_is_starting_and_bills_only_its_disk(
     status: str | None,
 ) -> None:
-    row = _bid_row(
+    row = vast_bid_row(
         actual_status=status,
         intended_status="running",
         cur_state="running",
@@ -49,7 +38,7 @@ def test_a_bid_instance_pulling_its_image_is_starting_and_bills_only_its_disk(
 
 
 def test_a_bid_instance_the_user_wants_running_but_vast_stopped_is_paused() -> None:
-    row = _bid_row(actual_status="stopped", intended_status="running", next_state="running")
+    row = vast_bid_row(actual_status="stopped", intended_status="running", next_state="running")
 
     snapshot = vast.parse_instance(row, account="a", now=NOW)
 
@@ -58,7 +47,7 @@ def test_a_bid_instance_the_user_wants_running_but_vast_stopped_is_paused() -> N
 
 
 def test_a_bid_instance_stopped_by_its_user_is_stopped_not_paused() -> None:
-    row = _bid_row(dph_base=0.40, dph_total=0.4142222, min_bid=0.31)
+    row = vast_bid_row(dph_base=0.40, dph_total=0.4142222, min_bid=0.31)
 
     snapshot = vast.parse_instance(row, account="a", now=NOW)
 
@@ -67,7 +56,7 @@ def test_a_bid_instance_stopped_by_its_user_is_stopped_not_paused() -> None:
 
 
 def test_a_frozen_instance_bills_its_gpu_and_disk() -> None:
-    row = _bid_row(actual_status="frozen", intended_status="frozen", is_bid=False)
+    row = vast_bid_row(actual_status="frozen", intended_status="frozen", is_bid=False)
 
     snapshot = vast.parse_instance(row, account="a", now=NOW)
 
