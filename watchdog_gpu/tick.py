@@ -216,8 +216,12 @@ class Watchdog:
     # -- decide and enqueue -----------------------------------------------------------------
 
     def load_view(self, now: datetime) -> FleetView:
+        """The view of the configured accounts only: an account removed from the configuration
+        is no longer polled, and its instances' last known rates must not keep accruing as
+        estimated spend (docs/safety.md, "Unknown cost") nor draw actions no provider can run."""
         since = month_start(now, self.settings.budget_timezone) - timedelta(days=1)
-        return self.store.load_fleet_view(now, self.settings.lookback, since)
+        configured = {name: provider.name for name, provider in self.providers.items()}
+        return self.store.load_fleet_view(now, self.settings.lookback, since, configured)
 
     def evaluate(self, now: datetime, report: TickReport | None = None) -> Plan:
         """Rules → findings → plan; write findings, actions, notifications and audit events."""

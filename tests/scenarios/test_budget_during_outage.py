@@ -27,6 +27,7 @@ from tests.scenarios.helpers import (
     simulating,
     tick_seconds,
 )
+from watchdog_gpu.model import AccountObservation, AccountSnapshot, InstanceSnapshot, InstanceState
 
 NAME = "budget_during_outage"
 CONFIG = f"{ENFORCE}\n[rules.budget]\ndaily_usd = 30.0\n"
@@ -120,3 +121,31 @@ def test_a_restart_during_the_outage_tells_it_no_second_time(tmp_path: Path) -> 
     assert delivered == ["warning", "info"]  # pushed once each, across the restart
     (action,) = restarted.actions_for(RUNPOD)
     assert CROSSING <= action["offset_s"] <= CROSSING + TICK
+
+
+def test_an_account_removed_from_the_configuration_accrues_no_estimate(tmp_path: Path) -> None:
+    # The database still holds a $50/h instance of an account that is no longer configured
+    # (last listed at the start). It is not polled any more: its last rate must not keep
+    # accruing as estimated spend, or it would trip the budget on the accounts still watched.
+    data = scenario_data(NAME)
+    data["accounts"][0]["events"] = []  # no outage here
+    data["duration"] = "1h"
+    with simulating(data, tmp_path, f"{ENFORCE}\n[rules.budget]\ndaily_usd = 30.0\n") as sim:
+        start = sim.scenario.start
+        old = InstanceSnapshot(
+            provider="vast",
+            account="vast-old",
+            instance_id="1",
+            name="left-behind",
+            state=InstanceState.RUNNING,
+            raw_state="running",
+            observed_at=start,
+            compute_usd_per_hour=50.0,
+            storage_usd_per_hour=0.0,
+        )
+        sim.store.record_observation(
+            AccountObservation(AccountSnapshot("vast", "vast-old", start), (old,)), start
+        )
+        run = finish(sim)
+    # $24/h for one hour stays under $30: nothing is destroyed.
+    assert run.actions == []
