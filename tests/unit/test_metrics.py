@@ -532,6 +532,7 @@ def test_known_label_sets_start_at_zero_so_panels_and_increase_see_the_first_eve
     labels = {"account": VAST, "provider": "vast", "kind": "other"}
     assert value(registry, "watchdog_gpu_provider_errors_total", **labels) == 0
     assert value(registry, "watchdog_gpu_job_errors_total", phase="evaluate", kind="skipped") == 0
+    assert value(registry, "watchdog_gpu_job_errors_total", phase="poll", kind="other") == 0
     # a disabled rule gets no series
     disabled = RulesConfig().by_name() | {"hygiene": HygieneConfig(enabled=False)}
     other = CollectorRegistry()

@@ -185,7 +185,7 @@ class Metrics:
         for outcome in ("delivered", "failed", "unrouted"):
             self.notifications.labels(outcome)
         for phase in JOB_PHASES:
-            for event in JOB_EVENTS:
+            for event in (*JOB_EVENTS, OTHER):
                 self.job_errors.labels(phase, event)
         for phase, interval in self.config.job_intervals.items():
             self.job_interval.labels(phase).set(interval.total_seconds())
