@@ -2,7 +2,8 @@
 
 Runs the real observe → record → decide → act path against the simulated world of a scenario on
 a virtual clock (``docs/scenario-format.md``) and prints the outcome: with ``--json`` the one JSON
-object of the scenario-format contract, otherwise a readable summary. Without ``--config`` every
+object of the scenario-format contract, otherwise a readable summary. On a terminal, stderr shows
+the progress meanwhile (simulated time, actions so far). Without ``--config`` every
 rule runs with its documented defaults in enforce mode; with it, that file's ``[rules]``,
 ``[safety]`` and mode apply (accounts come from the scenario, no keys needed). ``--db`` keeps the
 database of the run (for ``watchdog-gpu status --db`` / ``events --db``).
@@ -17,14 +18,17 @@ import json
 import logging
 import os
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.config import ConfigError, Settings, load_settings
+from watchdog_gpu.durations import format_duration
 from watchdog_gpu.errors import ScenarioError
 from watchdog_gpu.sim.scenario import load_scenario
-from watchdog_gpu.sim.simulate import SimulationResult, simulation
+from watchdog_gpu.sim.simulate import Simulation, SimulationResult, simulation
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,7 +66,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     logging.getLogger("watchdog_gpu").setLevel(logging.WARNING)
     try:
         with simulation(scenario, base, database=args.db) as sim:
-            result = sim.run()
+            progress = Progress(sys.stderr, scenario.end - scenario.start)
+            result = sim.run(on_step=progress.show if progress.enabled else None)
+            progress.done()
     except ConfigError as error:  # what the scenario's providers cannot do
         for problem in error.problems:
             print(f"{args.config or args.scenario}: {problem}", file=sys.stderr)
@@ -72,6 +78,46 @@ def run_simulate(args: argparse.Namespace) -> int:
     else:
         print_summary(result.to_json())
     return EXIT_OK
+
+
+class Progress:
+    """One line on a terminal's stderr, rewritten as the run goes: the simulated time, the share
+    of the scenario and the actions so far; erased at the end. Nothing when stderr is not a
+    terminal (a pipe, a file, CI), so the output stays the same there."""
+
+    # Redraw at most this often (real seconds): counting the actions reads the database.
+    EVERY_SECONDS = 0.25
+
+    def __init__(self, stream: TextIO, length: timedelta) -> None:
+        self.stream = stream
+        self.length = length
+        self.enabled = stream.isatty()
+        self._shown_at: float | None = None
+        self._width = 0
+
+    def show(self, sim: Simulation) -> None:
+        now = time.monotonic()
+        if self._shown_at is not None and now - self._shown_at < self.EVERY_SECONDS:
+            return
+        self._shown_at = now
+        elapsed = min(sim.elapsed, self.length)
+        share = elapsed / self.length if self.length > timedelta(0) else 1.0
+        actions = sim.actions_so_far()
+        text = (
+            f"simulated {format_duration(elapsed)} of {format_duration(self.length)} "
+            f"({share:.0%}), {actions} action{'s' if actions != 1 else ''} so far"
+        )
+        self._write(text)
+
+    def done(self) -> None:
+        if self.enabled and self._width:
+            self._write("")
+
+    def _write(self, text: str) -> None:
+        padding = " " * max(0, self._width - len(text))
+        self.stream.write(f"\r{text}{padding}" + ("\r" if not text else ""))
+        self.stream.flush()
+        self._width = len(text)
 
 
 def print_summary(data: dict[str, Any]) -> None:

@@ -13,10 +13,10 @@ The output (``SimulationResult.to_json()``) is the public contract of ``docs/sce
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -254,12 +254,24 @@ class Simulation:
         self.assembly.watchdog.tick(self.clock.now())
         self.next_tick += self.scenario.tick
 
-    def run(self) -> SimulationResult:
+    def run(self, on_step: Callable[[Simulation], None] | None = None) -> SimulationResult:
+        """Tick to the scenario's end (``on_step`` after each tick, e.g. to show progress)."""
         while not self.finished:
             self.step()
+            if on_step is not None:
+                on_step(self)
         if self.clock.now() < self.scenario.end:
             self.clock.set(self.scenario.end)
         return self.result()
+
+    @property
+    def elapsed(self) -> timedelta:
+        """Simulated time since the scenario's start."""
+        return self.clock.now() - self.scenario.start
+
+    def actions_so_far(self) -> int:
+        """Actions recorded so far (a database read: call it now and then, not every tick)."""
+        return len(self.store.list_actions())
 
     def restart(self) -> None:
         """Throw the engine away and build a new one, as a daemon restart would."""
