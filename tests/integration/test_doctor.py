@@ -112,8 +112,18 @@ def test_the_report_shows_states_rates_probes_unknowns_and_what_the_rules_would_
     assert starting["state"] == "starting"
     assert "SSH endpoint" in starting["unknown"]  # no port published until the runtime is up
     lambda_ = by_name(accounts, "name", "lambda-a")
-    assert "balance" in lambda_["unknown"]  # Lambda has no balance API: flagged, not $0
+    # Lambda is postpaid: no balance, said as such (not $0, not an unreadable field)
     assert lambda_["balance_usd"] is None
+    assert "balance" not in lambda_["unknown"]
+    assert "balance: none (postpaid, so no balance floor)" in lambda_["capabilities"]
+    assert (
+        "stop: no, instances can only be terminated (a stop rule is rejected)"
+        in (lambda_["capabilities"])
+    )
+    assert (
+        "balance: documented as spendable for every key (a balance floor may act)"
+        in (runpod["capabilities"])
+    )
     assert "cannot be scoped" in lambda_["key"]["scopes"]
 
     now = served.clock.now()
@@ -146,7 +156,7 @@ def test_the_text_report_names_each_account_instance_and_verdict(
         and "(in 30 min)" in line
         for line in lines
     )
-    assert "    account: balance, spend $/h, spend limit, auto-pay" in lines  # lambda-a
+    assert "    account: spend $/h, spend limit, auto-pay" in lines  # lambda-a: postpaid
     assert lines[-1] == "result: every account was read"
 
 

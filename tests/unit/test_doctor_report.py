@@ -82,6 +82,27 @@ def test_a_running_instance_without_an_endpoint_or_probe_says_why() -> None:
     assert line.billed_usd_per_hour == pytest.approx(0.41)
 
 
+def test_provider_fields_the_parser_could_not_read_are_named() -> None:
+    pod = instance(
+        "9",
+        InstanceState.RUNNING,
+        "RUNNING",
+        compute_usd_per_hour=0.69,
+        storage_usd_per_hour=0.01,
+        gpu_name="RTX 4090",
+        gpu_count=1,
+        disk_gb=50.0,
+        ssh_host="203.0.113.7",
+        ssh_port=22,
+        unreadable=("runtime.gpus",),
+    )
+    observation = AccountObservation(AccountSnapshot("runpod", "runpod-main", NOW), (pod,))
+
+    line = account_report("runpod-main", "runpod", observation).instances[0]
+
+    assert line.unknown == ("provider field runtime.gpus (unreadable this time)",)
+
+
 def test_key_checks_tell_rejected_unreachable_and_partly_refused_keys_apart() -> None:
     assert key_check("vast", "auth", "HTTP 401", {}).status == KeyStatus.REJECTED
     assert key_check("runpod", "transient", "HTTP 503", {}).status == KeyStatus.UNREACHABLE

@@ -136,6 +136,7 @@ def _account_lines(account: AccountReport) -> list[str]:
         f"account {account.name} ({account.provider})",
         f"  key: {key.status} — {key.detail}",
         f"  key privileges: {key.scopes}",
+        f"  provider: {'; '.join(account.capabilities)}",
     ]
     if not account.read:
         return lines

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -116,6 +117,8 @@ class AccountReport:
     volumes: tuple[VolumeReport, ...] = ()
     problems: Mapping[str, str] = field(default_factory=dict)  # failed parts → error
     unknown: tuple[str, ...] = ()
+    # What the provider's API can do at all (watchdog_gpu.capabilities), in words.
+    capabilities: tuple[str, ...] = ()
 
     @property
     def read(self) -> bool:
@@ -174,14 +177,39 @@ def key_check(
     return KeyCheck(KeyStatus.ERROR, f"the listing could not be read: {error}", scopes)
 
 
+def capability_notes(provider: str) -> tuple[str, ...]:
+    """What ``provider``'s API can do, as the rules depend on it (docs/providers.md)."""
+    caps = CAPABILITIES.get(provider)
+    if caps is None:
+        return ()
+    if not caps.balance:
+        balance = "balance: none (postpaid, so no balance floor)"
+    elif caps.balance_spendable:
+        balance = "balance: documented as spendable for every key (a balance floor may act)"
+    else:
+        balance = "balance: not documented as spendable for every key (a balance floor only alerts)"
+    return (
+        "stop: yes"
+        if caps.can_stop
+        else "stop: no, instances can only be terminated (a stop rule is rejected)",
+        "interruptible instances: " + ("yes" if caps.interruptible else "none"),
+        balance,
+        "per-GPU utilisation from the API: " + ("yes" if caps.gpu_utilisation else "no (SSH only)"),
+    )
+
+
 def account_unknowns(snapshot: AccountSnapshot) -> tuple[str, ...]:
-    """The account's money facts the API did not give."""
+    """The account's money facts the API did not give (a balance the provider never reports,
+    Lambda's, is no unknown: :func:`capability_notes` says so)."""
+    caps = CAPABILITIES.get(snapshot.provider)
     fields = {
         "balance": snapshot.balance_usd,
         "spend $/h": snapshot.spend_usd_per_hour,
         "spend limit": snapshot.spend_limit_usd_per_hour,
         "auto-pay": snapshot.autopay_enabled,
     }
+    if caps is not None and not caps.balance:
+        del fields["balance"]
     return tuple(name for name, value in fields.items() if value is None)
 
 
@@ -204,6 +232,7 @@ def instance_unknowns(snapshot: InstanceSnapshot) -> tuple[str, ...]:
         unknown.append("GPU count")
     if snapshot.disk_gb is None:
         unknown.append("disk size")
+    unknown += [f"provider field {name} (unreadable this time)" for name in snapshot.unreadable]
     return tuple(unknown)
 
 
@@ -296,7 +325,12 @@ def account_report(
     (``error_kind``/``error`` say how); ``probes`` maps instance ids to their probe outcome and
     ``not_probed`` says why a running instance has none (no SSH key, probe disabled)."""
     if observation is None:
-        return AccountReport(name, provider, key_check(provider, error_kind, error, {}))
+        return AccountReport(
+            name,
+            provider,
+            key_check(provider, error_kind, error, {}),
+            capabilities=capability_notes(provider),
+        )
     outcomes = probes or {}
     snapshot = observation.account
     instances = tuple(
@@ -319,6 +353,7 @@ def account_report(
         volumes=tuple(volume_report(v) for v in sorted(observation.volumes, key=_volume_id)),
         problems=dict(observation.problems),
         unknown=tuple(unknown),
+        capabilities=capability_notes(provider),
     )
 
 
