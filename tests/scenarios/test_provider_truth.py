@@ -100,3 +100,13 @@ def test_a_stop_rule_with_a_lambda_account_is_refused_before_anything_runs(
     (problem,) = refused.value.problems
     assert problem.path == "rules.idle_gpu.action"
     assert "Lambda" in problem.message
+
+
+def test_partial_answers_do_not_blind_an_account(tmp_path: Path) -> None:
+    run = run_scenario("partial_answers", tmp_path, ENFORCE)
+
+    assert run.actions_for("runpod-lab/busypod00001") == []
+    assert run.instances["runpod-lab/busypod00001"]["final_state"] == "running"
+    (idle,) = run.actions_for("vast-main/9801")
+    assert (idle["rule"], idle["action"], idle["result"]) == ("idle_gpu", "destroy", "verified")
+    assert "account_health" not in {note["rule"] for note in run.notifications}

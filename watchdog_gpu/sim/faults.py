@@ -11,7 +11,11 @@ Each account has an API mode (scripted with ``api = ...`` account events, or set
 - ``malformed``: the request is handled (a destroy *does* happen) but the JSON body is cut in
   half, so it cannot be decoded — the case of a proxy truncating a response;
 - ``revoked``: the account's key is refused as the dialect refuses an unknown key (HTTP 401 or
-  the provider's own variant); nothing is changed — a key revoked or rotated at the provider.
+  the provider's own variant); nothing is changed — a key revoked or rotated at the provider;
+- ``partial``: the request is served, with the quirks of a real answer that is only partly
+  readable — RunPod GraphQL answers carry a partial error on every pod's ``runtime.gpus`` (the
+  field ``null``), Vast's last instance page ends with an empty-string ``next_token``; the
+  dialects apply it themselves.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def apply_fault(
         return truncate(handle())
     if mode == "revoked":
         return dialect.unauthorized(key_given=True)
-    return handle()
+    return handle()  # "ok"; "partial" is shaped by the dialect
 
 
 def truncate(response: SimResponse) -> SimResponse:

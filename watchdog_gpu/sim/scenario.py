@@ -26,7 +26,7 @@ from watchdog_gpu.sim.provider_states import PROVIDER_STATES
 
 Provider = Literal["vast", "runpod", "lambda"]
 ScriptedState = Literal["starting", "running", "paused", "stopped", "gone"]
-ApiMode = Literal["ok", "error500", "timeout", "ratelimit", "malformed", "revoked"]
+ApiMode = Literal["ok", "error500", "timeout", "ratelimit", "malformed", "revoked", "partial"]
 SshMode = Literal["up", "down", "refused", "hostkey_changed", "garbage"]
 # Strict numbers: a quoted "95" or a boolean in a TOML file is a mistake, not a percentage.
 Percent = Annotated[int, Field(ge=0, le=100, strict=True)]

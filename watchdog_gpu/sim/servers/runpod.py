@@ -235,6 +235,8 @@ class RunpodDialect(Dialect):
             except (SimError, GraphQLError, KeyError, TypeError) as error:
                 data[selection.key] = None
                 errors.append(_error_entry(selection, _message(selection, error)))
+        if self.world.api_mode(account) == "partial":
+            errors += _partial_gpu_errors(data)
         payload: dict[str, Any] = {"data": data}
         if errors:
             payload = {"errors": errors, "data": data}
@@ -419,6 +421,26 @@ def _runtime(view: InstanceView, now: Any) -> dict[str, Any]:
         "gpus": gpus,
         "container": {"cpuPercent": 10, "memoryPercent": 20},
     }
+
+
+def _partial_gpu_errors(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """An account in "partial" mode: every pod's ``runtime.gpus`` fails to resolve, as a field
+    resolver error does on RunPod (``null`` there, an error entry with its path)."""
+    myself = data.get("myself")
+    pods = myself.get("pods") if isinstance(myself, dict) else None
+    errors = []
+    for index, pod in enumerate(pods if isinstance(pods, list) else []):
+        runtime = pod.get("runtime") if isinstance(pod, dict) else None
+        if isinstance(runtime, dict) and "gpus" in runtime:
+            runtime["gpus"] = None
+            errors.append(
+                {
+                    "message": "Something went wrong. Please try again later or contact support.",
+                    "path": ["myself", "pods", index, "runtime", "gpus"],
+                    "extensions": {"code": "INTERNAL_SERVER_ERROR"},
+                }
+            )
+    return errors
 
 
 def _pod_id(arguments: Mapping[str, Any]) -> str:

@@ -149,7 +149,9 @@ class VastDialect(Dialect):
         if offset is None:
             return _error(400, "invalid_token", "after_token is not a valid token")
         page = rows[offset : offset + limit]
-        next_token = None
+        # The last page's token is null; an account in "partial" mode gets "" (which the
+        # official client also takes as the end).
+        next_token = "" if self.world.api_mode(account) == "partial" else None
         if offset + limit < len(rows) and page:
             next_token = _token(page[-1]["id"], offset + limit)
         labels: dict[str, int] = {}
