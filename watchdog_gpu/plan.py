@@ -53,6 +53,7 @@ from watchdog_gpu.model import (
     InstanceState,
     PlannedAction,
     PlanStatus,
+    Severity,
     Verdict,
 )
 from watchdog_gpu.notices import WARNING, EpisodeNotices, index_notices, next_notice_key
@@ -448,3 +449,10 @@ def billing_fleet_size(view: FleetView) -> int:
         InstanceState.STOPPED,
     )
     return sum(1 for instance in view.instances.values() if instance.state in billing)
+
+
+def protected_report(finding: Finding) -> Finding:
+    """A protected instance the budget rule would have destroyed is a critical report."""
+    if finding.rule != BUDGET_RULE:
+        return finding
+    return replace(finding, severity=Severity.CRITICAL)

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.executor import Executor, ExecutorReport
-from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
     ActionKind,
     ActionStatus,
@@ -34,21 +34,19 @@ from watchdog_gpu.model import (
     PlanStatus,
     ProbeOutcome,
     Severity,
-    Verdict,
 )
-from watchdog_gpu.notices import RESOLUTION, EpisodeNotices, index_notices, next_notice_key
 from watchdog_gpu.notify.delivery import Backoff, Deliverer, DeliveryReport, deliver_due
 from watchdog_gpu.notify.render import (
     ActionOutcome,
     render_action_result,
     render_alert,
-    render_resolution,
     render_warning,
 )
-from watchdog_gpu.plan import BUDGET_RULE, Decision, Plan, PlanContext, plan
+from watchdog_gpu.plan import Decision, Plan, PlanContext, plan, protected_report
 from watchdog_gpu.probe.condense import condense_samples
 from watchdog_gpu.providers.base import Provider
-from watchdog_gpu.rules import account_health, evaluate_rules
+from watchdog_gpu.resolutions import cleared_episodes
+from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.store import Store
 from watchdog_gpu.store.decisions import ACTIONS_DEFERRED
@@ -268,7 +266,7 @@ class Watchdog:
             note = render_alert(finding, now=now, dry_run=decision.dry_run)
             self._write(decision, now, "alert", finding.summary, notification=note)
         elif status is PlanStatus.PROTECTED:
-            note = render_alert(_protected_finding(finding), now=now, protected=True)
+            note = render_alert(protected_report(finding), now=now, protected=True)
             message = f"{finding.summary} ({decision.note})"
             self._write(decision, now, "protected", message, notification=note)
         elif status is PlanStatus.BLOCKED and action is not None:
@@ -352,52 +350,15 @@ class Watchdog:
             self.store.enqueue_notification(note)
 
     def _resolve_cleared(self, findings: Sequence[Finding], view: FleetView, now: datetime) -> None:
-        """One resolution per episode whose warning or alert went out and whose condition is
-        gone, unless the episode ended in an action (the action message closed it)."""
-        current = {finding.episode_key for finding in findings}
-        keys = view.notification_keys
-        notices = index_notices(view.notice_times)
-        acted_episodes = {
-            record.idempotency_key.rsplit(":", 1)[0] for record in view.recent_actions
-        } | {decision_key.rsplit(":", 1)[0] for decision_key in self._planned_keys}
-        for record in self.store.list_findings(seen_since=now - self.settings.lookback):
-            episode = record.episode_key
-            if episode in current:
-                continue
-            standing = notices.get(episode, EpisodeNotices()).standing_since is not None
-            # An alert is told once per episode; a warning may be withdrawn and sent again
-            # (notices.py): a standing warning is always withdrawn when its condition clears.
-            alerted = f"{episode}:alert" in keys and f"{episode}:resolution" not in keys
-            # An episode that led to an action is closed by the action's own message (which
-            # may only be written later in this tick, by the executor).
-            acted = episode in acted_episodes or f"{episode}:action" in keys
-            if not (standing or alerted) or acted:
-                continue
-            finding = Finding(
-                rule=record.rule,
-                account=record.account,
-                instance_id=record.instance_id,
-                severity=record.severity,
-                action=record.action,
-                summary=record.summary,
-                episode_started_at=record.episode_started_at,
-                due_at=record.due_at,
-                evidence=record.evidence,
-            )
-            reason = _cleared_reason(finding, view)
-            note = render_resolution(
-                finding,
-                reason=reason,
-                now=now,
-                action_cancelled=standing,
-                episode_key=episode,
-                key=next_notice_key(episode, RESOLUTION, keys, now),
-            )
+        """Write the resolutions of the episodes that cleared (``resolutions.py`` decides)."""
+        recorded = self.store.list_findings(seen_since=now - self.settings.lookback)
+        for resolution in cleared_episodes(findings, recorded, view, self._planned_keys, now):
+            finding = resolution.finding
             self.store.record_decision(
                 now,
                 audit_kind="resolved",
-                message=reason,
-                notification=note,
+                message=resolution.reason,
+                notification=resolution.notification,
                 account=finding.account,
                 instance_id=finding.instance_id,
                 rule=finding.rule,
@@ -435,51 +396,3 @@ def _audit_data(decision: Decision) -> dict[str, str | int | float | bool | None
     for name, value in finding.evidence.items():
         data[f"evidence.{name}"] = value
     return data
-
-
-def _protected_finding(finding: Finding) -> Finding:
-    """A protected instance the budget rule would have destroyed is a critical report."""
-    if finding.rule != BUDGET_RULE:
-        return finding
-    return Finding(
-        rule=finding.rule,
-        account=finding.account,
-        instance_id=finding.instance_id,
-        severity=Severity.CRITICAL,
-        action=finding.action,
-        summary=finding.summary,
-        episode_started_at=finding.episode_started_at,
-        due_at=finding.due_at,
-        evidence=finding.evidence,
-        usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
-        topic=finding.topic,
-    )
-
-
-def _idle_cleared_reason(instance: InstanceView) -> str:
-    """Why an idle finding went away: the instance stopped running, a GPU's newest sample is
-    busy, or — neither — the samples no longer cover the window (missing or too sparse), which
-    is not idle but is not "busy again" either."""
-    if instance.state is not InstanceState.RUNNING:
-        return f"instance is {instance.state.value} now"
-    newest: dict[int, GpuSample] = {}
-    for sample in instance.samples:  # oldest first
-        newest[sample.gpu_index] = sample
-    if any(sample.verdict is Verdict.BUSY for sample in newest.values()):
-        return "GPU busy again"
-    return "GPU activity no longer known (samples missing or too sparse); unknown is not idle"
-
-
-def _cleared_reason(finding: Finding, view: FleetView) -> str:
-    if finding.rule == account_health.NAME:
-        return account_health.cleared_reason(view, finding.account)
-    if finding.instance_id is None:
-        return "condition no longer holds"
-    instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
-    if instance is None or instance.state is InstanceState.GONE:
-        return "instance gone"
-    if finding.rule == "idle_gpu":
-        return _idle_cleared_reason(instance)
-    if finding.rule == "unobserved":
-        return "GPU data available again"
-    return f"instance is {instance.state.value} now"

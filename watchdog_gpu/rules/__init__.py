@@ -117,6 +117,14 @@ def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleCon
     return Evaluation(tuple(findings), failed)
 
 
+def cleared_reason(finding: Finding, view: FleetView) -> str:
+    """Why ``finding``'s episode ended, in its rule's terms (the rule's hook)."""
+    rule = RULES.get(finding.rule)
+    if rule is None:
+        return "condition no longer holds"
+    return rule.cleared_reason(finding, view)
+
+
 def evaluate_all(
     view: FleetView, now: datetime, configs: Mapping[str, RuleConfig]
 ) -> list[Finding]:
@@ -129,6 +137,7 @@ __all__ = [
     "Evaluation",
     "Rule",
     "RuleConfig",
+    "cleared_reason",
     "default_configs",
     "evaluate_all",
     "evaluate_rules",

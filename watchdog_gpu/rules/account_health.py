@@ -111,8 +111,9 @@ def _account_finding(
     )
 
 
-def cleared_reason(view: FleetView, account: str) -> str:
+def cleared_reason(finding: Finding, view: FleetView) -> str:
     """Why an account_health episode ended, for its resolution message."""
+    account = finding.account
     current = view.accounts.get(account)
     if current is None:
         return "account no longer configured"
@@ -122,4 +123,4 @@ def cleared_reason(view: FleetView, account: str) -> str:
     return f"account {account} still cannot be listed, now failing with {kind}"
 
 
-RULE = RuleSpec(NAME, AccountHealthConfig, evaluate)
+RULE = RuleSpec(NAME, AccountHealthConfig, evaluate, cleared=cleared_reason)

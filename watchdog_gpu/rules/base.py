@@ -22,7 +22,7 @@ from pydantic import (
 
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.fleet import FleetView
-from watchdog_gpu.model import Finding
+from watchdog_gpu.model import Finding, InstanceState
 
 RuleMode = Literal["inherit", "monitor", "enforce"]
 DestructiveAction = Literal["destroy", "stop", "notify"]
@@ -149,6 +149,10 @@ class Rule(Protocol):
         """Findings for the fleet as of ``now``; pure."""
         ...
 
+    def cleared_reason(self, finding: Finding, view: FleetView) -> str:
+        """Why an episode of this rule ended (its finding is gone), for the resolution."""
+        ...
+
 
 ConfigT = TypeVar("ConfigT", bound=RuleConfig)
 
@@ -164,6 +168,9 @@ class RuleSpec(Generic[ConfigT]):
     name: str
     config_model: type[ConfigT]
     function: Callable[[FleetView, datetime, ConfigT], Iterable[Finding]]
+    # Why an episode ended, in the rule's own terms ("GPU busy again"); None: the generic
+    # reason (the instance's state now), see :func:`generic_cleared_reason`.
+    cleared: Callable[[Finding, FleetView], str] | None = None
 
     def evaluate(self, view: FleetView, now: datetime, config: RuleConfig) -> Iterable[Finding]:
         """Run the rule. Raises TypeError when ``config`` is not this rule's config model."""
@@ -177,3 +184,28 @@ class RuleSpec(Generic[ConfigT]):
     def default_config(self) -> ConfigT:
         """The rule's configuration with every documented default."""
         return self.config_model()
+
+    def cleared_reason(self, finding: Finding, view: FleetView) -> str:
+        """Why an episode of this rule ended: the instance is gone or no longer running, else
+        the rule's own hook, else a generic reason."""
+        generic = generic_cleared_reason(finding, view)
+        if generic is not None:
+            return generic
+        if self.cleared is not None:
+            return self.cleared(finding, view)
+        if finding.instance_id is None:
+            return "condition no longer holds"
+        return "instance is running now"
+
+
+def generic_cleared_reason(finding: Finding, view: FleetView) -> str | None:
+    """What any rule would say: the instance is gone or no longer running; None when it still
+    runs (the rule's own hook says why its condition cleared) or the finding has no instance."""
+    if finding.instance_id is None:
+        return None
+    instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
+    if instance is None or instance.state is InstanceState.GONE:
+        return "instance gone"
+    if instance.state is not InstanceState.RUNNING:
+        return f"instance is {instance.state.value} now"
+    return None

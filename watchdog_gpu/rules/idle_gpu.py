@@ -59,6 +59,7 @@ from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
     ActionKind,
     Finding,
+    GpuSample,
     InstanceState,
     SampleSource,
     Severity,
@@ -295,4 +296,17 @@ def minimum_sample_lookback(config: IdleGpuConfig) -> timedelta:
     return config.arm_after + config.idle + config.warn_before + config.max_sample_gap
 
 
-RULE = RuleSpec(NAME, IdleGpuConfig, evaluate)
+def cleared_reason(finding: Finding, view: FleetView) -> str:
+    """Why an idle episode of a running instance ended: a GPU's newest sample is busy, or —
+    not that — the samples no longer cover the window (missing or too sparse), which is not
+    idle but is not "busy again" either."""
+    instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
+    newest: dict[int, GpuSample] = {}
+    for sample in instance.samples if instance is not None else ():  # oldest first
+        newest[sample.gpu_index] = sample
+    if any(sample.verdict is Verdict.BUSY for sample in newest.values()):
+        return "GPU busy again"
+    return "GPU activity no longer known (samples missing or too sparse); unknown is not idle"
+
+
+RULE = RuleSpec(NAME, IdleGpuConfig, evaluate, cleared=cleared_reason)

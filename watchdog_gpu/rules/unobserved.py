@@ -137,4 +137,9 @@ def _instance_finding(
     )
 
 
-RULE = RuleSpec(NAME, UnobservedConfig, evaluate)
+def cleared_reason(finding: Finding, view: FleetView) -> str:
+    """A blind running instance's episode ends when usable GPU data comes back."""
+    return "GPU data available again"
+
+
+RULE = RuleSpec(NAME, UnobservedConfig, evaluate, cleared=cleared_reason)

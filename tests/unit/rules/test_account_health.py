@@ -10,6 +10,7 @@ from tests.unit.rules.builders import account_view, at, fleet, instance, running
 from watchdog_gpu.fleet import AccountView, FleetView
 from watchdog_gpu.model import ActionKind, InstanceState, Severity
 from watchdog_gpu.rules.account_health import (
+    RULE,
     AccountHealthConfig,
     cleared_reason,
     evaluate,
@@ -83,7 +84,9 @@ def test_outage_after_is_configurable() -> None:
 
 
 def test_the_resolution_says_whether_the_account_recovered() -> None:
+    broken = fleet_of(failing("auth", ok_at=at(60), error_at=at(90)), at(90))
+    (finding,) = evaluate(broken, at(90), CONFIG)
     ok = fleet_of(account_view("vast-main"), at(90))
-    assert cleared_reason(ok, "vast-main").startswith("recovered")
-    still = fleet_of(failing("auth", ok_at=at(60), error_at=at(90)), at(90))
-    assert "now failing with auth" in cleared_reason(still, "vast-main")
+    assert cleared_reason(finding, ok).startswith("recovered")
+    assert "now failing with auth" in cleared_reason(finding, broken)
+    assert RULE.cleared_reason(finding, ok) == cleared_reason(finding, ok)  # the rule's hook

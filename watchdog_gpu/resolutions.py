@@ -1,0 +1,111 @@
+"""Which episodes are resolved this tick, and how: the message that closes an episode.
+
+An episode whose warning stands or whose alert went out, and whose condition is gone (no
+finding this tick), gets one resolution — unless it ended in an action, whose own message closes
+it (that message may only be written later in the same tick, by the executor). Resolving an
+episode with a standing warning withdraws the warning (docs/safety.md, "Warnings"): the planned
+stop/destroy is cancelled, and a later one needs a new warning. An alert is resolved once per
+episode.
+
+Pure: the caller (``tick.Watchdog``) passes the recorded findings, the fleet view, the action
+keys it planned this tick and ``now``, and writes what comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.model import ActionKind, Finding, PlannedNotification, Severity
+from watchdog_gpu.notices import RESOLUTION, EpisodeNotices, index_notices, next_notice_key
+from watchdog_gpu.notify.render import render_resolution
+from watchdog_gpu.rules import cleared_reason
+
+
+class RecordedFinding(Protocol):
+    """A recorded finding episode (the store's ``FindingRecord``)."""
+
+    @property
+    def episode_key(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def instance_id(self) -> str | None: ...
+    @property
+    def severity(self) -> Severity: ...
+    @property
+    def action(self) -> ActionKind: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def episode_started_at(self) -> datetime: ...
+    @property
+    def due_at(self) -> datetime: ...
+    @property
+    def evidence(self) -> Mapping[str, str | int | float | bool | None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """One episode to close: its finding as last recorded, why, and the message."""
+
+    finding: Finding
+    reason: str
+    notification: PlannedNotification
+
+
+def episode_of_action(action_key: str) -> str:
+    """The episode key of an action key ``{episode}:{kind}`` (``:dry_run`` stays on the kind)."""
+    return action_key.rsplit(":", 1)[0]
+
+
+def cleared_episodes(
+    current: Iterable[Finding],
+    recorded: Iterable[RecordedFinding],
+    view: FleetView,
+    planned_action_keys: Collection[str],
+    now: datetime,
+) -> list[Resolution]:
+    """The resolutions due at ``now`` (see the module docstring)."""
+    present = {finding.episode_key for finding in current}
+    keys = view.notification_keys
+    notices = index_notices(view.notice_times)
+    acted = {episode_of_action(r.idempotency_key) for r in view.recent_actions} | {
+        episode_of_action(key) for key in planned_action_keys
+    }
+    resolutions: list[Resolution] = []
+    for record in recorded:
+        episode = record.episode_key
+        if episode in present or episode in acted or f"{episode}:action" in keys:
+            continue
+        standing = notices.get(episode, EpisodeNotices()).standing_since is not None
+        alerted = f"{episode}:alert" in keys and f"{episode}:resolution" not in keys
+        if not (standing or alerted):
+            continue
+        finding = Finding(
+            rule=record.rule,
+            account=record.account,
+            instance_id=record.instance_id,
+            severity=record.severity,
+            action=record.action,
+            summary=record.summary,
+            episode_started_at=record.episode_started_at,
+            due_at=record.due_at,
+            evidence=record.evidence,
+        )
+        reason = cleared_reason(finding, view)
+        note = render_resolution(
+            finding,
+            reason=reason,
+            now=now,
+            action_cancelled=standing,
+            episode_key=episode,
+            key=next_notice_key(episode, RESOLUTION, keys, now),
+        )
+        resolutions.append(Resolution(finding, reason, note))
+    return resolutions
