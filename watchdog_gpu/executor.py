@@ -213,7 +213,7 @@ class Executor:
         self,
         row: ActionRow,
         state: _Pass,
-        new_status: str,
+        new_status: ActionStatus,
         *,
         audit_kind: str,
         message: str,
@@ -253,7 +253,7 @@ class Executor:
         self,
         row: ActionRow,
         state: _Pass,
-        new_status: str,
+        new_status: ActionStatus,
         outcome: ActionOutcome,
         *,
         audit_kind: str,
@@ -485,7 +485,7 @@ class Executor:
         state: _Pass,
         error: ProviderError,
         *,
-        back_to: str,
+        back_to: ActionStatus,
         result: str | None = None,
         notification: PlannedNotification | None = None,
     ) -> None:
@@ -672,7 +672,7 @@ def episode_key_of(row: ActionRow) -> str:
     return key + (DRY_RUN_SUFFIX if dry_run else "")
 
 
-def _resume_status(row: ActionRow) -> str:
+def _resume_status(row: ActionRow) -> ActionStatus:
     """Where an action goes back to when this pass could not finish it."""
     if row.claimed_from in (ActionStatus.CALLED, ActionStatus.UNVERIFIED):
         return row.claimed_from

@@ -14,6 +14,7 @@ from enum import StrEnum
 from watchdog_gpu.model import (
     AccountSnapshot,
     ActionKind,
+    ActionStatus,
     GpuSample,
     InstanceSnapshot,
     InstanceState,
@@ -125,8 +126,7 @@ class ActionRecord:
     instance_id: str
     rule: str
     kind: ActionKind
-    # pending, claimed, called, verified, unverified, failed, dry_run, held or blocked
-    status: str
+    status: ActionStatus
     dry_run: bool
     created_at: datetime
 

@@ -280,7 +280,7 @@ class Watchdog:
                 "action_blocked",
                 message,
                 action=action,
-                action_status="blocked",
+                action_status=ActionStatus.BLOCKED,
                 notification=note,
             )
 
@@ -292,7 +292,7 @@ class Watchdog:
         message: str,
         *,
         action: PlannedAction | None = None,
-        action_status: str = "pending",
+        action_status: ActionStatus = ActionStatus.PENDING,
         notification: PlannedNotification | None = None,
     ) -> None:
         finding = decision.finding

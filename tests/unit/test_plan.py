@@ -18,6 +18,7 @@ from watchdog_gpu.fleet import (
 )
 from watchdog_gpu.model import (
     ActionKind,
+    ActionStatus,
     Finding,
     GpuSample,
     InstanceSnapshot,
@@ -211,7 +212,7 @@ def test_an_action_already_in_the_outbox_is_not_planned_twice() -> None:
         instance_id="9001",
         rule="idle_gpu",
         kind=ActionKind.DESTROY,
-        status="unverified",
+        status=ActionStatus.UNVERIFIED,
         dry_run=False,
         created_at=NOW - timedelta(minutes=1),
     )
@@ -274,7 +275,7 @@ def test_the_fuse_counts_actions_of_the_last_hour_but_not_dry_runs_or_the_budget
             f"old{i}",
             rule,
             ActionKind.DESTROY,
-            "dry_run" if dry_run else "verified",
+            ActionStatus.DRY_RUN if dry_run else ActionStatus.VERIFIED,
             dry_run,
             NOW - timedelta(minutes=30),
         )
@@ -409,7 +410,7 @@ def test_switching_to_enforce_mid_episode_acts_despite_the_earlier_dry_run() -> 
         instance_id="9001",
         rule="idle_gpu",
         kind=ActionKind.DESTROY,
-        status="dry_run",
+        status=ActionStatus.DRY_RUN,
         dry_run=True,
         created_at=NOW - timedelta(minutes=5),
     )

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from watchdog_gpu.fleet import ActionRecord, FleetView
-from watchdog_gpu.model import ActionKind, Finding, Severity
+from watchdog_gpu.model import ActionKind, ActionStatus, Finding, Severity
 from watchdog_gpu.resolutions import cleared_episodes
 
 NOW = datetime(2026, 3, 2, 22, 30, tzinfo=UTC)
@@ -77,7 +77,7 @@ def test_nothing_to_resolve_when_still_present_withdrawn_or_acted_on() -> None:
         "9001",
         "idle_gpu",
         ActionKind.DESTROY,
-        "verified",
+        ActionStatus.VERIFIED,
         False,
         NOW - timedelta(minutes=1),
     )

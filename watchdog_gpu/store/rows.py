@@ -9,6 +9,7 @@ from datetime import datetime
 from watchdog_gpu.fleet import AccountView, ActionRecord
 from watchdog_gpu.model import (
     ActionKind,
+    ActionStatus,
     InstanceSnapshot,
     PlannedAction,
     PlannedNotification,
@@ -33,7 +34,7 @@ class ActionRow:
     kind: ActionKind
     dry_run: bool
     reason: str
-    status: str
+    status: ActionStatus
     attempts: int
     created_at: datetime
     updated_at: datetime
@@ -41,7 +42,7 @@ class ActionRow:
     usd_per_hour_at_stake: float | None = None
     claimed_by: str | None = None
     claimed_at: datetime | None = None
-    claimed_from: str | None = None
+    claimed_from: ActionStatus | None = None
     next_attempt_at: datetime | None = None
     result: str | None = None
     last_error: str | None = None
