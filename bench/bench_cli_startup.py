@@ -1,0 +1,70 @@
+"""Benchmark: the command line's start-up, as a user's shell runs it.
+
+Times ``watchdog-gpu --help`` and ``watchdog-gpu status --db FILE`` as whole processes (start-up,
+imports and work), each run's CPU seconds (user + system) from the OS's accounting of the
+finished child, and prints min / median / max. ``--db`` names a database to read (e.g. the one
+``watchdog-gpu demo`` leaves); without it an empty one is created and migrated first.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.bench_cli_startup [--runs 7] [--db watchdog-gpu-demo.db]
+
+Not a test: nothing here asserts a speed (the targets are in bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def cpu_seconds(argv: list[str]) -> float:
+    """CPU seconds (user + system) of one run of ``python -m watchdog_gpu ARGV``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-m", "watchdog_gpu", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_GPU_")},
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def report(name: str, argv: list[str], runs: int) -> None:
+    cpu_seconds(argv)  # warm-up: the OS's file cache, .pyc files
+    figures = sorted(cpu_seconds(argv) for _ in range(runs))
+    print(
+        f"{name:<28} cpu s  min {figures[0]:.3f}  median {statistics.median(figures):.3f}  "
+        f"max {figures[-1]:.3f}  ({runs} runs)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--db", type=Path, help="database for status (default: a new empty one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        database = args.db
+        if database is None:
+            database = Path(directory) / "empty.db"
+            url = f"sqlite:///{database}"
+            subprocess.run(
+                [sys.executable, "-m", "watchdog_gpu", "db", "upgrade", "--database-url", url],
+                stdout=subprocess.DEVNULL,
+                check=True,
+            )
+        report("watchdog-gpu --help", ["--help"], args.runs)
+        report("watchdog-gpu status --db", ["status", "--db", str(database)], args.runs)
+
+
+if __name__ == "__main__":
+    main()
