@@ -219,16 +219,25 @@ def plan(
 
 
 def due_time(
-    finding: Finding, notices: EpisodeNotices | None, lead: timedelta
+    due_at: datetime, notices: EpisodeNotices | None, lead: timedelta, now: datetime
 ) -> tuple[datetime, datetime | None]:
-    """When ``finding``'s action is due, and since when its warning stands (None: none does).
+    """When an episode's action is due, and since when its warning stands (None: none does).
 
     Due at the rule's ``due_at``, but never sooner than ``lead`` after the standing warning;
-    without one, the warning still has to go out, so the due time is at least a full lead away
-    from the moment it will (the caller takes ``max`` with ``now + lead``)."""
+    without one, the warning still has to go out (now at the earliest), so the action is at
+    least a full lead away from ``now``."""
     standing = notices.standing_since if notices is not None else None
-    due = finding.due_at if standing is None else max(finding.due_at, standing + lead)
-    return due, standing
+    if standing is not None:
+        return max(due_at, standing + lead), standing
+    return (max(due_at, now + lead) if lead > timedelta(0) else due_at), None
+
+
+def planned_due(
+    rule: str, episode_key: str, due_at: datetime, view: FleetView, context: PlanContext
+) -> datetime:
+    """When the planner will act on an episode as of ``view.now`` (what ``status`` shows)."""
+    notices = index_notices(view.notice_times).get(episode_key)
+    return due_time(due_at, notices, warn_before(rule, context), view.now)[0]
 
 
 def _decide(
@@ -254,7 +263,7 @@ def _decide(
     if record is not None and record.status != ActionStatus.CANCELLED:
         return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {record.status}")
     lead = warn_before(finding.rule, context)
-    due, standing = due_time(finding, notices.get(finding.episode_key), lead)
+    due, standing = due_time(finding.due_at, notices.get(finding.episode_key), lead, now)
     warn_at = due - lead
     snooze = _active_snooze(view, finding, now)
     if snooze is not None:
@@ -263,7 +272,6 @@ def _decide(
         return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, due_at=due)
     if standing is None and lead > timedelta(0):
         # No warning stands (never sent, or withdrawn): send one now, act a full lead later.
-        due = max(due, now + lead)
         warning = next_notice_key(finding.episode_key, WARNING, view.notice_times, now)
         return Decision(finding, PlanStatus.WARN, dry_run, now, due_at=due, warning_key=warning)
     if now < due:

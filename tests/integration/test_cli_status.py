@@ -28,6 +28,7 @@ from watchdog_gpu.model import (
     ActionKind,
     Finding,
     InstanceState,
+    PlannedNotification,
     ProbeOutcome,
     ProbeStatus,
     Severity,
@@ -176,6 +177,18 @@ def test_pending_actions_snoozes_and_due_actions_appear_on_the_instance_row(
         due_at=NOW + minutes(30),
     )
     store.record_findings([stopped_finding], NOW)
+    result = run(capsys, "status", "--db", str(db))
+    # No warning went out yet: the destroy is a full warn_before (1 h) after the next one.
+    assert "destroy due 15:00 UTC (stopped_disk)" in line_of(result.out, "vast-main/102")
+    store.enqueue_notification(
+        PlannedNotification(
+            idempotency_key=f"{stopped_finding.episode_key}:warning",
+            severity=Severity.WARNING,
+            title="vast-main/102 will be destroyed",
+            body="",
+            created_at=NOW - minutes(30),
+        )
+    )
 
     result = run(capsys, "status", "--db", str(db))
 

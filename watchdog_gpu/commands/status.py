@@ -45,7 +45,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -69,7 +69,7 @@ from watchdog_gpu.config import WatchdogSection
 from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
-from watchdog_gpu.plan import PlanContext, protection_for
+from watchdog_gpu.plan import PlanContext, planned_due, protection_for
 from watchdog_gpu.rules import default_configs, lookback_for
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.windows import billed_rate, state_since
@@ -265,7 +265,7 @@ def _instance_status(
         gpu=gpu_activity(instance, threshold),
         pending=pending,
         # A protected instance has nothing due: the planner never acts on it.
-        due=() if gone or protected else _due(instance, view, findings, poll_interval),
+        due=() if gone or protected else _due(instance, view, findings, poll_interval, context),
         snoozed_until=max(snoozes, default=None),
         protected=protected,
     )
@@ -276,10 +276,13 @@ def _due(
     view: FleetView,
     findings: Sequence[FindingRecord],
     poll_interval: timedelta,
+    context: PlanContext,
 ) -> tuple[FindingRecord, ...]:
     """Destructive findings the latest evaluation still had for the instance and that have no
-    action in the outbox yet. "Latest": seen less than a poll interval before the account's last
-    poll (evaluation follows polling; a cleared finding is not seen again)."""
+    action in the outbox yet, each due when the planner will act (``plan.planned_due``: not
+    before a standing warning is ``warn_before`` old). "Latest": seen less than a poll interval
+    before the account's last poll (evaluation follows polling; a cleared finding is not seen
+    again)."""
     latest = instance.latest
     account = view.accounts.get(latest.account)
     polled = (
@@ -288,7 +291,10 @@ def _due(
     last_poll = max(polled, default=None)
     in_outbox = {action.idempotency_key for action in view.recent_actions}
     return tuple(
-        finding
+        replace(
+            finding,
+            due_at=planned_due(finding.rule, finding.episode_key, finding.due_at, view, context),
+        )
         for finding in findings
         if (finding.account, finding.instance_id) == (latest.account, latest.instance_id)
         and finding.action is not ActionKind.NOTIFY
