@@ -7,7 +7,7 @@ import os
 import pty
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -74,6 +74,18 @@ def line_of(output: str, start: str) -> str:
     lines = [line for line in output.splitlines() if line.startswith(start)]
     assert len(lines) == 1, output
     return lines[0]
+
+
+def failed_probe(instance_id: str, at: datetime, status: ProbeStatus) -> ProbeOutcome:
+    """A probe of ``instance_id`` at ``at`` that ended in ``status`` (no samples)."""
+    return ProbeOutcome(
+        account=ACCOUNT,
+        instance_id=instance_id,
+        at=at,
+        status=status,
+        duration_seconds=10.0,
+        detail=f"probe {status.value}",
+    )
 
 
 def test_a_new_database_prints_no_accounts_recorded_yet_and_exits_0(
@@ -371,14 +383,7 @@ def test_a_gpu_idle_in_every_sample_reads_at_least_and_a_failed_probe_is_named(
         at = T0 + minutes(minute)
         store.record_observation(observation(instance("101", at=at), at=at), at)
         store.record_probe(probe("101", at, sample("101", at, 0, 0.0)))
-    failed = ProbeOutcome(
-        account=ACCOUNT,
-        instance_id="101",
-        at=NOW,
-        status=ProbeStatus.UNREACHABLE,
-        duration_seconds=10.0,
-        detail="connection refused",
-    )
+    failed = failed_probe("101", NOW, ProbeStatus.UNREACHABLE)
     store.record_observation(observation(instance("101", at=NOW), at=NOW), NOW)
     store.record_probe(failed)
 
@@ -403,16 +408,7 @@ def test_a_busy_gpu_whose_probe_then_fails_is_unknown_never_busy(
         store.record_observation(observation(instance("101", at=at), at=at), at)
         store.record_probe(probe("101", at, sample("101", at, 0, 97.0)))
     store.record_observation(observation(instance("101", at=NOW), at=NOW), NOW)
-    store.record_probe(
-        ProbeOutcome(
-            account=ACCOUNT,
-            instance_id="101",
-            at=NOW,
-            status=ProbeStatus.TIMEOUT,
-            duration_seconds=45.0,
-            detail="timed out",
-        )
-    )
+    store.record_probe(failed_probe("101", NOW, ProbeStatus.TIMEOUT))
 
     text = run(capsys, "status", "--db", str(db))
     as_json = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
@@ -467,16 +463,7 @@ def test_the_gpu_state_is_coloured_on_a_terminal_unless_no_color(
         observation(instance("101", at=now), instance("102", at=now), at=now), now
     )
     store.record_probe(probe("101", now, sample("101", now, 0, 97.0)))
-    store.record_probe(
-        ProbeOutcome(
-            account=ACCOUNT,
-            instance_id="102",
-            at=now,
-            status=ProbeStatus.UNREACHABLE,
-            duration_seconds=10.0,
-            detail="connection refused",
-        )
-    )
+    store.record_probe(failed_probe("102", now, ProbeStatus.UNREACHABLE))
     environ = {key: value for key, value in os.environ.items() if key not in {"NO_COLOR", "TERM"}}
     environ["HOME"] = str(tmp_path)
 

@@ -45,7 +45,12 @@ def test_bash_completes_commands_subcommands_options_and_choices(
     assert set(bash_complete(source, "watchdog-gpu ")) == set(COMMANDS)
     assert bash_complete(source, "watchdog-gpu st") == ["status"]
     assert bash_complete(source, "watchdog-gpu fuse ") == ["status", "reset"]
-    assert set(bash_complete(source, "watchdog-gpu fuse status --")) >= {"--config", "--db"}
+    assert set(bash_complete(source, "watchdog-gpu fuse status --")) == {
+        "--help",
+        "--config",
+        "--db",
+        "--json",
+    }
     assert "--json" in bash_complete(source, "watchdog-gpu status --j")
     assert bash_complete(source, "watchdog-gpu completion ") == ["bash", "zsh", "fish"]
     # A path option: nothing from the script, so bash falls back to file names (-o default).
