@@ -253,6 +253,10 @@ class ProbeOutcome:
     detail: str = ""  # human text, never a secret
     samples: tuple[GpuSample, ...] = ()
     interactive_login: bool | None = None  # someone has a terminal open: counts as activity
+    # Read back from the store, an outcome stands for a run of identical probes (same status,
+    # detail, login and sample count): ``at`` is the latest, ``first_at`` the first of them.
+    first_at: datetime | None = None  # None: this probe alone
+    repeats: int = 1
 
 
 @dataclass(frozen=True, slots=True)

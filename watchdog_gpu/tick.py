@@ -23,6 +23,7 @@ from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.executor import Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
+    AccountObservation,
     ActionKind,
     ActionStatus,
     Finding,
@@ -50,6 +51,7 @@ from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.store import Store
 from watchdog_gpu.store.decisions import ACTIONS_DEFERRED
+from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +156,28 @@ class Watchdog:
     # -- observe and record -----------------------------------------------------------------
 
     def poll_all(self, now: datetime) -> dict[str, str]:
-        return {account: self.poll_account(account, now) for account in self.providers}
+        """List every account, then record them all in one transaction (the listings first:
+        no write lock is held while the provider APIs answer)."""
+        listed = {account: self._list(account, now) for account in self.providers}
+        with self.store.batch():
+            return {name: self._record_poll(name, got, now) for name, got in listed.items()}
 
     def poll_account(self, account: str, now: datetime) -> str:
         """List and record one account; returns "ok" or the error kind (recorded, logged)."""
-        provider = self.providers[account]
+        return self._record_poll(account, self._list(account, now), now)
+
+    def _list(self, account: str, now: datetime) -> AccountObservation | ProviderError:
         try:
-            observation = provider.observe(now)
+            return self.providers[account].observe(now)
         except ProviderError as error:
+            return error
+
+    def _record_poll(
+        self, account: str, listed: AccountObservation | ProviderError, now: datetime
+    ) -> str:
+        provider = self.providers[account]
+        if isinstance(listed, ProviderError):
+            error = listed
             log.warning(
                 "poll failed account=%s provider=%s error_kind=%s detail=%r",
                 account,
@@ -171,8 +187,8 @@ class Watchdog:
             )
             self.store.record_poll_failure(account, provider.name, error.kind, str(error), now)
             return error.kind
-        self.store.record_observation(observation, now)
-        log.debug("polled account=%s instances=%d", account, len(observation.instances))
+        self.store.record_observation(listed, now)
+        log.debug("polled account=%s instances=%d", account, len(listed.instances))
         return "ok"
 
     def probe(self, now: datetime) -> list[ProbeOutcome]:
@@ -205,10 +221,11 @@ class Watchdog:
             replace(outcome, samples=condense_samples(outcome.samples))
             for outcome in self.prober.probe_all(running, now)
         ]
-        self.store.record_probes(outcomes)
         api_samples = self.prober.provider_samples(running)
-        if api_samples:
-            self.store.record_samples(api_samples)
+        with self.store.batch():  # one commit for the round
+            self.store.record_probes(outcomes)
+            if api_samples:
+                self.store.record_samples(api_samples)
         return outcomes
 
     # -- decide and enqueue -----------------------------------------------------------------
@@ -222,7 +239,12 @@ class Watchdog:
         return self.store.load_fleet_view(now, self.settings.lookback, since, configured)
 
     def evaluate(self, now: datetime, report: TickReport | None = None) -> Plan:
-        """Rules → findings → plan; write findings, actions, notifications and audit events."""
+        """Rules → findings → plan; write findings, actions, notifications and audit events,
+        all in one transaction (one commit per evaluation, not one per decision)."""
+        with self.store.batch():
+            return self._evaluate(now, report)
+
+    def _evaluate(self, now: datetime, report: TickReport | None) -> Plan:
         view = self.load_view(now)
         evaluation = evaluate_rules(view, now, self.settings.rules)
         recorded = self.store.list_findings(seen_since=now - self.settings.continuity)
@@ -379,7 +401,11 @@ class Watchdog:
             return None
 
     def prune(self, now: datetime) -> int:
-        return self.store.prune(now, self.settings.sample_retention)
+        # Raw samples stay while the rules may read them (a long unobserved.after), a day at least.
+        raw_samples_for = max(RAW_SAMPLES_FOR, self.settings.lookback)
+        return self.store.prune(
+            now, self.settings.sample_retention, raw_samples_for=raw_samples_for
+        )
 
 
 def _audit_data(decision: Decision) -> dict[str, str | int | float | bool | None]:

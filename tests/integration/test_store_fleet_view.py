@@ -28,8 +28,12 @@ LOOKBACK = timedelta(hours=1)
 def test_samples_and_probes_cover_exactly_the_lookback_window(store: Store) -> None:
     now = T0 + timedelta(hours=3)
     store.record_observation(observation(instance("101")), now)
+    # Distinct details: identical outcomes would be one run (test_store_probe_runs.py).
     store.record_probes(
-        probe("101", at, sample("101", at, 0), sample("101", at, 1, sm=40.0))
+        replace(
+            probe("101", at, sample("101", at, 0), sample("101", at, 1, sm=40.0)),
+            detail=f"probe at {at:%H:%M}",
+        )
         for at in (now + minutes(offset) for offset in (-90, -60, -30, 0))
     )
     # After now (e.g. a clock step): not in the view.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -43,7 +44,9 @@ def test_prune_deletes_old_samples_probes_and_snapshots_and_keeps_all_history(
     old, recent = T0, T0 + timedelta(days=8)
     for at in (old, recent):
         store.record_observation(observation(instance("101", at=at), at=at), at)
-        store.record_probe(probe("101", at, sample("101", at, 0), sample("101", at, 1)))
+        # Distinct details: identical outcomes would be one run, kept while its latest is.
+        outcome = probe("101", at, sample("101", at, 0), sample("101", at, 1))
+        store.record_probe(replace(outcome, detail=f"probe at {at.isoformat()}"))
         store.add_audit_event("action.executed", at, account=ACCOUNT, message="destroyed")
         store.enqueue_action(planned_action(f"action-{at.isoformat()}", at=at))
         store.enqueue_notification(planned_notification(f"note-{at.isoformat()}", at=at))

@@ -99,7 +99,10 @@ def _instance_finding(
         return None
     probes = [p for p in instance.probes if p.at <= now]
     last_probe = probes[-1] if probes else None
-    failed = sum(1 for p in probes if p.at >= blind_since and p.status is not ProbeStatus.OK)
+    # A stored outcome stands for its run of identical probes (``repeats`` of them).
+    failed = sum(
+        p.repeats for p in probes if p.at >= blind_since and p.status is not ProbeStatus.OK
+    )
     unknown = sum(
         1 for s in instance.samples if blind_since <= s.at <= now and not usable_sample(s)
     )

@@ -178,6 +178,8 @@ def probe_outcome(row: ProbeOutcomeRow | Row[Any]) -> ProbeOutcome:
         duration_seconds=row.duration_seconds,
         detail=row.detail,
         interactive_login=row.interactive_login,
+        first_at=row.first_at,
+        repeats=row.repeats,
     )
 
 

@@ -9,8 +9,12 @@ after its ``floor`` and, on each load, reads only the rows added since (ids abov
 
 Why that is exact (and only used on SQLite, see ``Store``):
 
-- samples and probe outcomes are never updated, and only ``Store.prune`` deletes them (rows older
-  than the retention): the Store drops the cache when it prunes;
+- samples are never updated, and only ``Store.prune`` deletes them (rows older than its
+  cutoff): the Store then drops the same rows from the cache, or everything when the deletes
+  took the table's newest rows (their ids are handed out again);
+- a probe outcome row is a run of identical probes; extending a run inserts its new row (a new,
+  higher id) before deleting the old one, so a load sees the new row among the added ones and
+  replaces the run's old row with it (``same_run``);
 - SQLite serialises writers (``BEGIN IMMEDIATE``) and gives a new row ``max(id) + 1``, so every
   row committed after a read has a larger id than every row that read saw;
 - each load reads ``max(id)`` in the same transaction (the same snapshot) as the new rows. A
@@ -43,6 +47,7 @@ from watchdog_gpu.store.schema import AccountSnapshotRow, GpuSampleRow, ProbeOut
 
 T = TypeVar("T")
 Build = Callable[[Iterable[Any]], list[Entry[T]]]  # result rows → entries
+SameRun = Callable[[T, T], bool]  # (kept row, newer row): the newer one replaces the kept one
 
 
 @dataclass
@@ -53,8 +58,18 @@ class _Series(Generic[T]):
     orders: list[tuple[Any, ...]] = field(default_factory=list)
     items: list[T] = field(default_factory=list)
 
-    def append(self, at: datetime, order: tuple[Any, ...], item: T) -> bool:
-        """Add a row; False when it belongs before the last one (the series needs sorting)."""
+    def append(
+        self, at: datetime, order: tuple[Any, ...], item: T, same_run: SameRun[T] | None
+    ) -> bool:
+        """Add a row; False when it belongs before the last one (the series needs sorting).
+        A row of the same run as a kept one replaces it (the run was extended; usually the
+        last one, but rows of one load arrive by ``at``, and a late probe may start a run
+        that sorts before the extended one)."""
+        if same_run is not None:
+            for index in range(len(self.items) - 1, -1, -1):
+                if same_run(self.items[index], item):
+                    del self.ats[index], self.orders[index], self.items[index]
+                    break
         in_order = not self.orders or self.orders[-1] <= order
         self.ats.append(at)
         self.orders.append(order)
@@ -85,6 +100,7 @@ class RecentRows(Generic[T]):
         id_column: InstrumentedAttribute[int],
         at_column: InstrumentedAttribute[datetime],
         build: Build[T],
+        same_run: SameRun[T] | None = None,
     ) -> None:
         # Built once (see fleet_loader): the three reads a load may make.
         self._since = query.where(at_column >= bindparam("since"))
@@ -93,6 +109,7 @@ class RecentRows(Generic[T]):
         )
         self._gap = query.where(at_column >= bindparam("since"), at_column < bindparam("floor"))
         self._build = build
+        self._same_run = same_run
         self._lock = threading.Lock()
         self._series: dict[InstanceKey, _Series[T]] = {}
         self._floor: datetime | None = None
@@ -102,6 +119,16 @@ class RecentRows(Generic[T]):
         """Forget everything: the next load reads its window afresh."""
         with self._lock:
             self._reset()
+
+    def evict_before(self, cutoff: datetime, *, reset: bool = False) -> None:
+        """Forget the rows with ``at < cutoff`` (prune deleted them); the rest stays warm.
+        ``reset``: the deletes took the table's newest row, whose id SQLite hands out again
+        (a watermark would skip the new row): forget everything."""
+        with self._lock:
+            if reset:
+                self._reset()
+            elif self._floor is not None and self._floor < cutoff:
+                self._drop_before(cutoff)
 
     def load(
         self, conn: Connection, since: datetime, now: datetime, newest: int
@@ -142,7 +169,7 @@ class RecentRows(Generic[T]):
             target = series.get(key)
             if target is None:
                 target = series[key] = _Series()
-            if not target.append(at, order, item):
+            if not target.append(at, order, item, self._same_run):
                 unsorted.add(key)
         for key in unsorted:
             series[key].sort()
@@ -240,7 +267,7 @@ class FleetHistory:
             SAMPLES_QUERY, GpuSampleRow.id, GpuSampleRow.at, samples_from
         )
         self.probes: RecentRows[ProbeOutcome] = RecentRows(
-            PROBES_QUERY, ProbeOutcomeRow.id, ProbeOutcomeRow.at, probes_from
+            PROBES_QUERY, ProbeOutcomeRow.id, ProbeOutcomeRow.at, probes_from, _same_probe_run
         )
 
     @staticmethod
@@ -250,7 +277,11 @@ class FleetHistory:
         return NewestIds(samples=row[0] or 0, probes=row[1] or 0, snapshots=row[2] or 0)
 
     def clear(self) -> None:
-        """Forget every cached row (after rows were deleted)."""
+        """Forget every cached row."""
         self.samples.clear()
         self.probes.clear()
         self.snapshots.clear()
+
+
+def _same_probe_run(kept: ProbeOutcome, newer: ProbeOutcome) -> bool:
+    return kept.first_at is not None and kept.first_at == newer.first_at

@@ -47,6 +47,8 @@ PROBES_QUERY = select(
     ProbeOutcomeRow.duration_seconds,
     ProbeOutcomeRow.detail,
     ProbeOutcomeRow.interactive_login,
+    ProbeOutcomeRow.first_at,
+    ProbeOutcomeRow.repeats,
 ).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
 
 
@@ -93,7 +95,8 @@ def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
 
 
 def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
-    """Entries of the rows of PROBES_QUERY (outcomes without their samples), order (at, id)."""
+    """Entries of the rows of PROBES_QUERY (outcomes without their samples), order (at, id);
+    each stands for its run of identical probes (``first_at``, ``repeats``)."""
     statuses = _STATUSES
     return [
         (
@@ -109,6 +112,8 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
                 duration_seconds=duration,
                 detail=detail,
                 interactive_login=interactive,
+                first_at=first_at,
+                repeats=repeats,
             ),
         )
         for (
@@ -120,5 +125,7 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
             duration,
             detail,
             interactive,
+            first_at,
+            repeats,
         ) in rows
     ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.model import (
@@ -63,6 +63,24 @@ _INSERT_PROBES = insert(PROBES)
 _INSERT_SAMPLES = insert(SAMPLES)
 _INSERT_SPANS = insert(SPANS)
 _INSERT_INSTANCES = insert(INSTANCES)
+_DELETE_PROBE = delete(PROBES).where(PROBES.c.id == bindparam("pk"))
+# Ids only grow (a run's new row is inserted before the old one goes), so the highest id of an
+# instance is its latest run; the (account, instance_id, at) index covers the grouping.
+_LATEST_PROBES = select(
+    PROBES.c.id,
+    PROBES.c.account,
+    PROBES.c.instance_id,
+    PROBES.c.at,
+    *(PROBES.c[name] for name in ("status", "detail", "interactive_login", "sample_count")),
+    PROBES.c.first_at,
+    PROBES.c.repeats,
+).where(
+    PROBES.c.id.in_(
+        select(func.max(PROBES.c.id))
+        .where(PROBES.c.account.in_(bindparam("accounts", expanding=True)))
+        .group_by(PROBES.c.account, PROBES.c.instance_id)
+    )
+)
 _EXTEND_SPANS = update(SPANS).where(SPANS.c.id == bindparam("pk"))
 _INSTANCE_COLUMNS = (
     INSTANCES.c.id,
@@ -150,26 +168,68 @@ def record_poll_failure(
 
 
 def record_probes(conn: Connection, outcomes: Iterable[ProbeOutcome]) -> None:
-    """The probe outcomes and their samples (two executemany INSERTs)."""
+    """The probe outcomes and their samples. An outcome identical to its instance's latest
+    recorded one (status, detail, interactive login, sample count) extends that run instead of
+    adding a row: the run's row is replaced by one with the new ``at`` and one more repeat,
+    inserted before the old one is deleted so it gets a higher id (see store/history.py)."""
+    outcomes = list(outcomes)
+    runs = _latest_runs(conn, {outcome.account for outcome in outcomes})
+    pending: dict[tuple[str, str], Values] = {}
     rows: list[Values] = []
+    superseded: set[int] = set()  # ids (id()) of rows of this batch extended by a later one
+    replaced: list[Values] = []
     samples: list[GpuSample] = []
     for outcome in outcomes:
-        rows.append(
-            {
-                "account": outcome.account,
-                "instance_id": outcome.instance_id,
-                "at": outcome.at,
-                "status": outcome.status.value,
-                "duration_seconds": outcome.duration_seconds,
-                "detail": outcome.detail,
-                "sample_count": len(outcome.samples),
-                "interactive_login": outcome.interactive_login,
-            }
-        )
+        key = (outcome.account, outcome.instance_id)
+        row = _probe_values(outcome)
+        previous = pending.get(key) or runs.get(key)
+        if previous is not None and _same_run(previous, row):
+            row["first_at"] = previous["first_at"]
+            row["repeats"] = previous["repeats"] + 1
+            if key in pending:
+                superseded.add(id(previous))  # never written: only the extended run goes in
+            else:
+                replaced.append({"pk": runs.pop(key)["id"]})
+        rows.append(row)
+        pending[key] = row
         samples.extend(outcome.samples)
+    rows = [row for row in rows if id(row) not in superseded]
     if rows:
         conn.execute(_INSERT_PROBES, rows)
+    if replaced:
+        conn.execute(_DELETE_PROBE, replaced)
     record_samples(conn, samples)
+
+
+_RUN_FIELDS = ("status", "detail", "interactive_login", "sample_count")
+
+
+def _probe_values(outcome: ProbeOutcome) -> Values:
+    return {
+        "account": outcome.account,
+        "instance_id": outcome.instance_id,
+        "at": outcome.at,
+        "status": outcome.status.value,
+        "duration_seconds": outcome.duration_seconds,
+        "detail": outcome.detail,
+        "sample_count": len(outcome.samples),
+        "interactive_login": outcome.interactive_login,
+        "first_at": outcome.at,
+        "repeats": 1,
+    }
+
+
+def _same_run(previous: Values, row: Values) -> bool:
+    return previous["at"] <= row["at"] and all(previous[name] == row[name] for name in _RUN_FIELDS)
+
+
+def _latest_runs(conn: Connection, accounts: set[str]) -> dict[tuple[str, str], Values]:
+    """Each instance's newest probe row (of ``accounts``), by (account, instance id)."""
+    latest: dict[tuple[str, str], Values] = {}
+    for part in chunks(sorted(accounts)):
+        for row in conn.execute(_LATEST_PROBES, {"accounts": list(part)}):
+            latest[(row.account, row.instance_id)] = dict(row._mapping)
+    return latest
 
 
 def record_samples(conn: Connection, samples: Iterable[GpuSample]) -> None:

@@ -11,11 +11,14 @@ Returned values are frozen dataclasses, never ORM objects.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
-from sqlalchemy import Connection, Engine, and_, delete, func, select
+from sqlalchemy import Connection, Engine, Table, and_, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -31,10 +34,11 @@ from watchdog_gpu.model import (
     PlannedNotification,
     ProbeOutcome,
 )
-from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox
+from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox, rollup
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
 from watchdog_gpu.store.leadership import Leader, check_fence, read_leader
+from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR, Deleted, GpuHour, hour_of
 from watchdog_gpu.store.rows import (
     AccountRecord,
     ActionRow,
@@ -48,6 +52,7 @@ from watchdog_gpu.store.schema import (
     AccountSnapshotRow,
     AuditEventRow,
     FindingRow,
+    GpuSampleRollupRow,
     GpuSampleRow,
     Instance,
     PinnedHostKey,
@@ -58,6 +63,8 @@ from watchdog_gpu.store.schema import (
 from watchdog_gpu.store.types import JsonValue, NaiveDatetimeError
 
 logger = logging.getLogger(__name__)
+
+PROBES = cast(Table, ProbeOutcomeRow.__table__)
 
 DEFAULT_SAMPLE_RETENTION = timedelta(days=7)
 DEFAULT_NOTIFICATION_LOOKBACK = timedelta(days=30)
@@ -81,11 +88,60 @@ class Store:
         # write transaction first checks it is still the database's, or raises
         # LeadershipLostError — the fencing token of a deposed leader.
         self.fence_epoch: int | None = None
+        self._batch = threading.local()  # .state: the thread's open _Batch, if any
 
     # -- transactions ---------------------------------------------------------------------
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Every call of this thread inside the block shares one write transaction, committed at
+        the end (rolled back when the block raises): a phase of a tick — the polls, a probe
+        round, an evaluation's findings and decisions — is one commit instead of one per account
+        or decision (each commit rewrites the pages it touched in the WAL). The transaction
+        begins at the first call that needs it; ``load_fleet_view`` and ``latest_instances``
+        keep reading committed state on their own connection. Nested blocks join the outer
+        one."""
+        if getattr(self._batch, "state", None) is not None:
+            yield
+            return
+        state = _Batch()
+        self._batch.state = state
+        try:
+            yield
+            if state.connection is not None:
+                with _store_errors():
+                    state.connection.commit()
+        finally:
+            self._batch.state = None
+            if state.connection is not None:
+                state.connection.close()  # rolls back what was not committed
+
+    def _batch_connection(self) -> Connection | None:
+        state: _Batch | None = getattr(self._batch, "state", None)
+        if state is None:
+            return None
+        if state.connection is None:
+            with _store_errors():
+                connection = self._write_engine.connect()
+                try:
+                    connection.begin()
+                    if self.fence_epoch is not None:
+                        check_fence(connection, self.fence_epoch)
+                except BaseException:
+                    connection.close()
+                    raise
+            state.connection = connection
+        return state.connection
+
+    @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Session]:
+        shared = self._batch_connection()
+        if shared is not None:
+            # Joins the batch's transaction: the session's commit only flushes.
+            with _store_errors(), Session(bind=shared, expire_on_commit=False) as session:
+                yield session
+                session.commit()
+            return
         factory = self._writers if write else self._readers
         with _store_errors(), factory.begin() as session:
             if write and self.fence_epoch is not None:
@@ -93,9 +149,16 @@ class Store:
             yield session
 
     @contextmanager
-    def _connection(self, *, write: bool) -> Iterator[Connection]:
+    def _connection(self, *, write: bool, own: bool = False) -> Iterator[Connection]:
         """One transaction on a Core connection, for the paths every tick takes (polls, probes,
-        the fleet view): an ORM session costs more than the statements of a small tick."""
+        the fleet view): an ORM session costs more than the statements of a small tick.
+        ``own``: never the batch's connection (reads whose results are cached must only see
+        committed rows)."""
+        shared = None if own else self._batch_connection()
+        if shared is not None:
+            with _store_errors():
+                yield shared
+            return
         with _store_errors(), (self._write_engine if write else self.engine).begin() as connection:
             if write and self.fence_epoch is not None:
                 check_fence(connection, self.fence_epoch)
@@ -166,7 +229,7 @@ class Store:
         Also: present volumes, SSH keys, every protection, active snoozes, actions of the last
         24 hours and any still in flight, and the notification keys of ``notification_lookback``.
         """
-        with self._connection(write=False) as connection:
+        with self._connection(write=False, own=True) as connection:
             return fleet_loader.load_fleet_view(
                 connection,
                 now=now,
@@ -179,7 +242,7 @@ class Store:
 
     def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
         """The latest snapshot of every instance (gone ones only when asked), by account and id."""
-        with self._connection(write=False) as connection:
+        with self._connection(write=False, own=True) as connection:
             return fleet_loader.instance_records(connection, include_gone=include_gone)
 
     def latest_accounts(self) -> list[AccountRecord]:
@@ -625,31 +688,72 @@ class Store:
 
     # -- retention ------------------------------------------------------------------------
 
-    def prune(self, now: datetime, sample_retention: timedelta = DEFAULT_SAMPLE_RETENTION) -> int:
-        """Delete GPU samples, probe outcomes and account snapshots older than
-        ``now - sample_retention`` (each account keeps its newest snapshot). History spans,
-        audit events, findings, actions and notifications are kept. Returns the rows deleted."""
+    def prune(
+        self,
+        now: datetime,
+        sample_retention: timedelta = DEFAULT_SAMPLE_RETENTION,
+        *,
+        raw_samples_for: timedelta = RAW_SAMPLES_FOR,
+    ) -> int:
+        """Retention: GPU samples older than ``raw_samples_for`` (whole hours) are rolled up
+        into hourly counts (store/rollup.py); samples, rollups, probe outcomes and account
+        snapshots older than ``now - sample_retention`` are deleted (each account keeps its
+        newest snapshot). History spans, audit events, findings, actions and notifications are
+        kept. Only the deleted rows leave the fleet view's cache. Returns the rows deleted
+        (samples rolled up included)."""
         cutoff = now - sample_retention
+        rolled_before = hour_of(now - raw_samples_for)
+        samples, probes = Deleted(), Deleted()
+        if raw_samples_for < sample_retention:
+            samples, written = rollup.roll_up(
+                lambda: self._connection(write=True, own=True), cutoff, rolled_before
+            )
+            if written:
+                logger.info("rolled up samples=%d hourly_rows=%d", samples.rows, written)
         newest_snapshots = select(func.max(AccountSnapshotRow.id)).group_by(
             AccountSnapshotRow.account
         )
-        statements = (
-            delete(GpuSampleRow).where(GpuSampleRow.at < cutoff),
-            delete(ProbeOutcomeRow).where(ProbeOutcomeRow.at < cutoff),
+        others = (
+            delete(GpuSampleRollupRow).where(GpuSampleRollupRow.last_at < cutoff),
             delete(AccountSnapshotRow).where(
                 AccountSnapshotRow.observed_at < cutoff,
                 AccountSnapshotRow.id.not_in(newest_snapshots),
             ),
         )
-        deleted = 0
-        with self._transaction(write=True) as session:
-            for statement in statements:
-                result = session.execute(statement.execution_options(synchronize_session=False))
-                deleted += outbox.changed_rows(result)
+        # Its own transactions even inside a batch: the cache is trimmed after each commit.
+        with self._connection(write=True, own=True) as connection:
+            samples += rollup.delete_rows(
+                connection, rollup.SAMPLES, delete(GpuSampleRow).where(GpuSampleRow.at < cutoff)
+            )
+            probes = rollup.delete_rows(
+                connection, PROBES, delete(ProbeOutcomeRow).where(ProbeOutcomeRow.at < cutoff)
+            )
+            deleted = samples.rows + probes.rows
+            for statement in others:
+                deleted += outbox.changed_rows(connection.execute(statement))
         if self._history is not None:
-            self._history.clear()  # it may hold rows deleted here
+            # Only what was deleted leaves the cache (no cold load after every prune), unless
+            # the newest rows went too (their ids come back).
+            history = self._history
+            history.samples.evict_before(max(cutoff, rolled_before), reset=samples.newest)
+            history.probes.evict_before(cutoff, reset=probes.newest)
         logger.info("pruned old rows deleted=%d cutoff=%s", deleted, cutoff.isoformat())
         return deleted
+
+    def gpu_hours(
+        self, account: str, instance_id: str, since: datetime | None = None
+    ) -> list[GpuHour]:
+        """The hourly rollups of the instance's GPU samples (older than a day; hour at or after
+        ``since``), by hour and GPU; rows of the same hour and GPU added together."""
+        with self._connection(write=False) as connection:
+            return rollup.gpu_hours(connection, account, instance_id, since)
+
+
+@dataclass
+class _Batch:
+    """A thread's open batch: its connection once a call needed it."""
+
+    connection: Connection | None = None
 
 
 @contextmanager

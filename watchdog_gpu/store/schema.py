@@ -9,7 +9,8 @@ Conventions:
 - enums are stored as their text values (``String``), never as database enums, so adding a value
   needs no migration and an unknown value read back becomes ``unknown`` instead of a crash;
 - history tables (spans, audit, actions, notifications) are append-mostly and never pruned;
-  GPU samples, probe outcomes and old account snapshots are pruned by retention.
+  GPU samples, probe outcomes, sample rollups and old account snapshots are pruned by retention
+  (GPU samples older than a day are first rolled up into hourly ``gpu_sample_rollups``).
 """
 
 from __future__ import annotations
@@ -204,13 +205,15 @@ class SshKey(Base):
 
 
 class GpuSampleRow(Base):
-    """One GPU's utilisation at one instant. ``None`` metrics were "-" (not available)."""
+    """One GPU's utilisation at one instant. ``None`` metrics were "-" (not available).
+
+    Only the ``at`` index: the fleet view reads a time window (or the rows added since its last
+    read, by id), prune and rollup cut by time; a per-instance index cost 40 % of the table's
+    size again (see store/rollup.py).
+    """
 
     __tablename__ = "gpu_samples"
-    __table_args__ = (
-        Index(None, "account", "instance_id", "at"),
-        Index(None, "at"),
-    )
+    __table_args__ = (Index(None, "at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     account: Mapped[str] = mapped_column(String(ID_LENGTH))
@@ -228,7 +231,14 @@ class GpuSampleRow(Base):
 
 
 class ProbeOutcomeRow(Base):
-    """How one SSH probe of one instance ended (its samples are in ``gpu_samples``)."""
+    """How the SSH probes of one instance ended (their samples are in ``gpu_samples``).
+
+    One row per run of identical outcomes (status, detail, interactive login, sample count):
+    ``first_at`` is the run's first probe, ``at`` its latest, ``repeats`` how many probes it
+    stands for. A probe equal to the instance's latest row extends the run by replacing that row
+    with a new one (a new id, so the fleet view's cache sees it, see store/history.py); a steady
+    fleet adds no rows.
+    """
 
     __tablename__ = "probe_outcomes"
     __table_args__ = (
@@ -245,6 +255,36 @@ class ProbeOutcomeRow(Base):
     detail: Mapped[str] = mapped_column(Text)
     sample_count: Mapped[int] = mapped_column(Integer)
     interactive_login: Mapped[bool | None] = mapped_column(Boolean)
+    first_at: Mapped[datetime]
+    repeats: Mapped[int] = mapped_column(Integer)
+
+
+class GpuSampleRollupRow(Base):
+    """One GPU's samples of one hour, counted by verdict: what is kept of GPU samples older than
+    a day (``Store.prune``), as evidence for ``status`` and ``events``. ``unknown`` samples are
+    blind time; minutes without any sample are not counted at all (``samples`` tells how much of
+    the hour was observed)."""
+
+    __tablename__ = "gpu_sample_rollups"
+    __table_args__ = (
+        Index(None, "account", "instance_id", "hour"),
+        Index(None, "hour"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    account: Mapped[str] = mapped_column(String(ID_LENGTH))
+    instance_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(KIND_LENGTH))
+    hour: Mapped[datetime]
+    first_at: Mapped[datetime]
+    last_at: Mapped[datetime]
+    samples: Mapped[int] = mapped_column(Integer)
+    busy: Mapped[int] = mapped_column(Integer)
+    idle: Mapped[int] = mapped_column(Integer)
+    unknown: Mapped[int] = mapped_column(Integer)
+    sm_max: Mapped[float | None] = mapped_column(Float)
+    mem_max: Mapped[float | None] = mapped_column(Float)
 
 
 class FindingRow(Base):
