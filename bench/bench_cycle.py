@@ -12,9 +12,11 @@ probe (one sample per GPU) per instance per minute over the engine's lookback (7
 the default rules), i.e. about 146,000 samples and 73,000 probe outcomes in the window the fleet
 view reads. The first cycle then also records every instance for the first time.
 
-Measures, per cycle: wall time of each phase and of the store calls inside them
-(``record_observation``, ``record_probes``, ``load_fleet_view``), the first (cold) cycle apart
-from the median of the following ones, and the process's peak RSS.
+Measures, per cycle: wall and CPU time, the wall time of each phase and of the store calls
+inside them (``record_observation``, ``record_probes``, ``load_fleet_view``), the bytes the
+process wrote (``/proc/self/io`` ``wchar``: WAL frames and checkpoints) against the database's
+growth, the first (cold) cycle apart from the median of the following ones, and the process's
+peak RSS.
 
 Run from the repository root::
 
@@ -35,6 +37,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from bench.bench_simulate import machine, write_readme_block
@@ -50,6 +53,11 @@ STORE_CALLS = ("record_observation", "record_probes", "load_fleet_view")
 
 def fleet(accounts: int, per_account: int, gpus: int = 2) -> Scenario:
     """The benchmark's scenario: ``accounts`` × ``per_account`` instances."""
+    return parse_scenario(fleet_data(accounts, per_account, gpus))
+
+
+def fleet_data(accounts: int, per_account: int, gpus: int = 2) -> dict[str, Any]:
+    """The scenario of :func:`fleet` as the TOML table it would be read from."""
     data: dict[str, Any] = {
         "name": f"cycle-{accounts}x{per_account}",
         "start": START,
@@ -87,7 +95,7 @@ def fleet(accounts: int, per_account: int, gpus: int = 2) -> Scenario:
         if provider != "lambda":
             account["balance_usd"] = 10_000.0
         data["accounts"].append(account)
-    return parse_scenario(data)
+    return data
 
 
 def _util(index: int) -> int:
@@ -161,14 +169,21 @@ def run(accounts: int, per_account: int, cycles: int, history: bool) -> tuple[st
     scenario = fleet(accounts, per_account)
     timings: Timings = defaultdict(list)
     walls: list[float] = []
+    cpus: list[float] = []
+    written: list[float] = []
+    grown: list[float] = []
     with simulation(scenario) as sim:
         minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
         samples = backfill(sim, minutes) if history else 0
         instrument(sim, timings)
         for _ in range(cycles):
-            started = time.perf_counter()
+            size, wrote = database_bytes(sim.database), bytes_written()
+            started, cpu = time.perf_counter(), time.process_time()
             sim.step()
             walls.append(time.perf_counter() - started)
+            cpus.append(time.process_time() - cpu)
+            written.append(bytes_written() - wrote)
+            grown.append(database_bytes(sim.database) - size)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     instances = accounts * per_account
     lines = [
@@ -178,9 +193,12 @@ def run(accounts: int, per_account: int, cycles: int, history: bool) -> tuple[st
         "| part | first cycle | later cycles (median) |",
         "|---|---|---|",
         _row("whole cycle", walls),
+        _row("whole cycle, CPU", cpus),
     ]
     lines += [_row(name, timings[name]) for name in PHASES]
     lines += [_row(f"store: {name}", _per_cycle(timings[name], cycles)) for name in STORE_CALLS]
+    lines += [_size_row("bytes written (write calls: WAL, checkpoints)", written)]
+    lines += [_size_row("database growth (file + WAL)", grown)]
     lines += ["", f"Peak RSS: {rss:.0f} MiB."]
     return "\n".join(lines), rss
 
@@ -191,6 +209,33 @@ def _per_cycle(values: list[float], cycles: int) -> list[float]:
         return values
     size = len(values) // cycles
     return [sum(values[index * size : (index + 1) * size]) for index in range(cycles)]
+
+
+def bytes_written() -> int:
+    """Bytes this process handed to write() so far (Linux ``/proc/self/io`` ``wchar``; 0
+    elsewhere): the WAL frames, checkpoints and anything else written."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as io:
+            for line in io:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def database_bytes(path: Path) -> int:
+    """The SQLite file and its WAL."""
+    return sum(
+        candidate.stat().st_size
+        for candidate in (path, path.with_name(path.name + "-wal"))
+        if candidate.exists()
+    )
+
+
+def _size_row(name: str, values: list[float]) -> str:
+    later = f"{statistics.median(values[1:]) / 2**20:.2f} MiB" if len(values) > 1 else "–"
+    return f"| {name} | {values[0] / 2**20:.2f} MiB | {later} |"
 
 
 def _row(name: str, values: list[float]) -> str:

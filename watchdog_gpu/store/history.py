@@ -48,39 +48,40 @@ from watchdog_gpu.store.schema import AccountSnapshotRow, GpuSampleRow, ProbeOut
 T = TypeVar("T")
 Build = Callable[[Iterable[Any]], list[Entry[T]]]  # result rows → entries
 SameRun = Callable[[T, T], bool]  # (kept row, newer row): the newer one replaces the kept one
+OrderOf = Callable[[T], tuple[Any, ...]]  # a row's place in the table's order, id aside
 
 
 @dataclass
 class _Series(Generic[T]):
-    """One instance's rows in the table's order (``at`` first), as parallel lists."""
+    """One instance's rows in the table's order, as parallel lists. The order is ``order_of``
+    (``at`` first) and then the id: rows are appended in id order and sorting is stable, so the
+    ids need not be kept (a tuple per row was a fifth of the cache's memory)."""
 
     ats: list[datetime] = field(default_factory=list)
-    orders: list[tuple[Any, ...]] = field(default_factory=list)
     items: list[T] = field(default_factory=list)
 
     def append(
-        self, at: datetime, order: tuple[Any, ...], item: T, same_run: SameRun[T] | None
+        self, at: datetime, item: T, order_of: OrderOf[T], same_run: SameRun[T] | None
     ) -> bool:
         """Add a row; False when it belongs before the last one (the series needs sorting).
         A row of the same run as a kept one replaces it (the run was extended; usually the
         last one, but rows of one load arrive by ``at``, and a late probe may start a run
         that sorts before the extended one)."""
+        items = self.items
         if same_run is not None:
-            for index in range(len(self.items) - 1, -1, -1):
-                if same_run(self.items[index], item):
-                    del self.ats[index], self.orders[index], self.items[index]
+            for index in range(len(items) - 1, -1, -1):
+                if same_run(items[index], item):
+                    del self.ats[index], items[index]
                     break
-        in_order = not self.orders or self.orders[-1] <= order
+        in_order = not items or order_of(items[-1]) <= order_of(item)
         self.ats.append(at)
-        self.orders.append(order)
-        self.items.append(item)
+        items.append(item)
         return in_order
 
-    def sort(self) -> None:
-        rows = sorted(zip(self.orders, self.ats, self.items, strict=True), key=lambda r: r[0])
-        self.orders = [row[0] for row in rows]
-        self.ats = [row[1] for row in rows]
-        self.items = [row[2] for row in rows]
+    def sort(self, order_of: OrderOf[T]) -> None:
+        rows = sorted(zip(self.ats, self.items, strict=True), key=lambda r: order_of(r[1]))
+        self.ats = [row[0] for row in rows]
+        self.items = [row[1] for row in rows]
 
     def between(self, since: datetime, now: datetime) -> list[T]:
         return self.items[bisect_left(self.ats, since) : bisect_right(self.ats, now)]
@@ -88,7 +89,7 @@ class _Series(Generic[T]):
     def drop_before(self, since: datetime) -> None:
         cut = bisect_left(self.ats, since)
         if cut:
-            del self.ats[:cut], self.orders[:cut], self.items[:cut]
+            del self.ats[:cut], self.items[:cut]
 
 
 class RecentRows(Generic[T]):
@@ -100,6 +101,8 @@ class RecentRows(Generic[T]):
         id_column: InstrumentedAttribute[int],
         at_column: InstrumentedAttribute[datetime],
         build: Build[T],
+        *,
+        order_of: OrderOf[T],
         same_run: SameRun[T] | None = None,
     ) -> None:
         # Built once (see fleet_loader): the three reads a load may make.
@@ -110,6 +113,7 @@ class RecentRows(Generic[T]):
         self._gap = query.where(at_column >= bindparam("since"), at_column < bindparam("floor"))
         self._build = build
         self._same_run = same_run
+        self._order_of = order_of
         self._lock = threading.Lock()
         self._series: dict[InstanceKey, _Series[T]] = {}
         self._floor: datetime | None = None
@@ -165,14 +169,15 @@ class RecentRows(Generic[T]):
     def _add(self, entries: Iterable[Entry[T]]) -> None:
         unsorted: set[InstanceKey] = set()
         series = self._series
-        for key, at, order, item in entries:
+        order_of, same_run = self._order_of, self._same_run
+        for key, at, _order, item in entries:
             target = series.get(key)
             if target is None:
                 target = series[key] = _Series()
-            if not target.append(at, order, item, self._same_run):
+            if not target.append(at, item, order_of, same_run):
                 unsorted.add(key)
         for key in unsorted:
-            series[key].sort()
+            series[key].sort(order_of)
 
     def _between(
         self, since: datetime, now: datetime, gap: list[Entry[T]]
@@ -264,10 +269,15 @@ class FleetHistory:
     def __init__(self) -> None:
         self.snapshots = LatestSnapshots()
         self.samples: RecentRows[GpuSample] = RecentRows(
-            SAMPLES_QUERY, GpuSampleRow.id, GpuSampleRow.at, samples_from
+            SAMPLES_QUERY, GpuSampleRow.id, GpuSampleRow.at, samples_from, order_of=_sample_order
         )
         self.probes: RecentRows[ProbeOutcome] = RecentRows(
-            PROBES_QUERY, ProbeOutcomeRow.id, ProbeOutcomeRow.at, probes_from, _same_probe_run
+            PROBES_QUERY,
+            ProbeOutcomeRow.id,
+            ProbeOutcomeRow.at,
+            probes_from,
+            order_of=_probe_order,
+            same_run=_same_probe_run,
         )
 
     @staticmethod
@@ -281,6 +291,14 @@ class FleetHistory:
         self.samples.clear()
         self.probes.clear()
         self.snapshots.clear()
+
+
+def _sample_order(sample: GpuSample) -> tuple[datetime, int]:
+    return sample.at, sample.gpu_index  # SAMPLES_QUERY's order, id aside
+
+
+def _probe_order(probe: ProbeOutcome) -> tuple[datetime]:
+    return (probe.at,)  # PROBES_QUERY's order, id aside
 
 
 def _same_probe_run(kept: ProbeOutcome, newer: ProbeOutcome) -> bool:

@@ -3,9 +3,10 @@ outcomes — and the domain values built from them (used by ``history`` and ``fl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import select
 
@@ -13,6 +14,7 @@ from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSourc
 from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
 
 T = TypeVar("T")
+V = TypeVar("V")
 InstanceKey = tuple[str, str]  # (account, instance_id)
 # One row read: its instance, its ``at``, its place in the table's order, the value built from it.
 Entry = tuple[InstanceKey, datetime, tuple[Any, ...], T]
@@ -53,8 +55,12 @@ PROBES_QUERY = select(
 
 
 def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
-    """Entries of the rows of SAMPLES_QUERY, in the fleet view's order (at, GPU, id)."""
+    """Entries of the rows of SAMPLES_QUERY, in the fleet view's order (at, GPU, id).
+
+    The values are shared where equal (:func:`shared`): the Store keeps the lookback's samples in
+    memory, and a string, instant and float per row and field was most of their size."""
     verdicts, sources = _VERDICTS, _SOURCES
+    same = shared()
     return [
         (
             (account, instance_id),
@@ -68,12 +74,12 @@ def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
                 # An unreadable recorded verdict is unknown, never idle.
                 verdict=verdicts.get(verdict, Verdict.UNKNOWN),
                 source=sources.get(source, SampleSource.DMON),
-                sm=sm,
-                mem=mem,
-                enc=enc,
-                dec=dec,
-                jpg=jpg,
-                ofa=ofa,
+                sm=same(sm),
+                mem=same(mem),
+                enc=same(enc),
+                dec=same(dec),
+                jpg=same(jpg),
+                ofa=same(ofa),
             ),
         )
         for (
@@ -90,8 +96,29 @@ def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
             dec,
             jpg,
             ofa,
-        ) in rows
+        ) in _shared_keys(rows, same)
     ]
+
+
+def shared() -> Callable[[V], V]:
+    """A function returning one object for equal values (within one read): samples of one probe
+    share their instant, and utilisation values repeat."""
+    seen: dict[Any, Any] = {}
+
+    def same(value: V) -> V:
+        if value is None:
+            return value
+        return cast(V, seen.setdefault(value, value))
+
+    return same
+
+
+def _shared_keys(rows: Iterable[Any], same: Callable[[Any], Any]) -> Iterator[tuple[Any, ...]]:
+    """Rows with their account, instance id and instant shared (the first three after the id);
+    account names and instance ids are interned for good: they repeat in every read."""
+    for row in rows:
+        row_id, account, instance_id, at, *rest = row
+        yield (row_id, sys.intern(account), sys.intern(instance_id), same(at), *rest)
 
 
 def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
@@ -127,5 +154,5 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
             interactive,
             first_at,
             repeats,
-        ) in rows
+        ) in _shared_keys(rows, shared())
     ]
