@@ -43,7 +43,7 @@ from pathlib import Path
 
 import tomli_w
 
-from bench.bench_cycle import fleet_data
+from bench.bench_cycle import database_bytes, fleet_data
 from watchdog_gpu.clock import SystemClock
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -171,14 +171,6 @@ def process_facts(pid: int) -> tuple[float, float]:
         fields = stat.read().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
     return rss, cpu
-
-
-def database_bytes(path: Path) -> int:
-    return sum(
-        candidate.stat().st_size
-        for candidate in (path, path.with_name(path.name + "-wal"))
-        if candidate.exists()
-    )
 
 
 def database_facts(path: Path) -> tuple[int, list[tuple[str, float]]]:
