@@ -115,7 +115,8 @@ def measure(args: argparse.Namespace, scratch: Path, database: Path) -> Run:
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    log_path = scratch / "daemon.log"
+    # Beside a kept database, the log is kept too.
+    log_path = database.with_suffix(".log") if args.db else scratch / "daemon.log"
     try:
         assert server.stdout is not None
         urls = server.stdout.readline().strip()
@@ -247,9 +248,12 @@ def _slope(samples: list[Sample], name: str) -> float:
 
 def child(args: argparse.Namespace) -> int:
     """The daemon process: ``watchdog-gpu run``'s code over the simulator's URLs."""
+    import paramiko
+
     from watchdog_gpu.clock import Clock
     from watchdog_gpu.config import (
         AccountConfig,
+        AccountSshConfig,
         MetricsSection,
         Settings,
         WatchdogSection,
@@ -274,6 +278,9 @@ def child(args: argparse.Namespace) -> int:
             "database_url": sqlite_url(args.db),
         }
     )
+    # A throw-away key: unreachable hosts are only tried by a prober that has a key.
+    key_file = args.db.with_name(args.db.name + ".bench-key")
+    paramiko.RSAKey.generate(2048).write_private_key_file(str(key_file))
     settings = Settings(
         watchdog=watchdog,
         accounts=[
@@ -282,6 +289,7 @@ def child(args: argparse.Namespace) -> int:
                 provider=account.provider,
                 api_key=SecretReference.plain(account.effective_api_key),
                 api_url=urls[account.provider],
+                ssh=AccountSshConfig(key_file=key_file),
             )
             for account in scenario.accounts
         ],
