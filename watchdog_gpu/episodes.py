@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from watchdog_gpu.model import Finding
+from watchdog_gpu.notices import EpisodeKey
 
 
 class RecordedEpisode(Protocol):
@@ -76,8 +77,6 @@ def stitch_episodes(
 
 
 def _prefix_of(episode: RecordedEpisode) -> str:
-    """``rule:subject`` of an episode key ``rule:subject:ISO-start`` (subjects may hold colons:
-    the start's ISO text is cut off the end instead)."""
-    suffix = ":" + episode.episode_started_at.isoformat()
-    key = episode.episode_key
-    return key[: -len(suffix)] if key.endswith(suffix) else key
+    """The condition (``rule:subject``) of a recorded episode's key."""
+    parsed = EpisodeKey.parse(episode.episode_key)
+    return parsed.condition if parsed is not None else episode.episode_key

@@ -44,14 +44,13 @@ from watchdog_gpu.model import (
     PlannedNotification,
     stop_took_effect,
 )
-from watchdog_gpu.notices import RESOLUTION, next_notice_key
+from watchdog_gpu.notices import RESOLUTION, ActionKey, next_notice_key
 from watchdog_gpu.notify.render import (
     ActionOutcome,
     render_action_result,
     render_escalation,
     render_resolution,
 )
-from watchdog_gpu.plan import DRY_RUN_SUFFIX
 from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.rules.base import SalvageConfig
 from watchdog_gpu.safety import SafetyConfig
@@ -348,7 +347,9 @@ class Executor:
             return None
         if state.current is None:
             state.current = set(self.current_episodes(state.evaluated_at))
-        return episode_key_of(row).removesuffix(DRY_RUN_SUFFIX) in state.current
+        parsed = ActionKey.parse(row.idempotency_key)
+        episode = parsed.episode if parsed is not None else row.idempotency_key
+        return episode in state.current
 
     def _still_warranted(self, row: ActionRow, state: _Pass) -> bool:
         """Does the condition behind ``row`` still hold? If not, the action is cancelled (or,
@@ -661,15 +662,10 @@ def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
 
 
 def episode_key_of(row: ActionRow) -> str:
-    """The key the action's messages hang on: the finding's episode key (the action key is
-    ``{episode_key}:{kind}``), with ``:dry_run`` kept for a dry run so that its message does not
-    take the place of the real action's message after a switch to enforce mode."""
-    key = row.idempotency_key
-    dry_run = key.endswith(DRY_RUN_SUFFIX)
-    key = key.removesuffix(DRY_RUN_SUFFIX)
-    suffix = f":{row.kind.value}"
-    key = key[: -len(suffix)] if key.endswith(suffix) else key
-    return key + (DRY_RUN_SUFFIX if dry_run else "")
+    """The key the action's messages hang on (``ActionKey.message_episode``): the finding's
+    episode key, with ``:dry_run`` kept for a dry run."""
+    parsed = ActionKey.parse(row.idempotency_key)
+    return parsed.message_episode if parsed is not None else row.idempotency_key
 
 
 def _resume_status(row: ActionRow) -> ActionStatus:

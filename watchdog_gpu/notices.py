@@ -1,4 +1,5 @@
-"""The record of warnings: which episode has a *standing* warning, and since when.
+"""Typed keys (episodes, actions, messages) and the record of warnings: which episode has a
+*standing* warning, and since when.
 
 A destructive action may only follow a warning that was sent at least the rule's ``warn_before``
 earlier and was not withdrawn since (docs/safety.md, "Warnings"). A warning is withdrawn by the
@@ -21,9 +22,76 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from watchdog_gpu.model import ActionKind
+
 WARNING = "warning"
 RESOLUTION = "resolution"
 _TRACKED = frozenset({WARNING, RESOLUTION})
+
+
+DRY_RUN = "dry_run"
+_ACTION_KINDS = frozenset(kind.value for kind in ActionKind if kind is not ActionKind.NOTIFY)
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeKey:
+    """An episode key ``{rule}:{subject}:{start ISO}`` (``Finding.episode_key``). The subject
+    may hold colons and brackets (``vast-main[ssh_key:k1]``); the start is the ISO text after
+    the last colon that begins a valid timestamp."""
+
+    rule: str
+    subject: str
+    started_at: datetime
+
+    def format(self) -> str:
+        return f"{self.rule}:{self.subject}:{self.started_at.isoformat()}"
+
+    @property
+    def condition(self) -> str:
+        """``rule:subject``: the same condition across episodes."""
+        return f"{self.rule}:{self.subject}"
+
+    @classmethod
+    def parse(cls, key: str) -> EpisodeKey | None:
+        rule, _, rest = key.partition(":")
+        cut = rest.find(":")
+        while cut != -1:
+            try:
+                started = datetime.fromisoformat(rest[cut + 1 :])
+            except ValueError:
+                cut = rest.find(":", cut + 1)
+                continue
+            return cls(rule, rest[:cut], started) if rule and cut > 0 else None
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ActionKey:
+    """An action's idempotency key ``{episode}:{kind}`` (``:dry_run`` appended for a dry run:
+    switching to enforce mid-episode must still act)."""
+
+    episode: str
+    kind: ActionKind
+    dry_run: bool = False
+
+    def format(self) -> str:
+        return f"{self.episode}:{self.kind.value}" + (f":{DRY_RUN}" if self.dry_run else "")
+
+    @property
+    def message_episode(self) -> str:
+        """The key the action's messages hang on: the episode, with ``:dry_run`` kept for a dry
+        run so its message does not take the place of the real action's message."""
+        return self.episode + (f":{DRY_RUN}" if self.dry_run else "")
+
+    @classmethod
+    def parse(cls, key: str) -> ActionKey | None:
+        head, dry_run = key, False
+        if key.endswith(f":{DRY_RUN}"):
+            head, dry_run = key.removesuffix(f":{DRY_RUN}"), True
+        episode, _, kind = head.rpartition(":")
+        if not episode or kind not in _ACTION_KINDS:
+            return None
+        return cls(episode, ActionKind(kind), dry_run)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,14 @@ from watchdog_gpu.model import (
     Severity,
     Verdict,
 )
-from watchdog_gpu.notices import WARNING, EpisodeNotices, index_notices, next_notice_key
+from watchdog_gpu.notices import (
+    DRY_RUN,
+    WARNING,
+    ActionKey,
+    EpisodeNotices,
+    index_notices,
+    next_notice_key,
+)
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleConfig
 from watchdog_gpu.safety import SafetyConfig
 
@@ -132,7 +139,7 @@ class Plan:
         return tuple(decision for decision in self.decisions if decision.status is status)
 
 
-DRY_RUN_SUFFIX = ":dry_run"
+DRY_RUN_SUFFIX = f":{DRY_RUN}"
 
 
 def action_key(finding: Finding, kind: ActionKind, dry_run: bool = False) -> str:
@@ -141,7 +148,7 @@ def action_key(finding: Finding, kind: ActionKind, dry_run: bool = False) -> str
     A dry-run action has its own key, so switching a rule from monitor to enforce mid-episode
     still acts: the recorded dry run does not stand in for the real action.
     """
-    return f"{finding.episode_key}:{kind.value}" + (DRY_RUN_SUFFIX if dry_run else "")
+    return ActionKey(finding.episode_key, kind, dry_run).format()
 
 
 def is_dry_run(rule: str, context: PlanContext) -> bool:

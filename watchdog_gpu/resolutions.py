@@ -20,7 +20,13 @@ from typing import Protocol
 
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import ActionKind, Finding, PlannedNotification, Severity
-from watchdog_gpu.notices import RESOLUTION, EpisodeNotices, index_notices, next_notice_key
+from watchdog_gpu.notices import (
+    RESOLUTION,
+    ActionKey,
+    EpisodeNotices,
+    index_notices,
+    next_notice_key,
+)
 from watchdog_gpu.notify.render import render_resolution
 from watchdog_gpu.rules import cleared_reason
 
@@ -60,8 +66,9 @@ class Resolution:
 
 
 def episode_of_action(action_key: str) -> str:
-    """The episode key of an action key ``{episode}:{kind}`` (``:dry_run`` stays on the kind)."""
-    return action_key.rsplit(":", 1)[0]
+    """The episode key of an action key (a dry run's too: it closes its episode as well)."""
+    parsed = ActionKey.parse(action_key)
+    return parsed.episode if parsed is not None else action_key
 
 
 def cleared_episodes(

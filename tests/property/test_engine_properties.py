@@ -54,7 +54,7 @@ from watchdog_gpu.model import (
     SampleSource,
     Verdict,
 )
-from watchdog_gpu.notices import WARNING, NoticeKey
+from watchdog_gpu.notices import WARNING, ActionKey, NoticeKey
 from watchdog_gpu.notify.delivery import DeliveryResult
 from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
 from watchdog_gpu.store.engine import sqlite_url
@@ -325,7 +325,9 @@ class EngineMachine(RuleBasedStateMachine):
         for action in self.store.list_actions():
             if action.kind is ActionKind.NOTIFY or action.status == ActionStatus.BLOCKED:
                 continue
-            episode = action.idempotency_key.removesuffix(f":{action.kind.value}")
+            parsed = ActionKey.parse(action.idempotency_key)
+            assert parsed is not None
+            episode = parsed.episode
             planned = action.created_at
             sent = [t for t in warnings.get(episode, []) if t <= planned - WARN_BEFORE]
             assert sent, f"{action.idempotency_key}: no warning {WARN_BEFORE} ahead"
