@@ -45,6 +45,7 @@ from watchdog_gpu.notify.render import (
 )
 from watchdog_gpu.plan import Decision, Plan, PlanContext, plan, protected_report
 from watchdog_gpu.probe.condense import condense_samples
+from watchdog_gpu.probe.state_log import StateChangeLog
 from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
@@ -134,6 +135,8 @@ class Watchdog:
         self.prober = prober
         self.delivery = delivery
         self.on_tick = on_tick
+        # A failing account is logged when its poll outcome changes, not at every poll.
+        self._poll_log = StateChangeLog(log, what="poll")
         self._planned_keys: set[str] = set()
         # When this process last ran the rules: the executor acts only on conditions that still
         # held then (see executor.Executor).
@@ -178,7 +181,10 @@ class Watchdog:
         provider = self.providers[account]
         if isinstance(listed, ProviderError):
             error = listed
-            log.warning(
+            self._poll_log.note(
+                account,
+                error.kind,
+                now.timestamp(),
                 "poll failed account=%s provider=%s error_kind=%s detail=%r",
                 account,
                 provider.name,
@@ -188,7 +194,14 @@ class Watchdog:
             self.store.record_poll_failure(account, provider.name, error.kind, str(error), now)
             return error.kind
         self.store.record_observation(listed, now)
-        log.debug("polled account=%s instances=%d", account, len(listed.instances))
+        self._poll_log.note(
+            account,
+            "ok",
+            now.timestamp(),
+            "polled account=%s instances=%d",
+            account,
+            len(listed.instances),
+        )
         return "ok"
 
     def probe(self, now: datetime) -> list[ProbeOutcome]:

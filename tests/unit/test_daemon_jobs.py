@@ -3,6 +3,7 @@ simulator's in-process provider dialects, the real SQLite store and migrations).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -156,6 +157,19 @@ def test_a_provider_failure_is_a_handled_poll_outcome_that_does_not_stop_other_a
     down = harness.jobs.progress.stats(poll_job_id("vast-down"))
     assert (down.successes, down.errors, down.last_outcome) == (1, 0, "ok")
     assert ("vast-down", "transient") in harness.observer.polls
+
+
+def test_a_failing_account_is_logged_once_while_it_keeps_failing_and_again_when_it_recovers(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="watchdog_gpu.tick"):
+        for _ in range(5):
+            assert harness.jobs.poll("vast-down") == "transient"
+            harness.clock.sleep(60)
+
+    failed = [r for r in caplog.records if r.getMessage().startswith("poll failed")]
+    assert [r.levelno for r in failed] == [logging.WARNING] + [logging.DEBUG] * 4
+    assert "account=vast-down" in failed[0].getMessage()
 
 
 class ExplodingProvider:
