@@ -75,7 +75,9 @@ def record_events(metrics: Metrics) -> None:
         ]
     )
     metrics.record_executor(
-        ExecutorReport((("idle_gpu:vast-main/99:2026:destroy", "idle_gpu", "verified"),))
+        ExecutorReport(
+            ((f"idle_gpu:vast-main/99:{T0.isoformat()}:destroy", "idle_gpu", "verified"),)
+        )
     )
     metrics.record_job("poll:vast-main", 0.4)
     metrics.record_job("evaluate", 0.2)

@@ -500,15 +500,27 @@ def test_each_action_is_counted_once_per_outcome_it_reaches(store: Store) -> Non
     metrics = Metrics(registry)
     first = ExecutorReport(
         (
-            ("idle_gpu:vast-main/101:t:destroy", "idle_gpu", "unverified"),
-            ("paused_interruptible:vast-main/7:t:stop", "paused_interruptible", "dry_run"),
-            ("idle_gpu:vast-main/102:t:destroy", "idle_gpu", "pending"),  # a retry: no outcome
+            (f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy", "idle_gpu", "unverified"),
+            (
+                f"paused_interruptible:vast-main/7:{T0.isoformat()}:stop",
+                "paused_interruptible",
+                "dry_run",
+            ),
+            (
+                f"idle_gpu:vast-main/102:{T0.isoformat()}:destroy",
+                "idle_gpu",
+                "pending",
+            ),  # a retry: no outcome
         )
     )
     later = ExecutorReport(
         (
-            ("idle_gpu:vast-main/101:t:destroy", "idle_gpu", "unverified"),  # re-checked
-            ("idle_gpu:vast-main/101:t:destroy", "idle_gpu", "verified"),
+            (
+                f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy",
+                "idle_gpu",
+                "unverified",
+            ),  # re-checked
+            (f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy", "idle_gpu", "verified"),
         )
     )
     metrics.record_executor(first)

@@ -26,6 +26,7 @@ from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.metrics.collector import MetricsStore, StoreCollector
 from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.model import ActionKind, ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
+from watchdog_gpu.notices import ActionKey, EpisodeKey
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Plan
 from watchdog_gpu.rules.base import DestructiveRuleConfig
@@ -264,7 +265,8 @@ class Metrics:
         """The executor's outcomes: each action counted once per outcome it reaches."""
         for key, rule, status in report.outcomes:
             if status in EXECUTOR_OUTCOMES and self._first_time(f"{key}|{status}"):
-                self.actions.labels(_account_of(key, rule), rule, _action_kind(key), status).inc()
+                account, kind = _account_and_kind(key)
+                self.actions.labels(account, rule, kind, status).inc()
 
     def record_rule_failures(self, failed: Mapping[str, str]) -> None:
         """Rules that raised this tick (rule name → error text; the text is not exposed)."""
@@ -295,20 +297,14 @@ def _rule_actions(config: MetricsConfig) -> dict[str, ActionKind]:
     }
 
 
-def _account_of(key: str, rule: str) -> str:
-    """The account of an action, from its idempotency key (``plan.action_key``:
-    ``{rule}:{account}[/{instance}][[topic]]:{episode start}:{kind}``; account names hold no
-    ``/``, ``:`` or ``[``)."""
-    subject = key.removeprefix(f"{rule}:")
-    if subject == key:
-        return OTHER
-    for separator in ("/", "[", ":"):
-        subject = subject.split(separator, 1)[0]
-    return subject or OTHER
-
-
-def _action_kind(key: str) -> str:
-    """stop or destroy, from an action's idempotency key (``plan.action_key``:
-    ``{episode_key}:{kind}``, plus ``:dry_run`` for a dry run)."""
-    suffix = key.removesuffix(":dry_run").rsplit(":", 1)[-1]
-    return suffix if suffix in (ActionKind.STOP.value, ActionKind.DESTROY.value) else OTHER
+def _account_and_kind(key: str) -> tuple[str, str]:
+    """The account and the stop/destroy of an action, from its idempotency key
+    (:class:`~watchdog_gpu.notices.ActionKey` over an
+    :class:`~watchdog_gpu.notices.EpisodeKey` whose subject is ``account[/instance][[topic]]``;
+    account names hold no ``/`` or ``[``). ``other`` for what does not parse."""
+    action = ActionKey.parse(key)
+    if action is None:
+        return OTHER, OTHER
+    episode = EpisodeKey.parse(action.episode)
+    account = OTHER if episode is None else episode.subject.split("/", 1)[0].split("[", 1)[0]
+    return account or OTHER, action.kind.value
