@@ -9,7 +9,10 @@ in-memory provider account and an in-memory prober. Between ticks it launches in
 - never a destroy of an instance whose GPU was busy in its idle window;
 - never a destroy without a standing warning (sent ``warn_before`` ahead, not withdrawn since);
 - never more actions than the fuse allows per tick and in any rolling hour;
-- a protected instance is never acted on.
+- a protected instance is never acted on;
+- under a budget, once the world spent past the ceiling by the last tick, a tick whose listing
+  works leaves no unprotected instance billing (overshoot at most one tick; the fake provider
+  destroys at once).
 
 World model: a GPU's busy/idle state changes only at tick instants and only while the instance
 is observed (a state that changed while nobody could see it is unknowable, and the watchdog
@@ -68,6 +71,8 @@ IDLE = timedelta(minutes=10)
 WARN_BEFORE = timedelta(minutes=3)
 PER_TICK, PER_HOUR = 2, 4
 HOUR = timedelta(hours=1)
+RATE = 0.51  # $/h of every instance: compute + storage
+DAILY_USD = 2.0
 CONFIG = f"""
 [watchdog]
 mode = "enforce"
@@ -95,6 +100,7 @@ class FakeInstance:
     blind: bool = False
     gone: bool = False
     busy_at: list[datetime] = field(default_factory=list)  # tick instants it was busy
+    billing: bool = False  # seen by a tick: bills from then on until gone
 
     @property
     def protected(self) -> bool:
@@ -123,7 +129,7 @@ class FakeAccount:
             state=InstanceState.RUNNING,
             raw_state="running",
             observed_at=now,
-            compute_usd_per_hour=0.5,
+            compute_usd_per_hour=RATE - 0.01,
             storage_usd_per_hour=0.01,
             gpu_count=1,
             ssh_host="127.0.0.1",
@@ -200,14 +206,17 @@ class Phone:
         return DeliveryResult(ok=True, detail="captured")
 
 
-def _settings(directory: Path) -> Settings:
+def _settings(directory: Path, extra: str = "") -> Settings:
     path = directory / "config.toml"
-    path.write_text(CONFIG, encoding="utf-8")
+    path.write_text(CONFIG + extra, encoding="utf-8")
     return load_settings(path, {})
 
 
 class EngineMachine(RuleBasedStateMachine):
     """Random fleets, GPU activity, blind probes, outages and restarts against the engine."""
+
+    start = START
+    extra_config = ""
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,9 +224,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine = create_engine_for(sqlite_url(self.directory / "prop.db"))
         upgrade_to_head(self.engine)
         self.store = Store(self.engine)
-        self.settings = _settings(self.directory)
-        self.account = FakeAccount()
-        self.now = START
+        self.settings = _settings(self.directory, self.extra_config)
+        self.account = FakeAccount(now=self.start)
+        self.now = self.start
+        self.spend = 0.0  # what the world billed so far (every alive instance, $/h × time)
+        self.spent_by_last_tick = 0.0
         self.next_id = 1000
         self.watchdog = self._build()
 
@@ -288,11 +299,21 @@ class EngineMachine(RuleBasedStateMachine):
 
     def tick(self) -> None:
         self.account.now = self.now
+        self.spent_by_last_tick = self.spend
         for instance in self.account.instances.values():
-            if instance.busy and not instance.gone:
+            if instance.gone:
+                continue
+            if instance.billing:  # it existed through the last tick interval
+                self.spend += RATE * TICK.total_seconds() / 3600
+            instance.billing = True
+            if instance.busy:
                 instance.busy_at.append(self.now)
         self.watchdog.tick(self.now)
+        self.after_tick()
         self.now += TICK
+
+    def after_tick(self) -> None:
+        """A check that needs the moment right after a tick (subclasses)."""
 
     # -- the promises ------------------------------------------------------------------------
 
@@ -350,6 +371,27 @@ class EngineMachine(RuleBasedStateMachine):
             assert len(in_hour) <= PER_HOUR, f"{len(in_hour)} actions in the hour to {at}"
 
 
+class BudgetMachine(EngineMachine):
+    """The same world under a $2/day budget (the day starts just before the run): once the
+    world's spend was over the ceiling at the last tick, a tick whose listing works leaves no
+    unprotected instance billing — the overshoot is at most one tick (the fake provider's delay
+    is zero) whenever an instance is actionable."""
+
+    start = datetime(2026, 3, 2, 0, 5, tzinfo=UTC)
+    extra_config = f"\n[rules.budget]\ndaily_usd = {DAILY_USD}\n"
+
+    def after_tick(self) -> None:
+        if self.account.down or self.spent_by_last_tick < DAILY_USD + 0.02:
+            return
+        billing = [
+            i.instance_id for i in self.account.instances.values() if not i.gone and not i.protected
+        ]
+        assert not billing, (
+            f"${self.spent_by_last_tick:.2f} spent by the last tick (ceiling ${DAILY_USD}); "
+            f"still billing after {self.now}: {billing}"
+        )
+
+
 FAST = settings(
     max_examples=15,
     stateful_step_count=20,
@@ -360,6 +402,10 @@ FAST = settings(
 
 def test_engine_keeps_its_promises() -> None:
     run_state_machine_as_test(EngineMachine, settings=FAST)
+
+
+def test_the_budget_overshoots_by_at_most_one_tick() -> None:
+    run_state_machine_as_test(BudgetMachine, settings=settings(FAST, max_examples=10))
 
 
 @pytest.mark.slow
