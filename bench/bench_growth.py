@@ -86,6 +86,7 @@ def grow(path: Path, days: float, accounts: int, per_account: int) -> str:
             rows.append(
                 f"| {timedelta(minutes=minute)} | {size:.1f} MiB | {size - previous:+.1f} MiB |"
             )
+            print(rows[-1], flush=True)  # a long run shows its days as they end
             previous = size
     engine.dispose()
     tables = _largest(path)
