@@ -46,7 +46,6 @@ from watchdog_gpu.executor import Executor
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
-    ActionKind,
     ActionStatus,
     GpuSample,
     InstanceSnapshot,
@@ -319,7 +318,11 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def never_destroys_a_gpu_busy_in_its_window(self) -> None:
+        # The budget emergency stops busy GPUs too, by design: its destroys are not idle ones.
+        by_budget = {a.instance_id for a in self.store.list_actions() if a.rule == "budget"}
         for at, instance_id in self.account.calls:
+            if instance_id in by_budget:
+                continue
             instance = self.account.instances[instance_id]
             busy = [t for t in instance.busy_at if at - IDLE < t <= at]
             assert not busy, f"{instance_id} destroyed at {at} but busy at {busy}"
@@ -344,8 +347,8 @@ class EngineMachine(RuleBasedStateMachine):
                 target = warnings if key.kind == WARNING else withdrawals
                 target.setdefault(key.episode, []).append(created_at)
         for action in self.store.list_actions():
-            if action.kind is ActionKind.NOTIFY or action.status == ActionStatus.BLOCKED:
-                continue
+            if action.status == ActionStatus.BLOCKED or action.rule == "budget":
+                continue  # the budget rule skips its grace (skip_grace, the default)
             parsed = ActionKey.parse(action.idempotency_key)
             assert parsed is not None
             episode = parsed.episode
