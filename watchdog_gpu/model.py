@@ -225,7 +225,13 @@ class AccountObservation:
 @dataclass(frozen=True, slots=True)
 class GpuSample:
     """One GPU's utilisation at one instant. Every metric is a percentage or ``None`` (the tool
-    printed ``-``: not available, which is not zero)."""
+    printed ``-``: not available, which is not zero).
+
+    ``covers_from`` is set on a sample condensed from a *continuous* run of rows (the streaming
+    probe: one row a second, no gap longer than ``probe.stream.CONTIGUOUS_GAP``, one verdict):
+    the GPU was observed throughout ``[covers_from, at]``. ``None`` marks a point sample (burst
+    probe, provider API), whose neighbours within ``max_sample_gap`` bridge the time between
+    them (``docs/safety.md``, "Blind time and the idle clock")."""
 
     account: str
     instance_id: str
@@ -239,6 +245,7 @@ class GpuSample:
     dec: float | None = None
     jpg: float | None = None
     ofa: float | None = None
+    covers_from: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,37 +1,104 @@
-"""Condensing one probe's samples to one sample per GPU before they are recorded.
+"""Condensing one probe's rows to a few samples per GPU before they are recorded.
 
-A probe reads N dmon rows per GPU a second apart (see ``probe/command.py``); the rules decide on
-minutes. Recording every row would cost N rows per GPU per minute — for a large fleet hundreds of
-millions of rows a week — and reading them back would dominate every tick. So each GPU's rows of
-one probe become one sample, at the time of the GPU's last row, that keeps what matters for
-safety:
+A burst probe reads N dmon rows per GPU a second apart (see ``probe/command.py``); the rules
+decide on minutes. Recording every row would cost N rows per GPU per minute — for a large fleet
+hundreds of millions of rows a week — and reading them back would dominate every tick. So each
+GPU's rows of one probe are split into *runs* of consecutive rows with one verdict, and each run
+becomes one sample that keeps what matters for safety:
 
-- every metric is the **maximum** over the rows, so a single busy second stays busy;
+- every metric is the **maximum** over the run's rows, so a single busy second stays busy;
 - a metric that any row printed as ``-`` (None) stays None, so an unreadable row can never be
-  averaged away into "idle" (the rules then keep the recorded verdict, see below);
-- the verdict is busy if any row was busy, idle only if every row was idle, unknown otherwise.
+  averaged away into "idle" (the rules then keep the recorded verdict);
+- a busy (or unknown) run is stamped at its **last** row — the last activity; an idle run at its
+  **first** row — the first idle row after the last busy one, where the idle clock starts
+  (``docs/safety.md``, "Blind time and the idle clock"). A steady GPU costs one sample a probe.
 
-Coverage is unchanged in substance: samples are still ``probe_interval`` apart, below the idle
-rule's ``max_sample_gap``. Pure: no I/O, no clock.
+These are *point* samples (``covers_from`` is ``None``): the idle rule bridges two idle ones at
+most ``max_sample_gap`` apart.
+
+The streaming probe reads a row a second per GPU; :func:`condense_runs` turns its rows into one
+*continuous* sample per run — consecutive rows of one GPU with one verdict, none more than
+:data:`CONTIGUOUS_GAP` after the previous — with ``covers_from`` set to the run's first row. So
+the first idle row after the last busy one is kept to the second (the exact idle onset), holes in
+the stream stay holes (blind time), and a steady idle GPU costs one sample per tick. Samples that
+already carry ``covers_from`` pass :func:`condense_samples` unchanged. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 
-from watchdog_gpu.model import GpuSample
+from watchdog_gpu.model import GpuSample, Verdict
 from watchdog_gpu.probe.verdicts import combine_verdicts
 
 _METRICS = ("sm", "mem", "enc", "dec", "jpg", "ofa")
 
+CONTIGUOUS_GAP = timedelta(seconds=2)
+"""Two streamed rows of a GPU at most this far apart observe the time between them: one dmon
+interval (1 s) plus a second of jitter or one lost row. A longer gap is blind time."""
+
 
 def condense_samples(samples: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
-    """One sample per (source, GPU): maxima, None kept, verdicts combined; ordered by GPU."""
+    """One point sample per run of one verdict per (source, GPU) (see the module docstring);
+    ordered by source, GPU and time. Continuous samples (``covers_from`` set, already condensed
+    by :func:`condense_runs`) are kept as they are, after the others."""
     groups: dict[tuple[str, int], list[GpuSample]] = {}
+    runs: list[GpuSample] = []
     for sample in samples:
-        groups.setdefault((sample.source.value, sample.gpu_index), []).append(sample)
-    return tuple(_condense(group) for _, group in sorted(groups.items()))
+        if sample.covers_from is not None:
+            runs.append(sample)
+        else:
+            groups.setdefault((sample.source.value, sample.gpu_index), []).append(sample)
+    points = [
+        _point(run)
+        for _key, group in sorted(groups.items())
+        for run in _verdict_runs(sorted(group, key=lambda row: row.at))
+    ]
+    return (*points, *runs)
+
+
+def _verdict_runs(rows: Sequence[GpuSample]) -> list[list[GpuSample]]:
+    runs: list[list[GpuSample]] = []
+    for row in rows:
+        if runs and runs[-1][-1].verdict is row.verdict:
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    return runs
+
+
+def _point(run: list[GpuSample]) -> GpuSample:
+    condensed = _condense(run)
+    if condensed.verdict is Verdict.IDLE:
+        return replace(condensed, at=run[0].at)
+    return condensed
+
+
+def condense_runs(rows: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
+    """One continuous sample per run of streamed rows (see the module docstring), ordered by
+    GPU, then time. ``rows`` are per-row samples of one instance, in any order."""
+    by_gpu: dict[tuple[str, int], list[GpuSample]] = {}
+    for row in rows:
+        by_gpu.setdefault((row.source.value, row.gpu_index), []).append(row)
+    condensed: list[GpuSample] = []
+    for _key, own in sorted(by_gpu.items()):
+        own.sort(key=lambda row: row.at)
+        run: list[GpuSample] = []
+        for row in own:
+            if run and (row.verdict is not run[-1].verdict or row.at - run[-1].at > CONTIGUOUS_GAP):
+                condensed.append(_run(run))
+                run = []
+            run.append(row)
+        if run:
+            condensed.append(_run(run))
+    return tuple(condensed)
+
+
+def _run(rows: Sequence[GpuSample]) -> GpuSample:
+    first = rows[0].covers_from or rows[0].at
+    return replace(_condense(list(rows)), covers_from=first)
 
 
 def _condense(group: list[GpuSample]) -> GpuSample:

@@ -23,31 +23,34 @@ How it decides, for each running instance:
   unknown otherwise — never idle. An interactive login reported by a probe is activity too.
 - Samples from ``nvidia-smi dmon`` and from the provider's API are merged per GPU; either one
   saying busy is activity.
-- **Episode start**: the last activity since the instance started running; when it showed none,
-  the arming instant (``arm_after`` after it started running). Before that, nothing fires.
-- **Covered**: time between two consecutive idle samples of a GPU at most ``max_sample_gap``
-  apart (set it to about twice the probe interval). Every GPU of the instance (``gpu_count``)
-  must be covered; a GPU without samples is unknown. The window checked is the last
-  ``idle`` (or, before the limit, the episode so far); its coverage must reach
-  ``min_coverage`` and the newest idle sample of every GPU must be at most ``max_sample_gap``
-  old — the blind minutes must never be the most recent ones, when a job could have started.
-- A finding is emitted from ``warn_before`` ahead of the limit on, for as long as the condition
-  holds, with ``due_at = episode start + idle``. If the condition first held later than
-  the start of that warning window (coverage recovered after an SSH outage), ``due_at`` is
-  pushed to that first moment + ``warn_before``, so the user always gets the full warning.
-  ``due_at`` is computed from recorded samples: stable across ticks, and it only ever moves
-  later.
+- **Blind time is never idle time** (the idle clock, :mod:`watchdog_gpu.rules.idle_clock`, and
+  ``docs/safety.md``, "Blind time and the idle clock"): the clock counts only *observed* idle
+  time of every GPU (``gpu_count``; a GPU without samples observes nothing) — the seconds
+  covered by streamed idle rows, or, for point samples (burst probe, provider API), the time
+  between two idle samples at most ``max_sample_gap`` apart. Blind stretches pause it; one
+  longer than ``idle × (1 − min_coverage)`` restarts it after the stretch (the GPUs may
+  have worked unseen). Blind stretches are the ``unobserved`` rule's business.
+- **Episode start (onset)**: the first observed idle instant after the last activity since the
+  instance started running — with the streaming probe the first idle row after the last busy
+  row, to the second; when it showed no activity, the first one after arming (``arm_after``
+  after it started running). Before arming, nothing fires.
+- A finding is emitted once the clock has counted ``idle − warn_before`` and the newest
+  observation of every GPU is at most ``max_sample_gap`` old (the blind minutes must never be
+  the most recent ones, when a job could have started), for as long as that holds, with
+  ``due_at`` = the instant the clock reaches ``idle`` (while it has not yet: ``now``
+  plus what is missing). So no action comes before ``idle`` of *observed* idleness.
+  ``due_at`` is computed from recorded samples: stable across ticks while observation
+  continues (within a sample interval), later by the blind time otherwise.
 - The rule sees only the samples the fleet view holds (the store's ``lookback``). Give it at
   least :func:`minimum_sample_lookback`; better, the whole current run. When the last activity
   has slid out of the view, the episode is dated by arming (``arm_after`` after the run
-  started): a firing still needs a covered, idle window of ``idle`` inside the view.
+  started): a firing still needs ``idle`` of observed idleness inside the view.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -66,8 +69,8 @@ from watchdog_gpu.model import (
     Verdict,
 )
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
+from watchdog_gpu.rules.idle_clock import IdleClock, idle_clock
 from watchdog_gpu.rules.windows import (
-    coverage,
     expected_gpus,
     running_since,
     sample_verdict,
@@ -98,7 +101,10 @@ class IdleGpuConfig(DestructiveRuleConfig):
         default=0.8,
         gt=0,
         le=1,
-        description="fraction of the idle window real samples must cover; less is blind time",
+        description=(
+            "blind time never counts as idle; a blind stretch longer than "
+            "idle x (1 - min_coverage) restarts the idle clock"
+        ),
     )
     max_sample_gap: Duration = Field(
         default=timedelta(minutes=3),
@@ -118,12 +124,12 @@ class IdleGpuConfig(DestructiveRuleConfig):
 class _Episode:
     """The facts an idle episode is judged on."""
 
-    start: datetime
+    start: datetime  # the onset (or the arming/activity date when the view starts later)
     armed_by: str  # "activity" or "arm_after"
     last_activity: datetime | None
-    idle_times: Mapping[int, Sequence[datetime]]  # per GPU, sorted
+    clock: IdleClock
+    gpus: int
     sources: frozenset[SampleSource]
-    horizon: datetime | None  # the oldest sample the view holds for the instance
 
 
 def evaluate(view: FleetView, now: datetime, config: IdleGpuConfig) -> list[Finding]:
@@ -147,12 +153,19 @@ def _evaluate_instance(
     episode = _episode(instance, since, now, config)
     if episode is None:
         return None
+    clock = episode.clock
     limit = config.idle
-    warn_from = episode.start + limit - config.warn_before
-    if now < warn_from or _window_coverage(episode, now, config) is None:
+    warn_at = limit - config.warn_before
+    if clock.observed(now) < warn_at or now - clock.last_observed > config.max_sample_gap:
         return None
-    first_held = _first_time_held(episode, warn_from, now, config)
-    due_at = max(episode.start + limit, first_held + config.warn_before)
+    first_held = clock.reached(max(warn_at, timedelta(0))) or now
+    due_at = max(clock.due(limit, now), first_held + config.warn_before)
+    if episode.start < clock.onset and clock.reached(limit) is not None:
+        # The onset is before the view's samples and the view alone already holds ``idle``
+        # of observed idleness: due since the stable episode date, not since the view's start
+        # (which slides with every tick and would push the action ahead forever).
+        first_held = episode.start + limit - config.warn_before
+        due_at = episode.start + limit
     return _finding(instance, episode, now, due_at=due_at, first_held=first_held, config=config)
 
 
@@ -162,7 +175,7 @@ def _episode(
     # One pass over the samples: at thousands of instances with days of samples, this is the
     # rule's whole cost.
     last_activity: datetime | None = None
-    idle: dict[int, list[tuple[datetime, SampleSource]]] = defaultdict(list)
+    idle: dict[int, list[GpuSample]] = defaultdict(list)
     seen_gpus: set[int] = set()
     for sample in instance.samples:
         if not since <= sample.at <= now:
@@ -172,10 +185,11 @@ def _episode(
         if verdict is Verdict.BUSY:
             last_activity = sample.at if last_activity is None else max(last_activity, sample.at)
         elif verdict is Verdict.IDLE:
-            idle[sample.gpu_index].append((sample.at, sample.source))
+            idle[sample.gpu_index].append(sample)
     for probe in instance.probes:
         if probe.interactive_login and since <= probe.at <= now:
             last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
+    busy = last_activity is not None
     if last_activity is not None:
         start, armed_by = last_activity, "activity"
     else:
@@ -187,55 +201,27 @@ def _episode(
         return None
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
-    in_episode = {gpu: sorted(item for item in idle[gpu] if item[0] >= start) for gpu in gpus}
-    idle_times = {gpu: [at for at, _source in items] for gpu, items in in_episode.items()}
-    sources = frozenset(source for items in in_episode.values() for _at, source in items)
-    horizon = min((s.at for s in instance.samples), default=None)
-    return _Episode(start, armed_by, last_activity, idle_times, sources, horizon)
-
-
-def _window_start(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> datetime:
-    return max(episode.start, moment - config.idle)
-
-
-def _window_coverage(episode: _Episode, moment: datetime, config: IdleGpuConfig) -> float | None:
-    """The smallest per-GPU coverage of the window ending at ``moment``, using only samples
-    recorded up to ``moment``; ``None`` when the window is not covered enough."""
-    start = _window_start(episode, moment, config)
-    worst = 1.0
-    for times in episode.idle_times.values():
-        end = bisect_right(times, moment)
-        if end == 0 or moment - times[end - 1] > config.max_sample_gap:
-            return None  # the most recent minutes are blind: a job may have just started
-        # From the last sample before the window: the pair straddling its start counts.
-        begin = max(bisect_left(times, start) - 1, 0)
-        worst = min(worst, coverage(times[begin:end], start, moment, config.max_sample_gap))
-    if worst < config.min_coverage:
-        return None
-    return worst
-
-
-def _first_time_held(
-    episode: _Episode, warn_from: datetime, now: datetime, config: IdleGpuConfig
-) -> datetime:
-    """The first moment from ``warn_from`` on at which the condition held (checked at the
-    sample instants, as a tick then would have seen it); ``now`` if only now.
-
-    When the view's samples do not reach back to ``warn_from`` (the store loaded a shorter
-    lookback than this episode), the rule cannot tell whether a warning was possible then and
-    returns ``warn_from``: pushing the due time from the first visible instant instead would move
-    it with every tick and never let it arrive.
-    """
-    if episode.horizon is None or warn_from < episode.horizon:
-        return warn_from
-    instants = sorted(
-        {t for times in episode.idle_times.values() for t in times if warn_from <= t <= now}
-        | {warn_from}
+    # After the last activity strictly: an idle sample at the busy instant saw nothing idle.
+    in_episode = {
+        gpu: [item for item in idle[gpu] if item.at > start or (item.at == start and not busy)]
+        for gpu in gpus
+    }
+    clock = idle_clock(
+        in_episode,
+        start=start,
+        now=now,
+        max_sample_gap=config.max_sample_gap,
+        restart_after=config.idle * (1 - config.min_coverage),
     )
-    for moment in instants:
-        if _window_coverage(episode, moment, config) is not None:
-            return moment
-    return now
+    if clock is None:
+        return None
+    sources = frozenset(item.source for items in in_episode.values() for item in items)
+    horizon = min((s.at for s in instance.samples), default=None)
+    # When the view's samples start after the activity/arming date, the true onset is not in
+    # view: keep the stable date (the onset seen would move with the view every tick).
+    cut = horizon is not None and horizon > start and not clock.restarted
+    onset = start if cut else clock.onset
+    return _Episode(onset, armed_by, last_activity, clock, len(gpus), sources)
 
 
 def _finding(
@@ -247,18 +233,18 @@ def _finding(
     first_held: datetime,
     config: IdleGpuConfig,
 ) -> Finding:
-    window_start = _window_start(episode, now, config)
-    covered = _window_coverage(episode, now, config) or 0.0
-    samples_in_window = sum(
-        1 for times in episode.idle_times.values() for t in times if window_start <= t <= now
-    )
+    clock = episode.clock
+    observed = clock.observed(now)
+    elapsed = now - clock.onset
+    covered = observed / elapsed if elapsed > timedelta(0) else 1.0
     span = instance.current_span
     rate = span.billed_usd_per_hour if span is not None else None
     spent = instance_spend(instance.spans, episode.start, now)
-    idle_for = format_duration(now - episode.start)
+    blind = clock.blind(clock.last_observed)  # the holes, not the time since the newest row
+    blind_text = f", {format_duration(blind)} blind not counted" if blind.total_seconds() else ""
     summary = (
-        f"all {len(episode.idle_times)} GPU(s) idle for {idle_for} "
-        f"(threshold {config.threshold_percent:g}%, {covered:.0%} of the window covered)"
+        f"all {episode.gpus} GPU(s) observed idle for {format_duration(observed)} "
+        f"(threshold {config.threshold_percent:g}%{blind_text})"
     )
     return Finding(
         rule=NAME,
@@ -273,11 +259,12 @@ def _finding(
             "instance_name": instance.latest.name,
             **spend_evidence(spent),
             "idle_since": episode.start.isoformat(),
-            "window_start": window_start.isoformat(),
+            "idle_onset": clock.onset.isoformat(),
+            "observed_idle_seconds": round(observed.total_seconds()),
+            "blind_seconds": round(blind.total_seconds()),
             "window_end": now.isoformat(),
             "coverage": round(covered, 3),
-            "gpus": len(episode.idle_times),
-            "idle_samples_in_window": samples_in_window,
+            "gpus": episode.gpus,
             "armed_by": episode.armed_by,
             "last_activity_at": (
                 episode.last_activity.isoformat() if episode.last_activity else None
@@ -293,7 +280,12 @@ def _finding(
 def minimum_sample_lookback(config: IdleGpuConfig) -> timedelta:
     """The shortest sample history that lets the rule see an episode from arming to its due
     time, including the warning window."""
-    return config.arm_after + config.idle + config.warn_before + config.max_sample_gap
+    return (
+        config.arm_after
+        + config.idle
+        + config.warn_before
+        + config.max_sample_gap
+    )
 
 
 def cleared_reason(finding: Finding, view: FleetView) -> str:

@@ -148,6 +148,7 @@ def gpu_sample(row: GpuSampleRow | Row[Any]) -> GpuSample:
         dec=row.dec,
         jpg=row.jpg,
         ofa=row.ofa,
+        covers_from=row.covers_from,
     )
 
 
@@ -165,6 +166,7 @@ def gpu_sample_row(sample: GpuSample) -> GpuSampleRow:
         dec=sample.dec,
         jpg=sample.jpg,
         ofa=sample.ofa,
+        covers_from=sample.covers_from,
     )
 
 

@@ -39,6 +39,7 @@ SAMPLES_QUERY = select(
     GpuSampleRow.dec,
     GpuSampleRow.jpg,
     GpuSampleRow.ofa,
+    GpuSampleRow.covers_from,
 ).order_by(GpuSampleRow.at, GpuSampleRow.gpu_index, GpuSampleRow.id)
 PROBES_QUERY = select(
     ProbeOutcomeRow.id,
@@ -80,6 +81,7 @@ def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
                 dec=same(dec),
                 jpg=same(jpg),
                 ofa=same(ofa),
+                covers_from=same(covers_from),
             ),
         )
         for (
@@ -96,6 +98,7 @@ def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
             dec,
             jpg,
             ofa,
+            covers_from,
         ) in _shared_keys(rows, same)
     ]
 

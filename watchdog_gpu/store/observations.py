@@ -247,6 +247,7 @@ def record_samples(conn: Connection, samples: Iterable[GpuSample]) -> None:
             "dec": sample.dec,
             "jpg": sample.jpg,
             "ofa": sample.ofa,
+            "covers_from": sample.covers_from,
         }
         for sample in samples
     ]

@@ -228,6 +228,8 @@ class GpuSampleRow(Base):
     dec: Mapped[float | None] = mapped_column(Float)
     jpg: Mapped[float | None] = mapped_column(Float)
     ofa: Mapped[float | None] = mapped_column(Float)
+    # The first row of a continuous run this sample condenses (streaming probe); NULL: a point.
+    covers_from: Mapped[datetime | None]
 
 
 class ProbeOutcomeRow(Base):

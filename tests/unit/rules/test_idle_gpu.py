@@ -97,17 +97,19 @@ def _restarted() -> InstanceView:
 
 
 CASES = [
-    Case("fires at the limit", forgotten, at(150), at(120), at(150)),
-    Case("still the same episode well past the limit", forgotten, at(240), at(120), at(150)),
-    Case("warns from warn_before ahead of the limit", forgotten, at(140), at(120), at(150)),
-    Case("nothing before the warning window", forgotten, at(139), None),
+    # The onset is the first idle sample after the last busy one (minute 121 here): the GPU was seen
+    # busy at 120, so counting from 120 would count a minute nobody saw idle.
+    Case("fires at the limit", forgotten, at(151), at(121), at(151)),
+    Case("still the same episode well past the limit", forgotten, at(240), at(121), at(151)),
+    Case("warns from warn_before ahead of the limit", forgotten, at(141), at(121), at(151)),
+    Case("nothing before the warning window", forgotten, at(140), None),
     Case("nothing while busy", forgotten, at(100), None),
     Case(
         "a busy sample starts a new episode",
         lambda: _with(forgotten(), samples(at(130), at(130), sm=80.0)),
         at(170),
-        at(130),
-        at(160),
+        at(131),
+        at(161),
     ),
     Case(
         "activity inside the window prevents the action",
@@ -126,9 +128,9 @@ CASES = [
         lambda: running(
             at(0), at(200), samples=samples(at(0), at(200), sm=busy_until(120), enc=3.0)
         ),
-        at(150),
-        at(120),
-        at(150),
+        at(151),
+        at(121),
+        at(151),
     ),
     Case(
         "an interactive login counts as activity",
@@ -195,9 +197,9 @@ CASES = [
             gpu_count=2,
             samples=samples(at(0), at(200), gpus=(0, 1), sm=busy_until(120)),
         ),
-        at(150),
-        at(120),
-        at(150),
+        at(151),
+        at(121),
+        at(151),
     ),
     Case(
         "samples too sparse to cover the window",
@@ -216,9 +218,9 @@ CASES = [
             at(300),
             samples=samples(at(0), at(300), every=timedelta(minutes=2), sm=busy_until(120)),
         ),
-        at(150),
-        at(120),
-        at(150),
+        at(152),
+        at(122),
+        at(152),
     ),
     Case(
         "provider API samples alone can show idleness",
@@ -227,9 +229,9 @@ CASES = [
             at(200),
             samples=samples(at(0), at(200), sm=busy_until(120), source=SampleSource.PROVIDER_API),
         ),
-        at(150),
-        at(120),
-        at(150),
+        at(151),
+        at(121),
+        at(151),
     ),
     Case(
         "the provider API seeing work resets the dmon idle window",
@@ -262,26 +264,28 @@ CASES = [
     Case(
         "activity during start-up arms at once, counting from its end",
         lambda: running(at(0), at(60), samples=samples(at(0), at(60), sm=busy_until(2))),
-        at(32),
-        at(2),
-        at(32),
+        at(33),
+        at(3),
+        at(33),
     ),
     Case("activity before a restart does not arm the new run", _restarted, at(139), None),
     Case("a restarted instance arms after arm_after", _restarted, at(140), at(120), at(150)),
+    # Blind time is never idle: the two blind hours count for nothing, the clock starts at the
+    # first idle sample after the outage, and the warning comes a full warn_before ahead.
     Case(
-        "coverage recovered after an outage: the full warning is still given",
+        "after an outage the idle clock starts at the first observed idle sample",
         _outage_then_idle,
-        at(204),
-        at(60),
-        at(214),
+        at(200),
+        at(180),
+        at(210),
     ),
-    Case("during the outage recovery no finding yet", _outage_then_idle, at(203), None),
+    Case("during the outage recovery no finding yet", _outage_then_idle, at(199), None),
     Case(
         "the recovered episode keeps its due time",
         _outage_then_idle,
         at(214),
-        at(60),
-        at(214),
+        at(180),
+        at(210),
     ),
     Case(
         "a stopped instance is not this rule's business",
@@ -306,17 +310,19 @@ def test_idle_gpu_cases(case: Case) -> None:
     assert finding.due_at == case.due
 
 
-def test_the_finding_carries_the_window_coverage_and_dollars() -> None:
+def test_the_finding_carries_the_observed_idle_time_and_dollars() -> None:
     (finding,) = findings_at(forgotten(), at(150))
     assert finding.rule == "idle_gpu"
     assert finding.action is ActionKind.DESTROY
     assert finding.account == "vast-main"
     assert finding.instance_id == "9001"
     assert finding.usd_per_hour_at_stake == pytest.approx(0.52)
-    assert finding.evidence["window_start"] == at(120).isoformat()
+    assert finding.evidence["idle_onset"] == at(121).isoformat()
     assert finding.evidence["window_end"] == at(150).isoformat()
-    assert finding.evidence["coverage"] == pytest.approx(29 / 30, abs=0.001)
-    assert finding.evidence["usd_so_far"] == pytest.approx(0.26)
+    assert finding.evidence["observed_idle_seconds"] == 29 * 60
+    assert finding.evidence["blind_seconds"] == 0
+    assert finding.evidence["coverage"] == 1.0
+    assert finding.evidence["usd_so_far"] == pytest.approx(0.52 * 29 / 60, abs=1e-4)
     assert finding.evidence["armed_by"] == "activity"
     assert finding.evidence["sources"] == "dmon"
 
@@ -333,17 +339,19 @@ def test_a_dmon_burst_every_minute_covers_the_window() -> None:
             sm=busy_until(120),
         )
     ]
-    (finding,) = findings_at(running(at(0), at(200), samples=bursts), at(150))
-    assert finding.due_at == at(150)
+    (finding,) = findings_at(running(at(0), at(200), samples=bursts), at(151))
+    # Busy in the row at 120:00, idle from the row at 120:01: the clock starts there.
+    assert finding.episode_started_at == at(120) + timedelta(seconds=1)
+    assert finding.due_at == at(150) + timedelta(seconds=1)
 
 
 def test_the_action_and_threshold_come_from_the_config() -> None:
     config = IdleGpuConfig(action="stop", threshold_percent=50, idle=timedelta(minutes=15))
     data = samples(at(0), at(200), sm=lambda m, _g: 95.0 if m <= at(100) else 30.0)
-    (finding,) = findings_at(running(at(0), at(200), samples=data), at(115), config)
+    (finding,) = findings_at(running(at(0), at(200), samples=data), at(116), config)
     assert finding.action is ActionKind.STOP
-    assert finding.episode_started_at == at(100)
-    assert finding.due_at == at(115)
+    assert finding.episode_started_at == at(101)
+    assert finding.due_at == at(116)
 
 
 def test_the_episode_is_stable_across_ticks() -> None:
@@ -384,5 +392,5 @@ def test_the_minimum_lookback_spans_arming_idle_window_and_warning() -> None:
 def test_an_idle_sample_before_the_activity_does_not_cover_the_busy_moment() -> None:
     data = samples(at(0), at(200), sm=lambda m, _g: 70.0 if m == at(120) else 0.0)
     (finding,) = findings_at(running(at(0), at(200), samples=data), at(150))
-    assert finding.episode_started_at == at(120)
-    assert finding.evidence["coverage"] == pytest.approx(29 / 30, abs=0.001)
+    assert finding.episode_started_at == at(121)
+    assert finding.evidence["observed_idle_seconds"] == 29 * 60
