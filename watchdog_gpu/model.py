@@ -264,6 +264,7 @@ class ProbeOutcome:
     # detail, login and sample count): ``at`` is the latest, ``first_at`` the first of them.
     first_at: datetime | None = None  # None: this probe alone
     repeats: int = 1
+    mode: str | None = None  # "stream" or "burst" (probe/stream_buffer.ProbeMode); None: unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from watchdog_gpu.notify.delivery import (
 from watchdog_gpu.plan import PlanContext, protection_for
 from watchdog_gpu.probe.command import ProbeCommandSpec
 from watchdog_gpu.probe.prober import Prober
-from watchdog_gpu.probe.runner import AccountRunners, CommandRunner
+from watchdog_gpu.probe.runner import AccountRunners, CommandRunner, StreamSource
 from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_http_client
 from watchdog_gpu.providers.http import stoppable_sleep
 from watchdog_gpu.rules import lookback_for
@@ -138,8 +138,30 @@ def build_ssh_runners(
     return AccountRunners(runners) if runners else None
 
 
+def build_streams(
+    settings: Settings, runner: CommandRunner | None, clock: Clock
+) -> StreamSource | None:
+    """The streaming probe over the paramiko runners (None in burst mode or without SSH)."""
+    if settings.probe.mode != "stream" or not isinstance(runner, AccountRunners):
+        return None
+    from watchdog_gpu.probe.streams import StreamManager, StreamSettings
+
+    return StreamManager(
+        runner,
+        clock=clock,
+        settings=StreamSettings(
+            stall_after=settings.probe.stall_after,
+            threshold_percent=settings.rules.idle_gpu.threshold_percent,
+        ),
+    )
+
+
 def build_prober(
-    settings: Settings, runner: CommandRunner | None, store: Store, clock: Clock
+    settings: Settings,
+    runner: CommandRunner | None,
+    store: Store,
+    clock: Clock,
+    streams: StreamSource | None = None,
 ) -> Prober | None:
     if not settings.probe.enabled or runner is None:
         return None
@@ -153,6 +175,7 @@ def build_prober(
         workers=settings.probe.workers,
         default_user={account.name: account.ssh.user for account in settings.accounts},
         deadline_seconds=settings.probe.command_deadline.total_seconds(),
+        streams=streams,
     )
 
 
@@ -233,11 +256,13 @@ class Assembly:
     prober: Prober | None
     runner: CommandRunner | None
     stop: threading.Event = field(default_factory=threading.Event)
+    streams: StreamSource | None = None
 
     def close(self) -> None:
-        close = getattr(self.runner, "close", None)
-        if callable(close):
-            close()
+        for part in (self.streams, self.runner):  # the streams' sessions first
+            close = getattr(part, "close", None)
+            if callable(close):
+                close()
         for provider in self.providers.values():
             client = getattr(getattr(provider, "http", None), "client", None)
             if isinstance(client, httpx.Client):
@@ -252,17 +277,23 @@ def assemble(
     store: Store | None = None,
     transport_for: TransportFactory | None = None,
     runner: CommandRunner | None = None,
+    streams: StreamSource | None = None,
+    streaming: bool = True,
     claimer: str = "executor",
 ) -> Assembly:
-    """Build the engine from ``settings``. ``transport_for`` and ``runner`` replace the real
-    network (the simulator and tests); by default real HTTP and paramiko are used."""
+    """Build the engine from ``settings``. ``transport_for``, ``runner`` and ``streams``
+    replace the real network (the simulator and tests); by default real HTTP and paramiko are
+    used, and with ``[probe] mode = "stream"`` the streaming probe over the paramiko runners
+    (``streaming=False``: burst probes only, e.g. a single tick)."""
     if store is None:
         store = open_store(settings.watchdog.effective_database_url(environ))
     stop = threading.Event()
     providers = build_providers(settings, clock, environ, transport_for, stop=stop)
     if runner is None and settings.probe.enabled:
         runner = build_ssh_runners(settings, store, clock, environ)
-    prober = build_prober(settings, runner, store, clock)
+    if streams is None and streaming:
+        streams = build_streams(settings, runner, clock)
+    prober = build_prober(settings, runner, store, clock, streams)
     executor = Executor(
         store,
         providers,
@@ -283,4 +314,4 @@ def assemble(
         prober=prober,
         delivery=build_delivery(settings, environ),
     )
-    return Assembly(watchdog, store, providers, prober, runner, stop)
+    return Assembly(watchdog, store, providers, prober, runner, stop, streams)

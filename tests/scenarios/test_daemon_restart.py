@@ -4,6 +4,12 @@ The run is stepped tick by tick; at the restart point the engine is thrown away 
 the same database, world and clock (``Simulation.restart()``), then the run continues. Compared
 with an uninterrupted run it must decide and do exactly the same: the idle window is computed
 from stored samples (no reset), and no action, call or message is repeated or lost.
+
+The exact comparison runs with the burst probe, which loses nothing in an instant restart. The
+streaming probe's rows of the seconds between the last tick and the restart die with the process
+and the new streams start at the next tick: that minute is blind, so the idle clock pauses and
+the destroy comes up to that much later — never earlier, never reset, nothing repeated
+(``docs/safety.md``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.scenarios.helpers import (
+    ENFORCE,
     Run,
     assert_spend_never_above_baseline,
     finish,
@@ -23,19 +30,27 @@ from tests.scenarios.helpers import (
 )
 
 NAME = "restart_in_grace"
+BURST = f'{ENFORCE}\n[probe]\nmode = "burst"\n'
 WARNED_AT = offset("50m")  # both warnings (idle_gpu and paused_interruptible)
 DUE_AT = offset("1h")
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return run_scenario(NAME, tmp_path_factory.mktemp(NAME), BURST)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_streaming(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_scenario(NAME, tmp_path_factory.mktemp(NAME))
 
 
-def run_with_restart(tmp_path: Path, restart_after: int) -> tuple[Run, list[str]]:
+def run_with_restart(
+    tmp_path: Path, restart_after: int, config: str | None = BURST
+) -> tuple[Run, list[str]]:
     """Step until the tick at ``restart_after`` has run, restart, finish. Also returns the
     notification keys delivered before the restart."""
-    with simulating(NAME, tmp_path) as sim:
+    with simulating(NAME, tmp_path, config) as sim:
         restart_at = sim.scenario.start + timedelta(seconds=restart_after)
         while sim.next_tick <= restart_at:
             sim.step()
@@ -93,4 +108,30 @@ def test_a_restart_between_the_destroy_call_and_its_verification_changes_nothing
     assert notification_keys(restarted) == notification_keys(uninterrupted)
     assert len(set(restarted.notification_keys())) == len(restarted.notification_keys())
     assert restarted.instances == uninterrupted.instances
+    assert_spend_never_above_baseline(restarted)
+
+
+def test_the_uninterrupted_streaming_run_destroys_both_at_the_limit(
+    uninterrupted_streaming: Run,
+) -> None:
+    assert [(a["instance"], a["offset_s"]) for a in uninterrupted_streaming.actions] == [
+        ("9701", DUE_AT),
+        ("9702", DUE_AT),
+    ]
+
+
+def test_a_streaming_restart_costs_at_most_its_blind_minute_and_repeats_nothing(
+    tmp_path: Path, uninterrupted_streaming: Run
+) -> None:
+    restarted, _before = run_with_restart(tmp_path, offset("55m"), config=None)
+    tick = offset("60s")
+    by_instance = {a["instance"]: a for a in restarted.actions}
+    # paused_interruptible does not depend on GPU rows: unchanged.
+    assert by_instance["9702"]["offset_s"] == DUE_AT
+    # idle_gpu: the blind minute around the restart pauses the clock, never resets it.
+    assert DUE_AT < by_instance["9701"]["offset_s"] <= DUE_AT + 2 * tick
+    assert by_instance["9701"]["idle_onset_offset_s"] == offset("30m")
+    assert len(set(restarted.notification_keys())) == len(restarted.notification_keys())
+    warnings = [k for k in restarted.notification_keys() if k.endswith(":warning")]
+    assert len(warnings) == len(set(warnings)) == 2
     assert_spend_never_above_baseline(restarted)

@@ -35,6 +35,7 @@ class GpuActivity:
     last_probe_status: str | None = None
     last_probe_at: datetime | None = None
     last_seen: str | None = None  # what the samples said before the probe started failing
+    probe_mode: str | None = None  # "stream" / "burst": how the latest probe read the host
 
     @property
     def idle_for(self) -> timedelta | None:
@@ -44,6 +45,14 @@ class GpuActivity:
 
     @property
     def text(self) -> str:
+        """:attr:`activity_text` and how the host is probed: ``idle 42 min [stream]``."""
+        shown = self.activity_text
+        if self.probe_mode is not None and self.status != "not_running":
+            shown += f" [{self.probe_mode}]"
+        return shown
+
+    @property
+    def activity_text(self) -> str:
         """``busy``, ``idle 42 min``, ``idle ≥ 2 h``, ``unknown``, ``no samples``, ``-``; or,
         when the latest probe failed, ``unknown: probe unreachable (last seen busy)``."""
         if self.status == "not_running":
@@ -77,11 +86,19 @@ class GpuActivity:
             "last_probe_status": self.last_probe_status,
             "last_probe_at": json_time(self.last_probe_at),
             "last_seen": self.last_seen,
+            "probe_mode": self.probe_mode,
         }
 
 
 def gpu_activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
-    """Summarise ``instance.samples`` (the view's window) judged with ``threshold_percent``."""
+    """Summarise ``instance.samples`` (the view's window) judged with ``threshold_percent``,
+    with how the latest probe read the host (``probe_mode``)."""
+    activity = _activity(instance, threshold_percent)
+    mode = instance.probes[-1].mode if instance.probes else None
+    return replace(activity, probe_mode=mode)
+
+
+def _activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
     probe = instance.probes[-1] if instance.probes else None
     probe_status = probe.status.value if probe is not None else None
     probe_at = probe.at if probe is not None else None
@@ -105,7 +122,7 @@ def gpu_activity(instance: InstanceView, threshold_percent: float) -> GpuActivit
         )
     failed = probe is not None and probe.status is not ProbeStatus.OK
     if failed and (not samples or probe_at is None or probe_at >= samples[-1].at):
-        seen = None if not samples else replace(activity, last_probe_status=None).text
+        seen = None if not samples else replace(activity, last_probe_status=None).activity_text
         return replace(activity, status="unknown", last_seen=seen)
     return activity
 

@@ -218,7 +218,7 @@ def _tick(
     from watchdog_gpu.wiring import assemble
 
     try:
-        assembly = assemble(settings, common.clock, environ, claimer="once")
+        assembly = assemble(settings, common.clock, environ, streaming=False, claimer="once")
     except ConfigError as error:
         raise common.config_error(error) from None
     except (SchemaTooNewError, DatabaseInUseError):

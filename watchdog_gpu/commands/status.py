@@ -5,7 +5,8 @@ of what its instances bill), runway (balance ÷ spend rate) and the last poll (o
 kind, and how long ago). Instances: ``account/id``, name, state and since when, what it bills per
 hour now, GPU activity from the recorded samples (``busy``, ``idle 42 min`` — measured from the
 first idle sample after the last non-idle one to the latest sample; ``idle ≥ 2 h`` when every
-sample in the window is idle —, ``unknown``, ``no samples``, plus a failing probe's status),
+sample in the window is idle —, ``unknown``, ``no samples``, plus a failing probe's status and
+how the host is probed: ``[stream]`` or ``[burst]``),
 actions pending in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``),
 snoozes and protections (the planner's own check, configuration included when one was read).
 Then the fuse, and the protections kept in the database.
@@ -29,7 +30,8 @@ one is an error (exit 2), never created.
                     "state_since", "usd_per_hour",
                     "gpu": {"status": "busy"|"idle"|"unknown"|"no_samples"|"not_running",
                             "idle_since", "idle_seconds", "idle_at_least", "last_sample_at",
-                            "last_busy_at", "last_probe_status", "last_probe_at"},
+                            "last_busy_at", "last_probe_status", "last_probe_at",
+                            "probe_mode": "stream"|"burst"|null},
                     "pending_actions": [{"kind", "rule", "status", "dry_run", "created_at"}],
                     "due": [{"rule", "action", "due_at", "summary"}],
                     "snoozed_until", "protected": reason|null}],

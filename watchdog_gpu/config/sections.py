@@ -270,9 +270,22 @@ class ProbeSection(StrictModel):
     }
 
     enabled: bool = Field(default=True, description="probe running instances over SSH")
+    mode: Literal["stream", "burst"] = Field(
+        default="stream",
+        description=(
+            "stream: one long-lived nvidia-smi dmon per host, every second observed (a host that "
+            "does not allow it falls back to burst); burst: dmon -c N once per probe_interval"
+        ),
+    )
+    stall_after: PositiveDuration = Field(
+        default=timedelta(seconds=10),
+        description="a stream without a row for this long is reconnected (the gap is blind)",
+    )
     # Probes mostly wait (10 s of dmon sampling each): ~instances x 10 s / probe_interval
     # sessions are needed to probe every instance each interval (bench/README.md).
-    workers: int = Field(default=32, ge=1, le=256, description="parallel SSH sessions at most")
+    workers: int = Field(
+        default=32, ge=1, le=256, description="parallel burst-mode SSH sessions at most"
+    )
     connect_timeout: PositiveDuration = Field(
         default=timedelta(seconds=10), description="TCP connect timeout"
     )

@@ -194,14 +194,22 @@ def parse_dmon(text: str) -> DmonTable:
     )
 
 
-def _read_header(state: _State, line: str, number: int) -> None:
+def _header_columns(line: str, number: int) -> tuple[str, ...] | None:
+    """The column names of a ``#`` header line; ``None`` for the units line or a comment."""
     names = tuple(token.lower() for token in line.strip().lstrip("#").split())
     if "gpu" not in names:
-        return  # the units line (``# Idx W C …``) or a comment
+        return None  # the units line (``# Idx W C …``) or a comment
     if "pid" in names:
         raise DmonError("unparseable", "this is nvidia-smi pmon output (per process), not dmon")
     if len(set(names)) != len(names):
         raise DmonError("unparseable", f"duplicate column names in header line {number}")
+    return names
+
+
+def _read_header(state: _State, line: str, number: int) -> None:
+    names = _header_columns(line, number)
+    if names is None:
+        return
     if state.columns is not None and names != state.columns:
         state.notes.append(f"line {number}: a different header replaces the columns")
     state.columns = names
@@ -222,17 +230,58 @@ def _read_data_line(state: _State, line: str, number: int, *, terminated: bool) 
         state.notes.append(f"line {number}: dropped, cut off before its line end")
         return
     try:
-        values = {
-            name: parse_value(name, token) for name, token in zip(columns, tokens, strict=True)
-        }
+        row = _row(columns, tokens, number)
     except ValueError as error:
         _skip(state, line, number, terminated=terminated, reason=str(error))
         return
+    state.rows.append(row)
+
+
+def _row(columns: Sequence[str], tokens: Sequence[str], number: int) -> DmonRow:
+    """The row of ``tokens`` under ``columns``; ``ValueError`` when a value or the GPU index
+    is unreadable."""
+    values = {name: parse_value(name, token) for name, token in zip(columns, tokens, strict=True)}
     gpu = values["gpu"]
     if not isinstance(gpu, int) or not 0 <= gpu <= MAX_GPU_INDEX:
-        _skip(state, line, number, terminated=terminated, reason="no GPU index")
-        return
-    state.rows.append(DmonRow(line=number, values=values))
+        raise ValueError("no GPU index")
+    return DmonRow(line=number, values=values)
+
+
+class DmonLineReader:
+    """Reads a *running* ``nvidia-smi dmon`` stream one complete line at a time (the streaming
+    probe), with the same rules as :func:`parse_dmon` but no accumulation: memory stays constant
+    however long the stream runs.
+
+    :meth:`read` returns the row of a data line, ``None`` for a header, units, blank or warning
+    line; raises :class:`DmonError` for an nvidia-smi error text (or pmon output), and
+    ``ValueError`` for a line that is not a row under the current header (garbage, or a row
+    before any header).
+    """
+
+    __slots__ = ("columns", "line_number")
+
+    def __init__(self) -> None:
+        self.columns: tuple[str, ...] | None = None
+        self.line_number = 0
+
+    def read(self, line: str) -> DmonRow | None:
+        self.line_number += 1
+        if not line.strip():
+            return None
+        if line.lstrip().startswith("#"):
+            names = _header_columns(line, self.line_number)
+            if names is not None:
+                self.columns = names
+            return None
+        tokens = line.split()
+        if self.columns is None or len(tokens) != len(self.columns):
+            kind = classify_error_line(line)
+            if kind is not None:
+                raise DmonError(kind, line.strip()[:_MAX_MESSAGE])
+            if _DEVICE_LIMIT_WARNING.search(line):
+                return None
+            raise ValueError(f"not a dmon row: {snippet(line)}")
+        return _row(self.columns, tokens, self.line_number)
 
 
 def _skip(

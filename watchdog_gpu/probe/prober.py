@@ -1,11 +1,18 @@
-"""Probe every running instance over SSH in a bounded pool; one outcome per instance.
+"""Probe every running instance over SSH; one outcome per instance.
 
-:meth:`Prober.probe_all` runs the fixed probe command (:mod:`watchdog_gpu.probe.command`, where
-the sampling design and its coverage are explained) on every RUNNING instance with an SSH
-endpoint, at most ``workers`` at a time. Every failure, expected or not, becomes a
-:class:`~watchdog_gpu.model.ProbeOutcome` with a non-OK status and no samples; no exception from
-one instance stops the others. The runner is a seam (:class:`~watchdog_gpu.probe.runner.
-CommandRunner`): paramiko in production, a fake in the simulator and the unit tests.
+With a :class:`~watchdog_gpu.probe.runner.StreamSource` (the streaming probe, the default), a
+round reads what each host's long-lived dmon stream buffered since the previous round — it never
+waits on a host — and condenses the rows into continuous samples (exact onset, holes stay blind:
+``docs/safety.md``). A host the stream source does not stream (burst fallback, or burst mode
+configured) is probed as below.
+
+In burst mode, :meth:`Prober.probe_all` runs the fixed probe command
+(:mod:`watchdog_gpu.probe.command`, where the sampling design and its coverage are explained) on
+every RUNNING instance with an SSH endpoint, at most ``workers`` at a time. Every failure,
+expected or not, becomes a :class:`~watchdog_gpu.model.ProbeOutcome` with a non-OK status and no
+samples; no exception from one instance stops the others. The runner is a seam
+(:class:`~watchdog_gpu.probe.runner.CommandRunner`): paramiko in production, a fake in the
+simulator and the unit tests.
 
 RunPod also reports a per-GPU utilisation in its API: :func:`provider_api_samples` turns it into
 ``GpuSample(source=PROVIDER_API)`` as a second, SSH-free signal.
@@ -31,10 +38,12 @@ from watchdog_gpu.model import (
     SampleSource,
 )
 from watchdog_gpu.probe.command import ProbeCommandSpec, build_probe_command
+from watchdog_gpu.probe.condense import condense_runs
 from watchdog_gpu.probe.hostkeys import HostKeyStore
 from watchdog_gpu.probe.interpret import ProbeContext, failed, interpret
-from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget
+from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget, StreamSource
 from watchdog_gpu.probe.state_log import StateChangeLog
+from watchdog_gpu.probe.stream_buffer import ProbeMode, StreamRead, StreamState, row_samples
 from watchdog_gpu.probe.verdicts import check_threshold, metrics_verdict
 
 logger = logging.getLogger(__name__)
@@ -98,6 +107,7 @@ class Prober:
         workers: int = DEFAULT_WORKERS,
         default_user: str | Mapping[str, str] = "root",
         deadline_seconds: float | None = None,
+        streams: StreamSource | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -112,6 +122,7 @@ class Prober:
         self._recent = interactive_recent_seconds
         self._workers = workers
         self._default_user = default_user
+        self._streams = streams
 
     @property
     def command(self) -> str:
@@ -127,12 +138,21 @@ class Prober:
         of every instance listed as GONE.
         """
         targets = probe_targets(instances)
-        outcomes: list[ProbeOutcome] = []
-        if targets:
+        streamed: dict[InstanceRef, ProbeOutcome] = {}
+        if self._streams is not None:
+            self._streams.sync([self._target(target) for target in targets])
+            for target in targets:
+                read = self._streams.take(target.ref)
+                if read is not None:
+                    streamed[target.ref] = self.stream_outcome(target, read, now)
+        burst = [target for target in targets if target.ref not in streamed]
+        if burst:
             with ThreadPoolExecutor(
-                max_workers=min(self._workers, len(targets)), thread_name_prefix="probe"
+                max_workers=min(self._workers, len(burst)), thread_name_prefix="probe"
             ) as pool:
-                outcomes = list(pool.map(lambda item: self.probe_one(item, now), targets))
+                for outcome in pool.map(lambda item: self.probe_one(item, now), burst):
+                    streamed[InstanceRef(outcome.account, outcome.instance_id)] = outcome
+        outcomes = [streamed[target.ref] for target in targets]
         if isinstance(self._runner, ConnectionKeeper):
             self._runner.close_except({target.ref for target in targets})
         for instance in instances:
@@ -172,6 +192,52 @@ class Prober:
                 context(), ProbeStatus.UNREACHABLE, f"unexpected {type(error).__name__}: {error}"
             )
         self._log(outcome)
+        return _clip_detail(replace(outcome, mode=ProbeMode.BURST.value))
+
+    def stream_outcome(
+        self, instance: InstanceSnapshot, read: StreamRead, now: datetime
+    ) -> ProbeOutcome:
+        """The outcome of one host's streamed rows since the previous round: OK with the rows
+        condensed into continuous samples when any arrived, else the stream's failure status
+        (no samples: the time is blind)."""
+        health = read.health
+        gpus = sorted(read.rows)
+        notes = (
+            [] if health.status is ProbeStatus.OK else [f"{health.state.value}: {health.detail}"]
+        )
+        if read.dropped:
+            notes.append(f"{read.dropped} rows dropped (buffer full)")
+        if not read.row_count:
+            status = health.status
+            if status is ProbeStatus.OK:
+                status = ProbeStatus.TIMEOUT
+                notes = [f"no dmon row since the previous round ({health.state.value})"]
+            outcome = ProbeOutcome(
+                account=instance.account,
+                instance_id=instance.instance_id,
+                at=now,
+                status=status,
+                duration_seconds=0.0,
+                detail="stream: " + "; ".join(notes or [health.detail]),
+                mode=ProbeMode.STREAM.value,
+            )
+        else:
+            rows = row_samples(read, account=instance.account, instance_id=instance.instance_id)
+            samples = condense_runs(rows)
+            text = f"stream: {read.row_count} rows of {len(gpus)} GPU(s) in {len(samples)} runs"
+            outcome = ProbeOutcome(
+                account=instance.account,
+                instance_id=instance.instance_id,
+                at=now,
+                status=ProbeStatus.OK,
+                duration_seconds=0.0,
+                detail=f"{text} ({'; '.join(notes)})" if notes else text,
+                samples=samples,
+                interactive_login=read.aux.interactive_login if read.aux is not None else None,
+                mode=ProbeMode.STREAM.value,
+            )
+        if health.state is not StreamState.CONNECTING:
+            self._log(outcome)  # state changes only (the stream manager logs its own too)
         return _clip_detail(outcome)
 
     def forget_instance(self, account: str, instance_id: str) -> None:

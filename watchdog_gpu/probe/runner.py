@@ -7,12 +7,13 @@ simulator and the unit tests can use the prober without paramiko.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import InstanceRef, ProbeStatus
+from watchdog_gpu.probe.stream_buffer import StreamHealth, StreamRead
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,24 @@ class CommandRunner(Protocol):
     def run(self, target: SshTarget, command: str, deadline_seconds: float) -> CommandResult: ...
 
 
+class StreamSource(Protocol):
+    """Keeps a long-lived dmon stream open per host and buffers its rows (the streaming probe:
+    :class:`watchdog_gpu.probe.streams.StreamManager` over paramiko; the simulator's fake).
+
+    ``sync`` is called once per probe round with every host to watch: it starts streams for new
+    targets (never blocking on a host) and stops the others. ``take`` returns what arrived for a
+    host since its previous take, or ``None`` when the host is probed in burst mode (the command
+    was refused, or burst mode is configured): the prober then runs the burst command.
+    ``health`` is every host's current :class:`StreamHealth` (``status``, metrics).
+    """
+
+    def sync(self, targets: Sequence[SshTarget]) -> None: ...
+
+    def take(self, ref: InstanceRef) -> StreamRead | None: ...
+
+    def health(self) -> Mapping[InstanceRef, StreamHealth]: ...
+
+
 @runtime_checkable
 class ConnectionKeeper(Protocol):
     """A runner that keeps connections open between probes (optional for fakes)."""
@@ -92,6 +111,17 @@ class AccountRunners:
                 status=ProbeStatus.AUTH_FAILED.value,
             )
         return runner.run(target, command, deadline_seconds)
+
+    def open_channel(self, target: SshTarget, command: str) -> Any:
+        """The account's runner's ``open_channel`` (the streaming probe's sessions)."""
+        runner = self._runners.get(target.account)
+        opener = getattr(runner, "open_channel", None)
+        if opener is None:
+            raise ProbeError(
+                f"no SSH key is configured for account {target.account}",
+                status=ProbeStatus.AUTH_FAILED.value,
+            )
+        return opener(target, command)
 
     def close_except(self, keep: Collection[InstanceRef]) -> None:
         for runner in self._runners.values():

@@ -137,6 +137,26 @@ class ParamikoRunner:
                 self._discard(target.ref)
             return result
 
+    def open_channel(self, target: SshTarget, command: str) -> paramiko.Channel:
+        """Start ``command`` on ``target`` over the kept connection (connecting first when there
+        is none; one fresh reconnect when the kept one turns out dead) and return its channel,
+        for the caller to read (the streaming probe). Raises :class:`ProbeError` like
+        :meth:`run` when no command could be started."""
+        with self._instance_lock(target.ref):
+            connection, reused = self._connection_for(target)
+            try:
+                return self._start(connection.transport, command)
+            except _CONNECTION_ERRORS as exc:
+                self._discard(target.ref)
+                if not reused:
+                    raise _unreachable(target, f"could not start the command: {exc}") from None
+            connection = self._connect(target)
+            try:
+                return self._start(connection.transport, command)
+            except _CONNECTION_ERRORS as exc:
+                self._discard(target.ref)
+                raise _unreachable(target, f"could not start the command: {exc}") from None
+
     # -- kept connections ---------------------------------------------------------------------
 
     def close_except(self, keep: Collection[InstanceRef]) -> None:

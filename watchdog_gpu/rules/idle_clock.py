@@ -17,12 +17,12 @@ the idle clock"):
   interactive login): to the second with streamed rows, the first idle row after the last busy
   one. Without any activity since the run started, the first one after arming.
 - **A long blind stretch restarts the clock**: when two observed stretches are separated by more
-  than ``idle_minutes × (1 − min_coverage)`` of blind time (6 min with the defaults), the GPUs
+  than ``idle × (1 − min_coverage)`` of blind time (6 min with the defaults), the GPUs
   may have worked unseen; the onset moves to the first observed instant after that stretch.
   Shorter blind stretches only pause the clock.
 - **The clock** at ``now`` is the observed idle time from the onset to ``now``. The rule's
-  action is due when the clock reaches ``idle_minutes``; until then ``due_at`` is projected as
-  ``now + (idle_minutes − clock)``, which stays put (within a sample interval) while observation
+  action is due when the clock reaches ``idle``; until then ``due_at`` is projected as
+  ``now + (idle − clock)``, which stays put (within a sample interval) while observation
   continues and moves later by the blind time otherwise.
 
 Pure: no clock, no I/O.

@@ -189,7 +189,6 @@ def _episode(
     for probe in instance.probes:
         if probe.interactive_login and since <= probe.at <= now:
             last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
-    busy = last_activity is not None
     if last_activity is not None:
         start, armed_by = last_activity, "activity"
     else:
@@ -201,11 +200,7 @@ def _episode(
         return None
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
-    # After the last activity strictly: an idle sample at the busy instant saw nothing idle.
-    in_episode = {
-        gpu: [item for item in idle[gpu] if item.at > start or (item.at == start and not busy)]
-        for gpu in gpus
-    }
+    in_episode = {gpu: [item for item in idle[gpu] if item.at >= start] for gpu in gpus}
     clock = idle_clock(
         in_episode,
         start=start,
@@ -280,12 +275,7 @@ def _finding(
 def minimum_sample_lookback(config: IdleGpuConfig) -> timedelta:
     """The shortest sample history that lets the rule see an episode from arming to its due
     time, including the warning window."""
-    return (
-        config.arm_after
-        + config.idle
-        + config.warn_before
-        + config.max_sample_gap
-    )
+    return config.arm_after + config.idle + config.warn_before + config.max_sample_gap
 
 
 def cleared_reason(finding: Finding, view: FleetView) -> str:

@@ -50,6 +50,7 @@ from watchdog_gpu.sim.phone import Phone
 from watchdog_gpu.sim.scenario import Scenario, parse_scenario
 from watchdog_gpu.sim.servers import start_servers
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
+from watchdog_gpu.sim.ssh_stream import simulated_streams
 from watchdog_gpu.sim.story import Narrator, StoryLog
 from watchdog_gpu.sim.world import SimulatedWorld
 from watchdog_gpu.store import Store, sqlite_url
@@ -221,7 +222,8 @@ class _Night:
     def build(self, settings: Settings, clock: Clock, environ: Mapping[str, str]) -> Assembly:
         """The engine over the demo's store, with the simulator's SSH hosts for the probe."""
         runner = SimulatedSshRunner(self.world)
-        return assemble(settings, clock, environ, store=self.store, runner=runner)
+        streams = simulated_streams(settings, self.world)
+        return assemble(settings, clock, environ, store=self.store, runner=runner, streams=streams)
 
 
 def _protect_keep(store: Store, now: datetime) -> None:

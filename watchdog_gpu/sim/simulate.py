@@ -36,6 +36,7 @@ from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.servers import DIALECTS
 from watchdog_gpu.sim.servers.base import Dialect
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
+from watchdog_gpu.sim.ssh_stream import simulated_streams
 from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, sqlite_url
 from watchdog_gpu.wiring import Assembly, assemble, open_store
@@ -235,6 +236,7 @@ class Simulation:
             store=self.store,
             transport_for=self._transport,
             runner=SimulatedSshRunner(self.world),
+            streams=simulated_streams(self.settings, self.world),
         )
         assembly.watchdog.delivery = self.delivery
         return assembly
@@ -309,6 +311,9 @@ class Simulation:
                 "dry_run": row.dry_run,
                 "result": _RESULTS.get(ActionStatus(row.status), row.status),
             }
+            onset = row.evidence.get("idle_onset")
+            if isinstance(onset, str):
+                item["idle_onset_offset_s"] = self.offset(datetime.fromisoformat(onset))
             verified = verified_at.get(f"{row.account}/{row.instance_id}/{row.rule}")
             if verified is not None and row.status == ActionStatus.VERIFIED:
                 item["verified_offset_s"] = self.offset(verified)

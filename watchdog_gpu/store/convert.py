@@ -182,6 +182,7 @@ def probe_outcome(row: ProbeOutcomeRow | Row[Any]) -> ProbeOutcome:
         interactive_login=row.interactive_login,
         first_at=row.first_at,
         repeats=row.repeats,
+        mode=row.mode,
     )
 
 

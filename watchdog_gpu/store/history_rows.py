@@ -52,6 +52,7 @@ PROBES_QUERY = select(
     ProbeOutcomeRow.interactive_login,
     ProbeOutcomeRow.first_at,
     ProbeOutcomeRow.repeats,
+    ProbeOutcomeRow.mode,
 ).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
 
 
@@ -144,6 +145,7 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
                 interactive_login=interactive,
                 first_at=first_at,
                 repeats=repeats,
+                mode=mode,
             ),
         )
         for (
@@ -157,5 +159,6 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
             interactive,
             first_at,
             repeats,
+            mode,
         ) in _shared_keys(rows, shared())
     ]

@@ -66,12 +66,13 @@ _INSERT_INSTANCES = insert(INSTANCES)
 _DELETE_PROBE = delete(PROBES).where(PROBES.c.id == bindparam("pk"))
 # Ids only grow (a run's new row is inserted before the old one goes), so the highest id of an
 # instance is its latest run; the (account, instance_id, at) index covers the grouping.
+_RUN_FIELDS = ("status", "detail", "interactive_login", "sample_count", "mode")
 _LATEST_PROBES = select(
     PROBES.c.id,
     PROBES.c.account,
     PROBES.c.instance_id,
     PROBES.c.at,
-    *(PROBES.c[name] for name in ("status", "detail", "interactive_login", "sample_count")),
+    *(PROBES.c[name] for name in _RUN_FIELDS),
     PROBES.c.first_at,
     PROBES.c.repeats,
 ).where(
@@ -201,9 +202,6 @@ def record_probes(conn: Connection, outcomes: Iterable[ProbeOutcome]) -> None:
     record_samples(conn, samples)
 
 
-_RUN_FIELDS = ("status", "detail", "interactive_login", "sample_count")
-
-
 def _probe_values(outcome: ProbeOutcome) -> Values:
     return {
         "account": outcome.account,
@@ -214,6 +212,7 @@ def _probe_values(outcome: ProbeOutcome) -> Values:
         "detail": outcome.detail,
         "sample_count": len(outcome.samples),
         "interactive_login": outcome.interactive_login,
+        "mode": outcome.mode,
         "first_at": outcome.at,
         "repeats": 1,
     }

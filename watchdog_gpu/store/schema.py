@@ -259,6 +259,7 @@ class ProbeOutcomeRow(Base):
     interactive_login: Mapped[bool | None] = mapped_column(Boolean)
     first_at: Mapped[datetime]
     repeats: Mapped[int] = mapped_column(Integer)
+    mode: Mapped[str | None] = mapped_column(String(KIND_LENGTH))  # "stream" / "burst"
 
 
 class GpuSampleRollupRow(Base):

@@ -108,8 +108,8 @@ CASES = [
         "a busy sample starts a new episode",
         lambda: _with(forgotten(), samples(at(130), at(130), sm=80.0)),
         at(170),
-        at(131),
-        at(161),
+        at(130),
+        at(160),
     ),
     Case(
         "activity inside the window prevents the action",

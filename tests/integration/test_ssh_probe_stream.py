@@ -1,0 +1,310 @@
+"""The streaming probe against a real sshd on 127.0.0.1 with a paced fake ``nvidia-smi dmon``.
+
+Each failure has its verdict — rows stop and the gap is blind (never idle), the host is
+reconnected with backoff — and leaves no process of the probe on the "rented" machine: the
+remote command dies with its channel (stdin EOF → ``kill 0``), whether the watchdog closes it,
+the connection drops, or the watchdog process is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import FakeGpu, require_sshd
+from tests.integration.probe_helpers import NOW, instance_on, make_runner
+from tests.integration.sshd import SshServer
+from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.model import ProbeStatus, Verdict
+from watchdog_gpu.probe.hostkeys import MemoryHostKeyStore
+from watchdog_gpu.probe.prober import Prober
+from watchdog_gpu.probe.runner import SshTarget
+from watchdog_gpu.probe.ssh import ParamikoRunner
+from watchdog_gpu.probe.stream_buffer import ProbeMode, StreamState
+from watchdog_gpu.probe.stream_command import StreamCommandSpec
+from watchdog_gpu.probe.streams import StreamManager, StreamSettings
+
+pytestmark = [pytest.mark.sshd, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = (
+    "# gpu     sm    mem    enc    dec    jpg    ofa \n"
+    "# Idx      %      %      %      %      %      % \n"
+)
+TWO_IDLE_GPUS = HEADER + "".join(
+    f"{gpu:>5}" + "".join(f"{0:>7}" for _ in range(6)) + " \n" for gpu in (0, 1)
+)
+SETTINGS = StreamSettings(
+    stall_after=timedelta(seconds=3),
+    max_backoff=timedelta(seconds=2),
+    command=StreamCommandSpec(aux_interval_seconds=5, query_timeout_seconds=5),
+)
+CLOCK = SystemClock()
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 15.0) -> bool:
+    end = CLOCK.monotonic() + seconds
+    while CLOCK.monotonic() < end:
+        if check():
+            return True
+        CLOCK.sleep(0.05)
+    return False
+
+
+def stream_live(fake: FakeGpu, *, stall_after_passes: int = 0) -> None:
+    """dmon prints a row per GPU per second until killed (or stalls after some passes)."""
+    fake.replay("dmon", text=TWO_IDLE_GPUS, pace_seconds=0.5)
+    (fake.state_dir / "dmon.forever").write_text(f"{stall_after_passes}\n")
+
+
+def remote_processes(server: SshServer) -> dict[int, int]:
+    """pid → process group of every process started by a login to ``server`` (its sessions'
+    environment names the server's fake-GPU directory), wherever it was reparented to."""
+    marker = f"WATCHDOG_FAKE_GPU_STATE={server.state_dir}".encode()
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = os.getpgid(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
+def drop_connections(server: SshServer) -> int:
+    """SIGKILL the per-connection sshd processes only (the network drops; the remote shells
+    are left to notice on their own)."""
+    killed = 0
+    for pid in server.session_pids():
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name.startswith("sshd"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def target_of(server: SshServer) -> SshTarget:
+    return SshTarget("acct", "i-1", "127.0.0.1", server.port, "root")
+
+
+@pytest.fixture
+def runner(ssh_server: SshServer) -> Iterator[ParamikoRunner]:
+    with make_runner(ssh_server, MemoryHostKeyStore()) as runner:
+        yield runner
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[SshServer]:
+    workdir = tmp_path / "sshd"
+    workdir.mkdir(mode=0o700)
+    server = SshServer(require_sshd(), workdir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def manager_for(runner: ParamikoRunner, settings: StreamSettings = SETTINGS) -> StreamManager:
+    return StreamManager(runner, clock=CLOCK, settings=settings)
+
+
+def test_a_healthy_stream_is_read_every_second_and_nothing_is_left_behind(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    stream_live(fake_gpu)
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        manager.take(target.ref)
+        CLOCK.sleep(4)
+        read = manager.take(target.ref)
+        assert read is not None
+        assert sorted(read.rows) == [0, 1]
+        assert all(len(rows) >= 3 for rows in read.rows.values())
+        outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
+        assert outcome.status is ProbeStatus.OK
+        assert outcome.mode == "stream"
+        # One continuous idle run per GPU: every second between its first and last row observed.
+        assert sorted(s.gpu_index for s in outcome.samples) == [0, 1]
+        assert all(s.verdict is Verdict.IDLE and s.covers_from for s in outcome.samples)
+        assert manager.threads() <= 1 + SETTINGS.connectors
+        assert len(set(remote_processes(ssh_server).values())) == 1  # one session
+    assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
+
+
+def test_a_stalled_stream_is_blind_then_reconnected_without_an_orphan(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    stream_live(fake_gpu, stall_after_passes=2)
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(lambda: fake_gpu.is_hanging("dmon"))
+        assert wait_for(
+            lambda: manager.health()[target.ref].status is ProbeStatus.TIMEOUT, seconds=10
+        )
+        read = manager.take(target.ref)
+        assert read is not None
+        assert read.row_count <= 2 * 2 + 2  # two passes of two GPUs, nothing invented since
+        # It reconnects (a second dmon starts) and the stalled session's processes are gone.
+        assert wait_for(lambda: len([c for c in fake_gpu_calls(fake_gpu) if "dmon" in c]) >= 2)
+        CLOCK.sleep(1)
+        assert len(set(remote_processes(ssh_server).values())) <= 1
+    assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
+
+
+def fake_gpu_calls(fake: FakeGpu) -> list[str]:
+    log = fake.state_dir / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    stream_live(fake_gpu)
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        first_session = set(remote_processes(ssh_server).values())
+        assert drop_connections(ssh_server) > 0
+        assert wait_for(
+            lambda: manager.health()[target.ref].status is ProbeStatus.UNREACHABLE, seconds=10
+        )
+        # The remote side noticed (stdin EOF) and killed the first session's processes.
+        assert wait_for(lambda: not first_session & set(remote_processes(ssh_server).values()))
+        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        CLOCK.sleep(2)
+        read = manager.take(target.ref)
+        assert read is not None
+        outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
+        runs = sorted((s.covers_from, s.at) for s in outcome.samples if s.gpu_index == 0)
+        # The drop left a hole between two runs: blind, not idle.
+        assert len(runs) >= 2
+        assert runs[1][0] is not None
+        assert (runs[1][0] - runs[0][1]).total_seconds() > 2
+    assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
+
+
+def test_a_changed_host_key_stops_the_stream_and_says_so(own_server: SshServer) -> None:
+    fake = FakeGpu(own_server.state_dir)
+    stream_live(fake)
+    target = target_of(own_server)
+    with make_runner(own_server, MemoryHostKeyStore()) as runner, manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        own_server.restart(new_host_key=True)
+        assert wait_for(
+            lambda: manager.health()[target.ref].status is ProbeStatus.HOST_KEY_CHANGED,
+            seconds=20,
+        )
+        manager.take(target.ref)
+        CLOCK.sleep(2)
+        read = manager.take(target.ref)
+        assert read is not None
+        assert read.row_count == 0
+        outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(own_server), read, NOW)
+        assert outcome.status is ProbeStatus.HOST_KEY_CHANGED
+        assert outcome.samples == ()
+        assert not remote_processes(own_server)  # no command ran on the impostor
+
+
+def test_a_dmon_that_exits_ends_the_session_with_its_status(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    fake_gpu.replay("dmon", text=TWO_IDLE_GPUS * 2, pace_seconds=0.5, exit_status=3)
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(
+            lambda: "exited with status 3" in manager.health()[target.ref].detail, seconds=15
+        )
+        health = manager.health()[target.ref]
+        assert health.state is StreamState.BACKOFF
+        assert health.status is ProbeStatus.UNREACHABLE
+        read = manager.take(target.ref)
+        assert read is not None
+        assert read.row_count >= 2  # what it printed before exiting is kept
+        assert wait_for(lambda: not remote_processes(ssh_server))
+
+
+def test_a_host_that_does_not_keep_a_stream_falls_back_to_burst_mode(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    # dmon exits at once without a row, every time: no long-running command on this host.
+    fake_gpu.replay("dmon", text="", exit_status=1)
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(lambda: manager.health()[target.ref].mode is ProbeMode.BURST, seconds=30)
+        assert manager.take(target.ref) is None  # the prober runs the burst command instead
+        assert "without a row" in manager.health()[target.ref].detail
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from datetime import timedelta
+from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.probe.hostkeys import MemoryHostKeyStore
+from watchdog_gpu.probe.runner import SshTarget
+from watchdog_gpu.probe.ssh import ParamikoRunner
+from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
+from watchdog_gpu.probe.stream_buffer import StreamState
+from watchdog_gpu.probe.streams import StreamManager
+
+port, key = int(sys.argv[1]), Path(sys.argv[2])
+keys = load_private_keys(SshCredentials(private_key_path=key))
+runner = ParamikoRunner(keys, MemoryHostKeyStore())
+manager = StreamManager(runner, clock=SystemClock())
+target = SshTarget("acct", "i-1", "127.0.0.1", port, "root")
+manager.sync([target])
+while manager.health()[target.ref].state is not StreamState.STREAMING:
+    time.sleep(0.05)
+print("streaming", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_sigkilled_daemon_leaves_no_process_on_the_host(
+    ssh_server: SshServer, fake_gpu: FakeGpu
+) -> None:
+    stream_live(fake_gpu)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(ssh_server.port), str(ssh_server.client.path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "streaming"
+        assert remote_processes(ssh_server)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        assert wait_for(lambda: not remote_processes(ssh_server), seconds=20), remote_processes(
+            ssh_server
+        )
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()

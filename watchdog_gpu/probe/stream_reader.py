@@ -1,0 +1,129 @@
+"""One host's stream text → rows, aux readings and what went wrong (pure; no I/O, no clock).
+
+The real stream manager (:mod:`watchdog_gpu.probe.streams`) and the simulator's fake feed the
+bytes they read, with the instant they read them, to a :class:`StreamReader`; it cuts complete
+lines, parses them with :class:`~watchdog_gpu.probe.dmon.DmonLineReader`, judges each row at
+arrival (busy threshold, compute processes from the newest aux block) and appends it to the
+host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer`. A row's instant is when its line
+was read: the stream is live, so that is when dmon printed it (give or take the network).
+
+What it notices, for the manager to act on (reconnect with backoff; the gap is blind time):
+
+- ``error``: an nvidia-smi error text (driver gone, GPU lost…), a :class:`DmonError`;
+- ``garbage``: lines that are not rows under the header, counted since the last good row; a line
+  longer than :data:`MAX_LINE` without a line end counts as garbage and is dropped;
+- ``dmon_exit``: dmon's exit status, when the remote command reported that dmon ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from watchdog_gpu.errors import DmonError
+from watchdog_gpu.probe.command import ProbeSections, interactive_login
+from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
+from watchdog_gpu.probe.dmon import DmonLineReader
+from watchdog_gpu.probe.stream_buffer import AuxReading, HostBuffer
+from watchdog_gpu.probe.stream_command import split_aux
+from watchdog_gpu.probe.verdicts import check_threshold, processes_per_gpu, row_verdict
+
+MAX_LINE = 4096
+_MAX_AUX = 256 * 1024  # an aux block is a few KiB; more without an end marker is garbage
+
+
+class StreamReader:
+    """Reads one session of one host (a new session gets a new reader)."""
+
+    def __init__(
+        self, buffer: HostBuffer, *, threshold: float, interactive_recent_seconds: int
+    ) -> None:
+        self.buffer = buffer
+        self._threshold = check_threshold(threshold)
+        self._recent = interactive_recent_seconds
+        self._lines = DmonLineReader()
+        self._pending = ""
+        self._aux_text = ""
+        self._seen_gpus: set[int] = set()
+        self._processes: Mapping[int, int] | None = None
+        self.rows = 0
+        self.garbage = 0  # garbage lines since the last good row
+        self.error: DmonError | None = None
+        self.dmon_exit: int | None = None
+        self.last_row_at: datetime | None = None
+
+    def feed_stdout(self, text: str, at: datetime) -> None:
+        """Text read from dmon's stdout at ``at`` (any piece: lines are cut here)."""
+        lines = (self._pending + text).replace("\r\n", "\n").split("\n")
+        self._pending = lines.pop()
+        if len(self._pending) > MAX_LINE:
+            self._pending = ""
+            self.garbage += 1
+        for line in lines:
+            self._line(line.rstrip("\r"), at)
+
+    def feed_stderr(self, text: str, at: datetime) -> None:
+        """Text read from the session's stderr (aux blocks, dmon's exit marker) at ``at``."""
+        blocks, self._aux_text, dmon_exit = split_aux(self._aux_text + text)
+        if dmon_exit is not None:
+            self.dmon_exit = dmon_exit
+        if len(self._aux_text) > _MAX_AUX:
+            self._aux_text = ""
+            self.garbage += 1
+        for block in blocks:
+            if block.sections is not None:
+                self._aux(block.sections, at)
+
+    def _line(self, line: str, at: datetime) -> None:
+        try:
+            row = self._lines.read(line)
+        except DmonError as error:
+            self.error = error
+            return
+        except ValueError:
+            self.garbage += 1
+            return
+        if row is None:
+            return
+        self._seen_gpus.add(row.gpu)
+        processes = None if self._processes is None else self._processes.get(row.gpu, 0)
+        verdict = row_verdict(row, threshold=self._threshold, processes=processes)
+        self.buffer.add_row(
+            row.gpu,
+            (
+                at.timestamp(),
+                verdict,
+                row.metric("sm"),
+                row.metric("mem"),
+                row.metric("enc"),
+                row.metric("dec"),
+                row.metric("jpg"),
+                row.metric("ofa"),
+            ),
+        )
+        self.rows += 1
+        self.garbage = 0
+        self.error = None
+        self.last_row_at = at
+
+    def _aux(self, sections: ProbeSections, at: datetime) -> None:
+        try:
+            gpu_ids: Mapping[str, int] | None = parse_gpu_list(sections.gpus_text)
+        except DmonError:
+            gpu_ids = None
+        processes: Mapping[int, int] | None = None
+        if sections.apps_exit == 0:
+            try:
+                apps = parse_compute_apps(sections.apps_text, COMPUTE_APPS_FIELDS)
+            except DmonError:
+                apps = None
+            indices = sorted(self._seen_gpus | set((gpu_ids or {}).values()))
+            processes = processes_per_gpu(apps, indices, gpu_ids) if indices else None
+        self._processes = processes
+        self.buffer.add_aux(
+            AuxReading(
+                at=at,
+                processes=processes,
+                interactive_login=interactive_login(sections, self._recent),
+            )
+        )

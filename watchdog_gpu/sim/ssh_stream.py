@@ -1,0 +1,188 @@
+"""The streaming probe's view of simulated hosts: a dmon row per GPU per second, from the world.
+
+It implements :class:`watchdog_gpu.probe.runner.StreamSource` on the virtual clock. At each take
+it renders, for every second since the previous take, what a live ``nvidia-smi dmon -s u -d 1``
+would have printed then (:func:`~watchdog_gpu.sim.dmon_render.render_dmon`), and every minute
+the aux block (compute apps, ``nvidia-smi -L``, terminals) of the real streaming command, and
+feeds that text, stamped with its second, to the real
+:class:`~watchdog_gpu.probe.stream_reader.StreamReader` — the parser, the verdicts and the
+buffer are the production ones.
+
+The scenario's ``ssh`` modes: ``down``/``refused`` and a non-running instance print nothing for
+those seconds (blind time; the health says unreachable), ``hostkey_changed`` prints nothing (host
+key changed), ``garbage`` prints lines that are no dmon rows (unparseable). Hosts listed in
+``burst`` are not streamed (``take`` returns ``None``): the prober falls back to the burst
+command, as for a host that refuses a long-running session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from watchdog_gpu.config import Settings
+from watchdog_gpu.model import InstanceRef, ProbeStatus
+from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, GPUS_MARKER, exit_marker
+from watchdog_gpu.probe.runner import SshTarget
+from watchdog_gpu.probe.stream_buffer import (
+    DEFAULT_CAPACITY,
+    HostBuffer,
+    ProbeMode,
+    StreamHealth,
+    StreamRead,
+    StreamState,
+)
+from watchdog_gpu.probe.stream_reader import StreamReader
+from watchdog_gpu.sim.dmon_render import render_compute_apps, render_dmon, render_gpu_list
+from watchdog_gpu.sim.gpu import GpuState
+from watchdog_gpu.sim.records import UnknownInstanceError
+from watchdog_gpu.sim.world import SimulatedWorld
+
+_SECOND = timedelta(seconds=1)
+_COMPUTE_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
+_GARBAGE = "Segmentation fault (core dumped)\n"
+_BLIND = {
+    "down": (ProbeStatus.UNREACHABLE, "timed out"),
+    "refused": (ProbeStatus.UNREACHABLE, "connection refused"),
+    "hostkey_changed": (ProbeStatus.HOST_KEY_CHANGED, "host key changed"),
+    "garbage": (ProbeStatus.UNPARSEABLE, "the stream printed lines that are no dmon rows"),
+}
+
+
+@dataclass
+class _Host:
+    target: SshTarget
+    buffer: HostBuffer
+    reader: StreamReader
+    read_until: datetime
+    next_aux: datetime
+
+
+class SimulatedStreams:
+    """Streams of the simulated hosts (thread-safe; the world is too)."""
+
+    def __init__(
+        self,
+        world: SimulatedWorld,
+        *,
+        threshold_percent: float = 5.0,
+        interactive_recent_seconds: int = 1800,
+        aux_interval: timedelta = timedelta(seconds=60),
+        burst: Collection[InstanceRef] = (),
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> None:
+        self.world = world
+        self._threshold = threshold_percent
+        self._recent = interactive_recent_seconds
+        self._aux_interval = aux_interval
+        self._burst = frozenset(burst)
+        self._capacity = capacity
+        self._hosts: dict[InstanceRef, _Host] = {}
+        self._lock = threading.Lock()
+
+    def sync(self, targets: Sequence[SshTarget]) -> None:
+        now = self.world.now()
+        wanted = {target.ref: target for target in targets if target.ref not in self._burst}
+        with self._lock:
+            for ref in [ref for ref in self._hosts if ref not in wanted]:
+                del self._hosts[ref]
+            for ref, target in wanted.items():
+                if ref not in self._hosts:
+                    health = StreamHealth(
+                        ProbeMode.STREAM,
+                        StreamState.CONNECTING,
+                        ProbeStatus.UNREACHABLE,
+                        now,
+                        "the stream is starting",
+                    )
+                    buffer = HostBuffer(health, capacity=self._capacity)
+                    reader = StreamReader(
+                        buffer, threshold=self._threshold, interactive_recent_seconds=self._recent
+                    )
+                    self._hosts[ref] = _Host(target, buffer, reader, now, now)
+
+    def take(self, ref: InstanceRef) -> StreamRead | None:
+        with self._lock:
+            host = self._hosts.get(ref)
+        if host is None:
+            return None
+        now = self.world.now()
+        moment = max(host.read_until, now - self._capacity * _SECOND)
+        while moment + _SECOND <= now:
+            moment += _SECOND
+            self._second(host, moment)
+        host.read_until = moment
+        host.buffer.set_health(self._health(host, now))
+        return host.buffer.take()
+
+    def health(self) -> Mapping[InstanceRef, StreamHealth]:
+        with self._lock:
+            hosts = list(self._hosts.items())
+        return {ref: host.buffer.health() for ref, host in hosts}
+
+    def _state(self, host: _Host, at: datetime) -> GpuState | None:
+        try:
+            return self.world.gpu_state(host.target.account, host.target.instance_id, at)
+        except UnknownInstanceError:
+            return None
+
+    def _second(self, host: _Host, at: datetime) -> None:
+        state = self._state(host, at)
+        if state is None or not state.running or state.ssh in ("down", "refused"):
+            return
+        if state.ssh == "hostkey_changed":
+            return
+        if state.ssh == "garbage":
+            host.reader.feed_stdout(_GARBAGE, at)
+            return
+        host.reader.feed_stdout(render_dmon([state]), at)
+        if at >= host.next_aux:
+            host.reader.feed_stderr(_aux_block(state, at), at)
+            host.next_aux = at + self._aux_interval
+
+    def _health(self, host: _Host, now: datetime) -> StreamHealth:
+        state = self._state(host, now)
+        mode = "down" if state is None or not state.running else state.ssh
+        if mode in _BLIND:
+            status, detail = _BLIND[mode]
+            detail = f"{host.target.endpoint}: {detail}"
+            return StreamHealth(ProbeMode.STREAM, StreamState.BACKOFF, status, now, detail)
+        last_row = host.reader.last_row_at
+        if last_row is None:
+            return StreamHealth(
+                ProbeMode.STREAM,
+                StreamState.CONNECTING,
+                ProbeStatus.UNREACHABLE,
+                now,
+                "the stream is starting",
+            )
+        return StreamHealth(
+            ProbeMode.STREAM, StreamState.STREAMING, ProbeStatus.OK, now, last_row_at=last_row
+        )
+
+
+def _aux_block(state: GpuState, at: datetime) -> str:
+    epoch = int(at.timestamp())
+    ttys = [str(epoch - 30)] if state.interactive_login else []
+    return "".join(
+        (
+            f"{BEGIN_MARKER}\n",
+            exit_marker("DMON", 0) + "\n",
+            render_compute_apps(state, _COMPUTE_FIELDS, header=False, units=False),
+            exit_marker("APPS", 0) + "\n",
+            render_gpu_list(state),
+            f"{GPUS_MARKER}\n",
+            f"{epoch}\n",
+            "".join(f"{tty}\n" for tty in ttys),
+            f"{END_MARKER}\n",
+        )
+    )
+
+
+def simulated_streams(settings: Settings, world: SimulatedWorld) -> SimulatedStreams | None:
+    """The simulated streams for ``settings`` (``None`` with ``[probe] mode = "burst"``)."""
+    if settings.probe.mode != "stream":
+        return None
+    return SimulatedStreams(world, threshold_percent=settings.rules.idle_gpu.threshold_percent)
