@@ -40,6 +40,8 @@ import statistics
 import tempfile
 import tracemalloc
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -221,14 +223,16 @@ def stream_bench(arguments: argparse.Namespace, server: SshServer) -> None:
     )
 
 
-def run_stream(arguments: argparse.Namespace) -> None:
+@contextmanager
+def bench_sshd() -> Iterator[SshServer]:
+    """A private sshd on 127.0.0.1 in a scratch directory, stopped afterwards."""
     with tempfile.TemporaryDirectory(prefix="bench-sshd-") as scratch:
         workdir = Path(scratch)
         workdir.chmod(0o700)
         server = SshServer(SSHD, workdir)
         server.start()
         try:
-            stream_bench(arguments, server)
+            yield server
         finally:
             server.stop()
 
@@ -244,52 +248,44 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60, help="window (--stream)")
     parser.add_argument("--tick", type=float, default=15, help="seconds between ticks (--stream)")
     arguments = parser.parse_args()
-    if arguments.stream:
-        run_stream(arguments)
-        return
+    with bench_sshd() as server:
+        if arguments.stream:
+            stream_bench(arguments, server)
+            return
+        fake = FakeGpu(server.state_dir)
+        fake.replay(
+            "dmon",
+            text=dmon_text(ProbeCommandSpec().samples),
+            pace_seconds=1 if arguments.paced else None,
+        )
+        fleet = instances(server, arguments.instances)
 
-    with tempfile.TemporaryDirectory(prefix="bench-sshd-") as scratch:
-        workdir = Path(scratch)
-        workdir.chmod(0o700)
-        server = SshServer(SSHD, workdir)
-        server.start()
-        try:
-            fake = FakeGpu(server.state_dir)
-            fake.replay(
-                "dmon",
-                text=dmon_text(ProbeCommandSpec().samples),
-                pace_seconds=1 if arguments.paced else None,
-            )
-            fleet = instances(server, arguments.instances)
+        print(
+            f"{arguments.instances} instances, {arguments.workers} workers, "
+            f"{'paced (1 row/s)' if arguments.paced else 'instant'} fake nvidia-smi"
+        )
+        print("| round | wall s | p50 ms | p95 ms | max ms | ok |", flush=True)
+        print("|---|---|---|---|---|---|", flush=True)
+        runner, prober = make_prober(server, arguments.workers)
+        with runner:
+            for number in range(1, arguments.rounds + 1):
+                seconds, outcomes = timed_round(prober, fleet)
+                label = "1 (connect)" if number == 1 else f"{number} (reuse)"
+                print(describe(label, seconds, outcomes), flush=True)
+            kept = runner.kept_connections()
+        logins = server.log_path.read_text().count("Accepted publickey")
+        print(f"kept connections after the rounds: {kept}; sshd logins: {logins}", flush=True)
 
-            print(
-                f"{arguments.instances} instances, {arguments.workers} workers, "
-                f"{'paced (1 row/s)' if arguments.paced else 'instant'} fake nvidia-smi"
-            )
-            print("| round | wall s | p50 ms | p95 ms | max ms | ok |", flush=True)
-            print("|---|---|---|---|---|---|", flush=True)
-            runner, prober = make_prober(server, arguments.workers)
-            with runner:
-                for number in range(1, arguments.rounds + 1):
-                    seconds, outcomes = timed_round(prober, fleet)
-                    label = "1 (connect)" if number == 1 else f"{number} (reuse)"
-                    print(describe(label, seconds, outcomes), flush=True)
-                kept = runner.kept_connections()
-            logins = server.log_path.read_text().count("Accepted publickey")
-            print(f"kept connections after the rounds: {kept}; sshd logins: {logins}", flush=True)
-
-            runner, prober = make_prober(server, arguments.workers)
-            tracemalloc.start()
-            with runner:
-                timed_round(prober, fleet)
-                timed_round(prober, fleet)
-                _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            print(f"tracemalloc peak (connect + reuse round): {peak / 2**20:.1f} MiB", flush=True)
-            print(f"ru_maxrss of the process: {maxrss_kib / 1024:.1f} MiB", flush=True)
-        finally:
-            server.stop()
+        runner, prober = make_prober(server, arguments.workers)
+        tracemalloc.start()
+        with runner:
+            timed_round(prober, fleet)
+            timed_round(prober, fleet)
+            _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(f"tracemalloc peak (connect + reuse round): {peak / 2**20:.1f} MiB", flush=True)
+        print(f"ru_maxrss of the process: {maxrss_kib / 1024:.1f} MiB", flush=True)
 
 
 if __name__ == "__main__":

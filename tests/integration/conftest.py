@@ -34,6 +34,20 @@ def require_sshd() -> str:
     return sshd
 
 
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[SshServer]:
+    """A private sshd for tests that restart it or change its host key (the shared one must
+    stay up)."""
+    workdir = tmp_path / "sshd"
+    workdir.mkdir(mode=0o700)
+    server = SshServer(require_sshd(), workdir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     """A running sshd on 127.0.0.1 that logs ``root`` in with ``ssh_server.client.path`` only."""

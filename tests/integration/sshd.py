@@ -193,11 +193,15 @@ class SshServer:
                 pending.append(child)
         return found
 
-    def kill_sessions(self) -> int:
+    def kill_sessions(self, *, only_sshd: bool = False) -> int:
         """SIGKILL every session of this sshd (a dropped connection, seen from the client);
-        the listener keeps running. Returns how many processes were signalled."""
+        the listener keeps running. Returns how many processes were signalled. ``only_sshd``:
+        kill only the per-connection sshd processes and leave the commands they ran to notice
+        on their own (what a network drop looks like to the remote side)."""
         killed = 0
         for pid in self.session_pids():
+            if only_sshd and not _is_sshd(pid):
+                continue
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
@@ -208,3 +212,10 @@ class SshServer:
     def write_authorized_client(self, name: str) -> ClientKey:
         """A new client key that sshd does NOT accept (for the wrong-key test)."""
         return self._new_client_key(name)
+
+
+def _is_sshd(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip().startswith("sshd")
+    except OSError:
+        return False

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import FakeGpu, require_sshd
+from tests.integration.conftest import FakeGpu
 from tests.integration.probe_helpers import (
     assert_failed_without_samples,
     instance_on,
@@ -25,19 +25,6 @@ from watchdog_gpu.probe.sshkeys import SshCredentials
 pytestmark = pytest.mark.sshd
 
 IDLE_DMON = "nvidia-smi/dmon_default_1gpu_idle_h100_590.48.01.txt"
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[SshServer]:
-    """A private sshd for tests that restart it (the shared one must stay up)."""
-    workdir = tmp_path / "sshd"
-    workdir.mkdir(mode=0o700)
-    server = SshServer(require_sshd(), workdir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 10.0) -> bool:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from tests.integration.conftest import FakeGpu, require_sshd
+from tests.integration.conftest import FakeGpu
 from tests.integration.probe_helpers import FAST_SPEC, FAST_TIMEOUTS, NOW, instance_on, probe
 from tests.integration.sshd import SshServer
 from watchdog_gpu.clock import SystemClock
@@ -19,18 +16,6 @@ from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
 from watchdog_gpu.store import Store
 
 pytestmark = pytest.mark.sshd
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[SshServer]:
-    workdir = tmp_path / "sshd"
-    workdir.mkdir(mode=0o700)
-    server = SshServer(require_sshd(), workdir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def prober_with(server: SshServer, pins: HostKeyStore) -> tuple[ParamikoRunner, Prober]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import FakeGpu, require_sshd
+from tests.integration.conftest import FakeGpu
 from tests.integration.probe_helpers import NOW, instance_on, make_runner
 from tests.integration.sshd import SshServer
 from watchdog_gpu.clock import SystemClock
@@ -80,24 +80,6 @@ def remote_processes(server: SshServer) -> dict[int, int]:
     return found
 
 
-def drop_connections(server: SshServer) -> int:
-    """SIGKILL the per-connection sshd processes only (the network drops; the remote shells
-    are left to notice on their own)."""
-    killed = 0
-    for pid in server.session_pids():
-        try:
-            name = Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            continue
-        if name.startswith("sshd"):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    return killed
-
-
 def target_of(server: SshServer) -> SshTarget:
     return SshTarget("acct", "i-1", "127.0.0.1", server.port, "root")
 
@@ -106,18 +88,6 @@ def target_of(server: SshServer) -> SshTarget:
 def runner(ssh_server: SshServer) -> Iterator[ParamikoRunner]:
     with make_runner(ssh_server, MemoryHostKeyStore()) as runner:
         yield runner
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[SshServer]:
-    workdir = tmp_path / "sshd"
-    workdir.mkdir(mode=0o700)
-    server = SshServer(require_sshd(), workdir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def manager_for(runner: ParamikoRunner, settings: StreamSettings = SETTINGS) -> StreamManager:
@@ -184,7 +154,7 @@ def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
         manager.sync([target])
         assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
         first_session = set(remote_processes(ssh_server).values())
-        assert drop_connections(ssh_server) > 0
+        assert ssh_server.kill_sessions(only_sshd=True) > 0
         assert wait_for(
             lambda: manager.health()[target.ref].status is ProbeStatus.UNREACHABLE, seconds=10
         )

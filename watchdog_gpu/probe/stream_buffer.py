@@ -75,6 +75,18 @@ class StreamHealth:
     last_row_at: datetime | None = None
 
 
+def starting(at: datetime) -> StreamHealth:
+    """The health of a stream that was just asked for: no row yet, so a round reports it
+    unreachable (blind), never idle."""
+    return StreamHealth(
+        ProbeMode.STREAM,
+        StreamState.CONNECTING,
+        ProbeStatus.UNREACHABLE,
+        at,
+        "the stream is starting",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class AuxReading:
     """What the newest aux block said: compute processes per GPU index (``None``: no list),

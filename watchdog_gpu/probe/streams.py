@@ -55,6 +55,7 @@ from watchdog_gpu.probe.stream_buffer import (
     StreamHealth,
     StreamRead,
     StreamState,
+    starting,
 )
 from watchdog_gpu.probe.stream_command import StreamCommandSpec, build_stream_command
 from watchdog_gpu.probe.stream_reader import StreamReader
@@ -152,16 +153,8 @@ class StreamManager:
                     del self._hosts[ref]
             for ref, target in wanted.items():
                 if ref not in self._hosts:
-                    health = StreamHealth(
-                        ProbeMode.STREAM,
-                        StreamState.CONNECTING,
-                        ProbeStatus.UNREACHABLE,
-                        now,
-                        "the stream is starting",
-                    )
-                    self._hosts[ref] = _Host(
-                        target, HostBuffer(health, capacity=self._settings.capacity)
-                    )
+                    buffer = HostBuffer(starting(now), capacity=self._settings.capacity)
+                    self._hosts[ref] = _Host(target, buffer)
 
     def take(self, ref: InstanceRef) -> StreamRead | None:
         with self._lock:

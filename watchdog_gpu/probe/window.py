@@ -103,7 +103,7 @@ def window_verdict(
     for index in indices:
         own = [sample for sample in samples if sample.gpu_index == index]
         gpu, spans = _judge_gpu(index, own, rules)
-        covered_by_all = _intersect(covered_by_all, spans)
+        covered_by_all = intersect_spans(covered_by_all, spans)
         gpus.append(gpu)
     coverage = _fraction(covered_by_all, start, end) if gpus else 0.0
     verdict, reason = _overall(gpus, coverage, min_coverage)
@@ -138,7 +138,7 @@ def _judge_gpu(index: int, own: Sequence[GpuSample], rules: _Rules) -> tuple[Gpu
     """One GPU's entry and the spans its in-window samples cover."""
     start, end = rules.start, rules.end
     inside = [sample for sample in own if start <= sample.at <= end]
-    spans = _union([_span(sample.at, start, end, rules.max_gap) for sample in inside])
+    spans = union_spans([_span(sample.at, start, end, rules.max_gap) for sample in inside])
     judged = [sample_verdict(sample, threshold=rules.threshold) for sample in inside]
     busy_times = [
         sample.at
@@ -194,7 +194,8 @@ def _span(at: datetime, start: datetime, end: datetime, max_gap: timedelta) -> S
     return max(start, at - max_gap / 2), min(end, at + max_gap / 2)
 
 
-def _union(spans: Iterable[Span]) -> list[Span]:
+def union_spans(spans: Iterable[Span]) -> list[Span]:
+    """The union of ``spans`` as sorted, disjoint spans (touching ones merged)."""
     merged: list[Span] = []
     for low, high in sorted(spans):
         if merged and low <= merged[-1][1]:
@@ -204,13 +205,16 @@ def _union(spans: Iterable[Span]) -> list[Span]:
     return merged
 
 
-def _intersect(first: Sequence[Span], second: Sequence[Span]) -> list[Span]:
-    """The intersection of two sorted lists of disjoint spans (a two-pointer sweep)."""
+def intersect_spans(
+    first: Sequence[Span], second: Sequence[Span], *, points: bool = False
+) -> list[Span]:
+    """The intersection of two sorted lists of disjoint spans (a two-pointer sweep); with
+    ``points``, zero-length overlaps (a lone sample's instant) are kept too."""
     both: list[Span] = []
     i = j = 0
     while i < len(first) and j < len(second):
         low, high = max(first[i][0], second[j][0]), min(first[i][1], second[j][1])
-        if low < high:
+        if low < high or (points and low == high):
             both.append((low, high))
         if first[i][1] < second[j][1]:
             i += 1

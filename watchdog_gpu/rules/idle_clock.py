@@ -37,9 +37,9 @@ from itertools import pairwise
 
 from watchdog_gpu.model import GpuSample
 from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
+from watchdog_gpu.probe.window import intersect_spans, union_spans
 
 Span = tuple[datetime, datetime]
-
 __all__ = ["CONTIGUOUS_GAP", "IdleClock", "gpu_observed_spans", "idle_clock"]
 
 
@@ -113,7 +113,7 @@ def gpu_observed_spans(
         if following - high <= CONTIGUOUS_GAP:
             spans.append((high, following))
     clipped = [(max(low, start), min(high, end)) for low, high in spans]
-    return _union(span for span in clipped if span[0] <= span[1])
+    return union_spans(span for span in clipped if span[0] <= span[1])
 
 
 def idle_clock(
@@ -132,7 +132,7 @@ def idle_clock(
     common: list[Span] | None = None
     for samples in idle_samples.values():
         own = gpu_observed_spans(samples, start, now, max_sample_gap)
-        common = own if common is None else _intersect(common, own)
+        common = own if common is None else intersect_spans(common, own, points=True)
         if not common:
             return None
     assert common is not None
@@ -143,28 +143,3 @@ def idle_clock(
             restarted = True
             break
     return IdleClock(onset=common[0][0], spans=tuple(common), restarted=restarted)
-
-
-def _union(spans: Iterable[Span]) -> list[Span]:
-    merged: list[Span] = []
-    for low, high in sorted(spans):
-        if merged and low <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
-        else:
-            merged.append((low, high))
-    return merged
-
-
-def _intersect(first: Sequence[Span], second: Sequence[Span]) -> list[Span]:
-    """The intersection of two sorted lists of disjoint spans (points included)."""
-    both: list[Span] = []
-    i = j = 0
-    while i < len(first) and j < len(second):
-        low, high = max(first[i][0], second[j][0]), min(first[i][1], second[j][1])
-        if low <= high:
-            both.append((low, high))
-        if first[i][1] < second[j][1]:
-            i += 1
-        else:
-            j += 1
-    return both

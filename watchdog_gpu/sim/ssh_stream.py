@@ -33,6 +33,7 @@ from watchdog_gpu.probe.stream_buffer import (
     StreamHealth,
     StreamRead,
     StreamState,
+    starting,
 )
 from watchdog_gpu.probe.stream_reader import StreamReader
 from watchdog_gpu.sim.dmon_render import render_compute_apps, render_dmon, render_gpu_list
@@ -90,14 +91,7 @@ class SimulatedStreams:
                 del self._hosts[ref]
             for ref, target in wanted.items():
                 if ref not in self._hosts:
-                    health = StreamHealth(
-                        ProbeMode.STREAM,
-                        StreamState.CONNECTING,
-                        ProbeStatus.UNREACHABLE,
-                        now,
-                        "the stream is starting",
-                    )
-                    buffer = HostBuffer(health, capacity=self._capacity)
+                    buffer = HostBuffer(starting(now), capacity=self._capacity)
                     reader = StreamReader(
                         buffer, threshold=self._threshold, interactive_recent_seconds=self._recent
                     )
@@ -151,13 +145,7 @@ class SimulatedStreams:
             return StreamHealth(ProbeMode.STREAM, StreamState.BACKOFF, status, now, detail)
         last_row = host.reader.last_row_at
         if last_row is None:
-            return StreamHealth(
-                ProbeMode.STREAM,
-                StreamState.CONNECTING,
-                ProbeStatus.UNREACHABLE,
-                now,
-                "the stream is starting",
-            )
+            return starting(now)
         return StreamHealth(
             ProbeMode.STREAM, StreamState.STREAMING, ProbeStatus.OK, now, last_row_at=last_row
         )
