@@ -15,7 +15,8 @@
 
 A session is closed and the host reconnected with exponential backoff (1 s doubling to
 ``max_backoff``, ±20 % jitter) when its stream **stops** (EOF, connection dropped, dmon exited),
-**stalls** (no row for ``stall_after``; the host shows ``stalled`` from ``stall_after / 2``) or
+**stalls** (no output for ``stall_after``, or :data:`START_ALLOWANCE` before a session's first
+output; the host shows ``stalled`` when rows stop for ``stall_after / 2``) or
 prints **garbage** (``garbage_lines`` lines in a row that are no dmon rows, or an nvidia-smi
 error text). The rows simply stop meanwhile: the gap is blind time, never idle. A host whose
 sessions end ``fallback_after`` times in a row without a single row (a host that does not allow a
@@ -63,6 +64,7 @@ from watchdog_gpu.probe.stream_reader import StreamReader
 logger = logging.getLogger(__name__)
 
 _TICK_SECONDS = 0.25
+START_ALLOWANCE = 30.0  # seconds a new session may take to print anything
 _READ_BYTES = 65536
 
 
@@ -286,7 +288,7 @@ class StreamManager:
             self._end(
                 host, f"{reader.garbage} lines that are no dmon rows", ProbeStatus.UNPARSEABLE
             )
-        elif now - host.last_data > settings.stall_after.total_seconds():
+        elif now - host.last_data > self._stall_limit(host):
             self._end(
                 host,
                 f"no output for {settings.stall_after.total_seconds():g} s",
@@ -300,6 +302,14 @@ class StreamManager:
             host.attempts = 0
             host.rowless_sessions = 0
             self._set(host, StreamState.STREAMING, ProbeStatus.OK, "")
+
+    def _stall_limit(self, host: _Host) -> float:
+        """``stall_after``; before a session's first output, at least :data:`START_ALLOWANCE`
+        (a loaded host may take a while to start the shell and nvidia-smi)."""
+        limit = self._settings.stall_after.total_seconds()
+        if host.last_data == host.opened_at:
+            return max(limit, START_ALLOWANCE)
+        return limit
 
     # -- sessions -----------------------------------------------------------------------------
 
