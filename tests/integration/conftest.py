@@ -81,10 +81,13 @@ class FakeGpu:
         exit_status: int = 0,
         hang_seconds: int | None = None,
         pace_seconds: float | None = None,
+        forever: int | None = None,
     ) -> None:
         """Make ``nvidia-smi <part>`` (``dmon``, ``apps``, ``gpus``) print a fixture file (a path
         under ``tests/fixtures``) or ``text``, one data line every ``pace_seconds`` if given, exit
-        with ``exit_status`` and, with ``hang_seconds``, sleep after printing."""
+        with ``exit_status`` and, with ``hang_seconds``, sleep after printing. With ``forever``
+        (and ``pace_seconds``) print the rows over and over like a live ``dmon -d 1``, stalling
+        after that many passes (0: never)."""
         if fixture is not None:
             shutil.copyfile(FIXTURES / fixture, self.state_dir / f"{part}.txt")
         elif text is not None:
@@ -94,6 +97,8 @@ class FakeGpu:
             (self.state_dir / f"{part}.hang").write_text(f"{hang_seconds}\n")
         if pace_seconds is not None:
             (self.state_dir / f"{part}.pace").write_text(f"{pace_seconds}\n")
+        if forever is not None:
+            (self.state_dir / f"{part}.forever").write_text(f"{forever}\n")
 
     def is_hanging(self, part: str) -> bool:
         return (self.state_dir / f"{part}.hanging").exists()

@@ -270,11 +270,12 @@ def world(ssh_server: SshServer, tmp_path_factory: pytest.TempPathFactory) -> It
     root = tmp_path_factory.mktemp("end-to-end")
     idle_gpu = FakeGpu(ssh_server.state_dir)
     idle_gpu.reset()
-    idle_gpu.replay("dmon", IDLE_DMON)
+    # A live dmon (the streaming probe): one row a second for as long as the session lasts.
+    idle_gpu.replay("dmon", IDLE_DMON, pace_seconds=1, forever=0)
     busy_dir = root / "busy-sshd"
     busy_dir.mkdir(mode=0o700)
     busy_host = SshServer(require_sshd(), busy_dir, client=ssh_server.client)
-    FakeGpu(busy_host.state_dir).replay("dmon", BUSY_DMON)
+    FakeGpu(busy_host.state_dir).replay("dmon", BUSY_DMON, pace_seconds=1, forever=0)
     busy_host.start()
     scenario = root / "scenario.toml"
     scenario.write_text(scenario_text(ssh_server.port, busy_host.port), encoding="utf-8")

@@ -60,8 +60,7 @@ def wait_for(check: Callable[[], bool], seconds: float = 15.0) -> bool:
 
 def stream_live(fake: FakeGpu, *, stall_after_passes: int = 0) -> None:
     """dmon prints a row per GPU per second until killed (or stalls after some passes)."""
-    fake.replay("dmon", text=TWO_IDLE_GPUS, pace_seconds=0.5)
-    (fake.state_dir / "dmon.forever").write_text(f"{stall_after_passes}\n")
+    fake.replay("dmon", text=TWO_IDLE_GPUS, pace_seconds=0.5, forever=stall_after_passes)
 
 
 def remote_processes(server: SshServer) -> dict[int, int]:
