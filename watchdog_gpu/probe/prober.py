@@ -209,7 +209,10 @@ class Prober:
             notes.append(f"{read.dropped} rows dropped (buffer full)")
         if not read.row_count:
             status = health.status
-            if status is ProbeStatus.OK:
+            recent = read.last_row_at is not None and now.timestamp() - read.last_row_at <= 2
+            if status is ProbeStatus.OK and recent:
+                notes = ["no new row yet (the previous round was less than a second ago)"]
+            elif status is ProbeStatus.OK:
                 status = ProbeStatus.TIMEOUT
                 notes = [f"no dmon row since the previous round ({health.state.value})"]
             outcome = ProbeOutcome(

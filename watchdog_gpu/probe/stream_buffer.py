@@ -106,6 +106,7 @@ class StreamRead:
     dropped: int
     aux: AuxReading | None
     health: StreamHealth
+    last_row_at: float | None = None  # epoch seconds of the newest row ever buffered
 
     @property
     def row_count(self) -> int:
@@ -121,6 +122,7 @@ class HostBuffer:
     _rows: dict[int, deque[Row]] = field(default_factory=dict)
     _dropped: int = 0
     _aux: AuxReading | None = None
+    _last_row_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_row(self, gpu: int, row: Row) -> None:
@@ -133,6 +135,7 @@ class HostBuffer:
             if len(ring) == self.capacity:
                 self._dropped += 1
             ring.append(row)
+            self._last_row_at = row[0]
 
     def add_aux(self, aux: AuxReading) -> None:
         with self._lock:
@@ -156,7 +159,7 @@ class HostBuffer:
             for ring in self._rows.values():
                 ring.clear()
             dropped, self._dropped = self._dropped, 0
-            return StreamRead(rows, dropped, self._aux, self.health_now)
+            return StreamRead(rows, dropped, self._aux, self.health_now, self._last_row_at)
 
 
 def row_samples(read: StreamRead, *, account: str, instance_id: str) -> list[GpuSample]:

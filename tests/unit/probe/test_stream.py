@@ -281,3 +281,14 @@ def test_a_round_without_rows_is_a_failed_probe_without_samples(
     assert outcome.status is expected
     assert outcome.samples == ()
     assert outcome.mode == "stream"
+
+
+def test_a_round_right_after_the_previous_one_is_ok_without_samples() -> None:
+    # Two rounds within the same second (an accelerated demo, a restart): nothing new yet.
+    read = StreamRead({}, 0, None, health(), last_row_at=T0.timestamp())
+    prober = Prober(BurstOnly(), clock=VirtualClock(T0))
+    outcome = prober.stream_outcome(snapshot("1"), read, T0 + SECOND)
+    assert outcome.status is ProbeStatus.OK
+    assert outcome.samples == ()
+    later = prober.stream_outcome(snapshot("1"), read, T0 + 5 * SECOND)
+    assert later.status is ProbeStatus.TIMEOUT
