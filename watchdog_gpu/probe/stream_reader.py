@@ -23,12 +23,13 @@ from datetime import datetime
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
-from watchdog_gpu.probe.dmon import DmonLineReader
+from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
 from watchdog_gpu.probe.stream_buffer import AuxReading, HostBuffer
 from watchdog_gpu.probe.stream_command import split_aux
 from watchdog_gpu.probe.verdicts import check_threshold, processes_per_gpu, row_verdict
 
 MAX_LINE = 4096
+_PARSED_LINES = 256  # distinct data lines remembered per session
 _MAX_AUX = 256 * 1024  # an aux block is a few KiB; more without an end marker is garbage
 
 
@@ -43,6 +44,7 @@ class StreamReader:
         self._recent = interactive_recent_seconds
         self._lines = DmonLineReader()
         self._pending = ""
+        self._parsed: dict[tuple[tuple[str, ...] | None, str], DmonRow] = {}
         self._aux_text = ""
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
@@ -75,6 +77,14 @@ class StreamReader:
                 self._aux(block.sections, at)
 
     def _line(self, line: str, at: datetime) -> None:
+        # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
+        # distinct data line once per header.
+        key = (self._lines.columns, line)
+        row = self._parsed.get(key)
+        if row is not None:
+            self._lines.line_number += 1
+            self._row(row, at)
+            return
         try:
             row = self._lines.read(line)
         except DmonError as error:
@@ -85,6 +95,12 @@ class StreamReader:
             return
         if row is None:
             return
+        if len(self._parsed) >= _PARSED_LINES:
+            self._parsed.clear()
+        self._parsed[(self._lines.columns, line)] = row
+        self._row(row, at)
+
+    def _row(self, row: DmonRow, at: datetime) -> None:
         self._seen_gpus.add(row.gpu)
         processes = None if self._processes is None else self._processes.get(row.gpu, 0)
         verdict = row_verdict(row, threshold=self._threshold, processes=processes)

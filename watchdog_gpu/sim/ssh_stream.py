@@ -81,6 +81,7 @@ class SimulatedStreams:
         self._burst = frozenset(burst)
         self._capacity = capacity
         self._hosts: dict[InstanceRef, _Host] = {}
+        self._rendered: dict[GpuState, str] = {}  # the same state prints the same text
         self._lock = threading.Lock()
 
     def sync(self, targets: Sequence[SshTarget]) -> None:
@@ -131,7 +132,12 @@ class SimulatedStreams:
         if state.ssh == "garbage":
             host.reader.feed_stdout(_GARBAGE, at)
             return
-        host.reader.feed_stdout(render_dmon([state]), at)
+        text = self._rendered.get(state)
+        if text is None:
+            if len(self._rendered) >= 1024:
+                self._rendered.clear()
+            text = self._rendered[state] = render_dmon([state])
+        host.reader.feed_stdout(text, at)
         if at >= host.next_aux:
             host.reader.feed_stderr(_aux_block(state, at), at)
             host.next_aux = at + self._aux_interval
