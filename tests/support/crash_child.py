@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -85,8 +86,16 @@ def rebuild_world(scenario: Scenario, clock: VirtualClock, journal: Path) -> Jou
     return world
 
 
-def main(scenario_path: str, workdir: str) -> int:
-    work = Path(workdir)
+def resume_night(
+    scenario_path: str,
+    work: Path,
+    *,
+    database_url: str | None = None,
+    before_tick: Callable[[Simulation], None] | None = None,
+) -> None:
+    """Run the night from where the last process left it (``progress``, ``world.journal``) to
+    its end; ``database_url`` replaces ``WORKDIR/watchdog.db`` and ``before_tick`` runs before
+    every tick (the failover child checks its leadership there)."""
     scenario = load_scenario(scenario_path)
     progress = work / "progress"
     first_tick = scenario.start
@@ -102,14 +111,21 @@ def main(scenario_path: str, workdir: str) -> int:
         world=world,
         delivery=JournaledDelivery(work / "delivered.journal"),
         first_tick=max(first_tick, clock.now()),
+        database_url=database_url,
     )
     while not sim.finished:
+        if before_tick is not None:
+            before_tick(sim)
         sim.step()
         offset = int((sim.next_tick - scenario.tick - scenario.start).total_seconds())
-        temporary = progress.with_suffix(".tmp")
+        temporary = progress.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(str(offset))
         os.replace(temporary, progress)
     sim.close()
+
+
+def main(scenario_path: str, workdir: str) -> int:
+    resume_night(scenario_path, Path(workdir))
     print("DONE", flush=True)
     return 0
 

@@ -11,17 +11,13 @@ its leadership before every tick (a real daemon checks it every few seconds).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
-from tests.support.crash_child import JournaledDelivery, append_durably, rebuild_world
-from watchdog_gpu.clock import VirtualClock
-from watchdog_gpu.sim.scenario import load_scenario
-from watchdog_gpu.sim.simulate import Simulation, simulation_settings
+from tests.support.crash_child import append_durably, resume_night
+from watchdog_gpu.sim.simulate import Simulation
 from watchdog_gpu.store.leadership import PostgresLeadership
 
 
@@ -32,32 +28,12 @@ def main(scenario_path: str, workdir: str, database_url: str, node: str) -> int:
         return 1
     assert leadership.epoch is not None
     append_durably(work / "leaders.journal", f"{node} {leadership.epoch} {time.monotonic():.3f}")
-    scenario = load_scenario(scenario_path)
-    progress = work / "progress"
-    first_tick = scenario.start
-    if progress.exists():
-        first_tick = scenario.start + timedelta(seconds=int(progress.read_text())) + scenario.tick
-    clock = VirtualClock(scenario.start)
-    world = rebuild_world(scenario, clock, work / "world.journal")
-    sim = Simulation(
-        scenario,
-        simulation_settings(scenario, None),
-        work / "unused.db",
-        clock=clock,
-        world=world,
-        delivery=JournaledDelivery(work / "delivered.journal"),
-        first_tick=max(first_tick, clock.now()),
-        database_url=database_url,
-    )
-    sim.store.fence_epoch = leadership.epoch
-    while not sim.finished:
-        leadership.check()
-        sim.step()
-        offset = int((sim.next_tick - scenario.tick - scenario.start).total_seconds())
-        temporary = progress.with_suffix(f".{node}.tmp")
-        temporary.write_text(str(offset))
-        os.replace(temporary, progress)
-    sim.close()
+
+    def still_leading(sim: Simulation) -> None:
+        leadership.check()  # raises LeadershipLostError: this process stops acting
+        sim.store.fence_epoch = leadership.epoch
+
+    resume_night(scenario_path, work, database_url=database_url, before_tick=still_leading)
     leadership.release()
     print("DONE", flush=True)
     return 0
