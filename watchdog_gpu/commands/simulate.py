@@ -63,7 +63,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"--db {args.db}: the file exists; choose a new path", file=sys.stderr)
         return EXIT_USAGE
     # The run's own decisions are the output; engine logs would only interleave with it.
-    logging.getLogger("watchdog_gpu").setLevel(logging.WARNING)
+    # Put back afterwards: in-process callers (tests, tools) keep their own logging.
+    package_logger = logging.getLogger("watchdog_gpu")
+    previous_level = package_logger.level
+    package_logger.setLevel(logging.WARNING)
     try:
         with simulation(scenario, base, database=args.db) as sim:
             progress = Progress(sys.stderr, scenario.end - scenario.start)
@@ -73,6 +76,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         for problem in error.problems:
             print(f"{args.config or args.scenario}: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        package_logger.setLevel(previous_level)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
