@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import FakeGpu
+from tests.integration.conftest import FakeGpu, require_sshd
 from tests.integration.probe_helpers import NOW, instance_on, make_runner
 from tests.integration.sshd import SshServer
 from watchdog_gpu.clock import SystemClock
@@ -81,6 +81,21 @@ def remote_processes(server: SshServer) -> dict[int, int]:
 
 def target_of(server: SshServer) -> SshTarget:
     return SshTarget("acct", "i-1", "127.0.0.1", server.port, "root")
+
+
+@pytest.fixture(scope="module")
+def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """This module's own sshd (it overrides the session's): the tests count every process a
+    login to the server left behind, so another module's leftovers on the shared server (a
+    hanging fake nvidia-smi, an end-to-end stream) must not be counted."""
+    workdir = tmp_path_factory.mktemp("sshd-stream")
+    workdir.chmod(0o700)
+    server = SshServer(require_sshd(), workdir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
