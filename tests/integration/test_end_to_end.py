@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -335,14 +336,25 @@ def outbox(engine: Engine) -> list[tuple[str, str, bool]]:
         return [(key, title, delivered is not None) for key, title, delivered in rows]
 
 
+_BATCH_TITLE = re.compile(r"^\d+ (updates|warnings|alerts): ")
+_BATCH_SECTION = re.compile(r"^\[\d+/\d+\] (.+)$", flags=re.MULTILINE)
+
+
 def titles(requests: list[ReceivedRequest]) -> list[str]:
-    """The titles of the JSON messages Apprise posted (its json:// body: version, title,
-    message, type ...)."""
+    """The titles of the messages Apprise posted (its json:// body: version, title, message,
+    type ...); a batched push (``N warnings: …``, one push per delivery pass and severity)
+    counts as the messages it carries, each section starting ``[n/N] title``."""
     found = []
     for request in requests:
         assert request.method == "POST"
         assert request.content_type.startswith("application/json")
-        found.append(json.loads(request.body)["title"])
+        posted = json.loads(request.body)
+        if _BATCH_TITLE.match(posted["title"]):
+            sections = _BATCH_SECTION.findall(posted["message"])
+            assert sections, posted
+            found.extend(sections)
+        else:
+            found.append(posted["title"])
     return found
 
 
