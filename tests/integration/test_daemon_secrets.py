@@ -23,7 +23,8 @@ from tests.support.prometheus import wait_for
 pytestmark = pytest.mark.slow
 
 API_KEY = "sim-vast-main"
-TOKEN = "canary-route-token-61d0f"
+# A made-up path segment standing for a service token (not a credential of anything real).
+ROUTE_CANARY = "fake-path-canary-61d0f"
 
 
 def write_scenario(path: Path) -> Path:
@@ -81,7 +82,7 @@ def test_at_debug_level_a_delivered_notification_leaves_its_url_token_in_no_log_
         environ = child_environment(
             tmp_path,
             WD_TEST_VAST_KEY=API_KEY,
-            WD_TEST_NOTIFY_URL=f"json://127.0.0.1:{receiver.port}/{TOKEN}",
+            WD_TEST_NOTIFY_URL=f"json://127.0.0.1:{receiver.port}/{ROUTE_CANARY}",
         )
         daemon = subprocess.Popen(
             [sys.executable, "-m", "watchdog_gpu", "run", "--config", str(config)],
@@ -91,7 +92,7 @@ def test_at_debug_level_a_delivered_notification_leaves_its_url_token_in_no_log_
             env=environ,
         )
         try:
-            delivered = has_request(receiver, f"/{TOKEN}")
+            delivered = has_request(receiver, f"/{ROUTE_CANARY}")
         finally:
             daemon.terminate()
             stdout, stderr = daemon.communicate(timeout=WAIT_SECONDS)
@@ -100,5 +101,5 @@ def test_at_debug_level_a_delivered_notification_leaves_its_url_token_in_no_log_
     assert daemon.returncode == 0, stderr[-3000:]
     assert "level=debug" in stderr  # debug really was on
     assert "notification delivered" in stderr
-    assert TOKEN not in stderr
-    assert TOKEN not in stdout
+    assert ROUTE_CANARY not in stderr
+    assert ROUTE_CANARY not in stdout
