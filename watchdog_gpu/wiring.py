@@ -8,6 +8,7 @@ builders with other transports, runners or clocks.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -68,9 +69,12 @@ def build_providers(
     transport_for: TransportFactory | None = None,
     *,
     stop: threading.Event | None = None,
+    jitter_seed: str | None = None,
 ) -> dict[str, Provider]:
     """One provider adapter per account, each with its own ``httpx.Client``. When ``stop`` is
-    given, setting it cancels every retry wait in flight (see ``stoppable_sleep``)."""
+    given, setting it cancels every retry wait in flight (see ``stoppable_sleep``). With
+    ``jitter_seed`` each account's retry jitter is seeded from it and the account's name, so a
+    simulated run (whose retries wait on the virtual clock) is the same every time."""
     sleep = clock.sleep if stop is None else stoppable_sleep(clock.sleep, stop)
     providers: dict[str, Provider] = {}
     for account in settings.accounts:
@@ -88,6 +92,7 @@ def build_providers(
             sleep=sleep,
             monotonic=clock.monotonic,
             retry_budget_seconds=account.retry_budget.total_seconds(),
+            rng=None if jitter_seed is None else random.Random(f"{jitter_seed}:{account.name}"),  # noqa: S311 - jitter
         )
     return providers
 
@@ -280,15 +285,19 @@ def assemble(
     streams: StreamSource | None = None,
     streaming: bool = True,
     claimer: str = "executor",
+    jitter_seed: str | None = None,
 ) -> Assembly:
     """Build the engine from ``settings``. ``transport_for``, ``runner`` and ``streams``
     replace the real network (the simulator and tests); by default real HTTP and paramiko are
     used, and with ``[probe] mode = "stream"`` the streaming probe over the paramiko runners
-    (``streaming=False``: burst probes only, e.g. a single tick)."""
+    (``streaming=False``: burst probes only, e.g. a single tick); ``jitter_seed`` makes the
+    providers' retry jitter repeatable (the simulator)."""
     if store is None:
         store = open_store(settings.watchdog.effective_database_url(environ))
     stop = threading.Event()
-    providers = build_providers(settings, clock, environ, transport_for, stop=stop)
+    providers = build_providers(
+        settings, clock, environ, transport_for, stop=stop, jitter_seed=jitter_seed
+    )
     if runner is None and settings.probe.enabled:
         runner = build_ssh_runners(settings, store, clock, environ)
     if streams is None and streaming:

@@ -237,6 +237,8 @@ class Simulation:
             transport_for=self._transport,
             runner=SimulatedSshRunner(self.world),
             streams=simulated_streams(self.settings, self.world),
+            # Retries wait on the virtual clock: seeded jitter keeps a scenario's run repeatable.
+            jitter_seed=self.scenario.name,
         )
         assembly.watchdog.delivery = self.delivery
         return assembly
