@@ -203,7 +203,22 @@ class Executor:
             self._verify(row, state)
         elif row.result == CALLING:
             # Reclaimed from a crashed process that may have sent the call: verify, never
-            # call blindly again.
+            # call blindly again. The trail says so: whether the call went out is not known
+            # here (only the provider's listing will tell), so no ``provider_called`` is
+            # written for it.
+            self.store.record_action_step(
+                row.idempotency_key,
+                ActionStatus.CLAIMED,
+                ActionStatus.CLAIMED,
+                state.now,
+                audit_kind="provider_call_interrupted",
+                message=(
+                    f"a watchdog process stopped during the {row.kind.value} call, which may "
+                    "have reached the provider; verifying instead of calling again"
+                ),
+                data={"action": row.kind.value, "dry_run": row.dry_run},
+                result=CALLING,
+            )
             self._verify(row, state)
         else:
             self._execute(row, state)

@@ -307,6 +307,11 @@ def test_after_a_crash_mid_call_the_next_process_verifies_instead_of_calling_aga
     action = store.get_action(KEY)
     assert action is not None
     assert action.status == (ActionStatus.VERIFIED if call_went_out else ActionStatus.UNVERIFIED)
+    # The trail tells what is known: the call may have gone out; no "provider_called" is made up.
+    assert audit_kinds(store)[-2:] == [
+        "provider_call_interrupted",
+        "action_verified" if call_went_out else "action_unverified",
+    ]
     if not call_went_out:
         # Only after the escalation delay is the call repeated — the first one never happened.
         fresh.run(NOW + timedelta(minutes=12))

@@ -29,7 +29,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tests.integration.test_crash_resume import reference_notification_keys
+from tests.integration.test_crash_resume import (
+    assert_trail_recorded_once,
+    reference_notification_keys,
+)
 from tests.support.databases import postgres_server
 from watchdog_gpu.sim.scenario import load_scenario
 from watchdog_gpu.store import create_engine_for
@@ -215,8 +218,7 @@ def test_killing_the_leader_twenty_times_hands_over_without_a_second_destroy_or_
     ]
     trail = Counter((kind, instance) for kind, instance in audit)
     for instance, _ in actions:
-        for kind in ("action_planned", "provider_called", "action_verified"):
-            assert trail[(kind, instance)] == 1, (kind, instance, trail)
+        assert_trail_recorded_once(trail, instance)
     # 3. Nothing lost.
     assert lost == []
     assert {key for key, _ in notifications} <= set(delivered)

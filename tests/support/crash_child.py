@@ -62,7 +62,10 @@ class JournaledDelivery:
         self.path = path
 
     def deliver(self, notification: PlannedNotification) -> DeliveryResult:
-        append_durably(self.path, notification.idempotency_key)
+        # A batch (several messages due in one delivery pass, e.g. those a new leader finds
+        # undelivered after a kill) reaches the phone as one push carrying each message.
+        keys = [item.idempotency_key for item in notification.items or (notification,)]
+        append_durably(self.path, "\n".join(keys))
         return DeliveryResult(ok=True, detail="journaled", routed=True)
 
 

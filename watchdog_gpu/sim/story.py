@@ -41,6 +41,7 @@ AUDIT_WORDS = {
     "protection_added": "protection added",
     "action_planned": "planned",
     "provider_called": "called",
+    "provider_call_interrupted": "call interrupted",
     "action_verified": "verified",
     "action_unverified": "unverified",
     "provider_call_failed": "failed",
