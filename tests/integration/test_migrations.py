@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 
 from watchdog_gpu.cli import main
+from watchdog_gpu.errors import SchemaTooNewError
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.migrate import (
     alembic_config,
     current_revision,
+    head_of_scripts,
     head_revision,
     migrations_directory,
+    revision_if_at_head,
+    shipped_head,
 )
 from watchdog_gpu.store.schema import metadata
 
@@ -180,3 +187,80 @@ def test_db_upgrade_migrates_the_database_the_config_file_names(
     assert main(["db", "upgrade", "--config", str(config)]) == 0
 
     assert "instances" in _tables(database)
+
+
+# -- the head fast path: a database at head is recognised without Alembic ----------------------
+
+
+def test_the_head_read_from_the_scripts_is_alembics_head() -> None:
+    assert shipped_head() is not None
+    assert shipped_head() == head_revision()
+
+
+def test_scripts_with_two_heads_or_an_unreadable_revision_leave_the_decision_to_alembic(
+    tmp_path: Path,
+) -> None:
+    def script(name: str, revision: str, down: str) -> None:
+        (tmp_path / f"{name}.py").write_text(
+            f"revision: str = {revision}\ndown_revision: str | None = {down}\n", encoding="utf-8"
+        )
+
+    script("a", '"0001"', "None")
+    script("b", '"0002"', '"0001"')
+    assert head_of_scripts(tmp_path) == "0002"
+    script("c", '"0003"', '"0001"')  # a second branch from 0001
+    assert head_of_scripts(tmp_path) is None
+    script("c", '"0003"', '("0001", "0002")')  # the merge
+    assert head_of_scripts(tmp_path) == "0003"
+    script("d", "compute_revision()", '"0003"')
+    assert head_of_scripts(tmp_path) is None
+
+
+def test_a_database_at_head_is_opened_without_importing_alembic(tmp_path: Path) -> None:
+    database = tmp_path / "at-head.db"
+    engine = create_engine_for(sqlite_url(database))
+    upgrade_to_head(engine)
+    engine.dispose()
+    script = (
+        "import sys\n"
+        "from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head\n"
+        f"result = upgrade_to_head(create_engine_for(sqlite_url({str(database)!r})))\n"
+        "print(result.before, result.after, 'alembic' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == [head_revision(), head_revision(), "False"]
+
+
+def test_a_database_behind_head_still_goes_through_alembic(store_engine: Engine) -> None:
+    previous = alembic_config()
+    scripts = ScriptDirectory.from_config(previous)
+    head = scripts.get_revision(scripts.get_current_head() or "")
+    assert head is not None
+    one_before = head.down_revision
+    assert isinstance(one_before, str)
+    with store_engine.begin() as connection:
+        previous.attributes["connection"] = connection
+        command.downgrade(previous, one_before)
+    assert revision_if_at_head(store_engine) is None
+
+    result = upgrade_to_head(store_engine)
+
+    assert (result.before, result.after) == (one_before, head_revision())
+    assert revision_if_at_head(store_engine) == head_revision()
+
+
+def test_a_database_from_a_newer_release_is_refused_not_taken_for_head(
+    tmp_path: Path, store_engine: Engine
+) -> None:
+    with store_engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = 'f00dfeed2099'")
+    assert revision_if_at_head(store_engine) is None
+
+    with pytest.raises(SchemaTooNewError):
+        upgrade_to_head(store_engine)
+
+
+def test_an_empty_database_is_not_at_head(empty_engine: Engine) -> None:
+    assert revision_if_at_head(empty_engine) is None

@@ -405,3 +405,18 @@ def test_the_default_database_lives_in_the_state_directory() -> None:
     assert default_database_url({"HOME": "/home/u"}) == (
         "sqlite:////home/u/.local/state/watchdog-gpu/watchdog-gpu.db"
     )
+
+
+def test_every_public_name_of_the_lazy_config_package_is_its_modules_object() -> None:
+    import importlib
+
+    import watchdog_gpu.config as package
+
+    for name in package.__all__:
+        value = getattr(package, name)
+        home = importlib.import_module(package._HOMES[name])
+        assert value is getattr(home, name), name
+    assert set(package.__all__) == set(package._HOMES)
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match="no attribute 'Setings'"):
+        _ = package.Setings  # type: ignore[attr-defined]

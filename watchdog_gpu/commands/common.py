@@ -32,16 +32,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE
 from watchdog_gpu.clock import Clock, SystemClock
-from watchdog_gpu.config import Settings
 from watchdog_gpu.durations import parse_duration
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.store import InstanceRecord, Store
+
+if TYPE_CHECKING:
+    from watchdog_gpu.config import Settings
 
 # The commands read "now" here once per run; tests replace it with a VirtualClock.
 clock: Clock = SystemClock()
@@ -146,18 +148,20 @@ def opened_source(
 def _choose_database(
     config: Path | None, db: str | None, environ: Mapping[str, str]
 ) -> tuple[Settings | None, str]:
-    from watchdog_gpu.config import (
-        CONFIG_ENV_VAR,
-        default_database_url,
-        find_config_file,
-        load_settings,
-    )
     from watchdog_gpu.store import sqlite_url
 
     if db is not None:
         if "://" in db:
             return None, db
         return None, sqlite_url(Path(db).expanduser().absolute())
+    # Only here: the loader imports pydantic-settings, which --db never needs.
+    from watchdog_gpu.config import (
+        CONFIG_ENV_VAR,
+        default_database_url,
+        find_config_file,
+        load_settings,
+    )
+
     named = config is not None or bool(environ.get(CONFIG_ENV_VAR))
     try:
         location = find_config_file(config, environ)

@@ -14,13 +14,14 @@ that is no probe output at all. A non-running instance does not answer SSH.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import ProbeStatus
 from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, GPUS_MARKER, exit_marker
 from watchdog_gpu.probe.runner import CommandResult, SshTarget
 from watchdog_gpu.sim.dmon_render import render_compute_apps, render_dmon, render_gpu_list
+from watchdog_gpu.sim.gpu import GpuState
 from watchdog_gpu.sim.records import UnknownInstanceError
 from watchdog_gpu.sim.world import SimulatedWorld
 
@@ -38,12 +39,15 @@ class SimulatedSshRunner:
     def run(self, target: SshTarget, command: str, deadline_seconds: float) -> CommandResult:
         match = _SAMPLES.search(command)
         interval, samples = (int(match.group(1)), int(match.group(2))) if match else (1, 10)
+        # The instants dmon would have sampled, oldest first; the last one is now.
+        steps_back = [timedelta(seconds=interval * (samples - 1 - i)) for i in range(samples)]
         try:
-            now_state = self.world.gpu_state(target.account, target.instance_id)
+            now, frames = self.world.gpu_history(target.account, target.instance_id, steps_back)
         except UnknownInstanceError as error:
             raise ProbeError(
                 f"{target.endpoint}: connection refused", status=ProbeStatus.UNREACHABLE.value
             ) from error
+        now_state = frames[-1]
         if not now_state.running or now_state.ssh in ("down", "refused"):
             what = "connection refused" if now_state.ssh == "refused" else "timed out"
             raise ProbeError(f"{target.endpoint}: {what}", status=ProbeStatus.UNREACHABLE.value)
@@ -53,35 +57,30 @@ class SimulatedSshRunner:
             )
         if now_state.ssh == "garbage":
             return CommandResult(stdout=_GARBAGE, stderr="", exit_status=0, timed_out=False)
+        instants = [now - step for step in steps_back]
         return CommandResult(
-            stdout=self._output(target, interval, samples),
-            stderr="",
-            exit_status=0,
-            timed_out=False,
+            stdout=_output(now, instants, frames), stderr="", exit_status=0, timed_out=False
         )
 
-    def _output(self, target: SshTarget, interval: int, samples: int) -> str:
-        now = self.world.now()
-        instants = [
-            now - timedelta(seconds=interval * (samples - 1 - index)) for index in range(samples)
-        ]
-        frames = [self.world.gpu_state(target.account, target.instance_id, at) for at in instants]
-        current = frames[-1]
-        dmon = render_dmon(frames, date_time=instants)
-        apps = render_compute_apps(current, _COMPUTE_FIELDS, header=False, units=False)
-        epoch = int(now.timestamp())
-        ttys = [str(epoch - 30)] if current.interactive_login else []
-        return "".join(
-            (
-                f"{BEGIN_MARKER}\n",
-                dmon,
-                exit_marker("DMON", 0) + "\n",
-                apps,
-                exit_marker("APPS", 0) + "\n",
-                render_gpu_list(current),
-                f"{GPUS_MARKER}\n",
-                f"{epoch}\n",
-                "".join(f"{tty}\n" for tty in ttys),
-                f"{END_MARKER}\n",
-            )
+
+def _output(now: datetime, instants: list[datetime], frames: list[GpuState]) -> str:
+    """The probe command's whole output for ``frames`` (one GPU state per dmon instant)."""
+    current = frames[-1]
+    dmon = render_dmon(frames, date_time=instants)
+    apps = render_compute_apps(current, _COMPUTE_FIELDS, header=False, units=False)
+    epoch = int(now.timestamp())
+    ttys = [str(epoch - 30)] if current.interactive_login else []
+    return "".join(
+        (
+            f"{BEGIN_MARKER}\n",
+            dmon,
+            exit_marker("DMON", 0) + "\n",
+            apps,
+            exit_marker("APPS", 0) + "\n",
+            render_gpu_list(current),
+            f"{GPUS_MARKER}\n",
+            f"{epoch}\n",
+            "".join(f"{tty}\n" for tty in ttys),
+            f"{END_MARKER}\n",
         )
+    )

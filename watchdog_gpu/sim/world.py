@@ -30,7 +30,7 @@ import heapq
 import itertools
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from watchdog_gpu.clock import Clock, VirtualClock
@@ -192,14 +192,36 @@ class SimulatedWorld:
             instant = now if at is None else at
             if instant > now:
                 raise ValueError("gpu_state cannot look into the future")
+            return self._gpu_state_at(self._record(account, instance_id), instant)
+
+    def gpu_history(
+        self, account: str, instance_id: str, steps_back: Sequence[timedelta]
+    ) -> tuple[datetime, list[GpuState]]:
+        """Now — the clock's instant to the whole second, as ``nvidia-smi dmon`` stamps its
+        rows — and what an SSH probe of the instance sees ``step`` before now for each of
+        ``steps_back``.
+
+        Advancing the world bills every account (O(instances)); a probe reads a dozen instants
+        and a round probes every instance within a few virtual seconds. Advancing once per
+        probe, to the whole second, lets a round advance once per virtual second instead of a
+        dozen times per instance (which cost a 1,000-instance round ~90 CPU seconds: a
+        benchmark's daemon on an accelerated clock never finished a round in a tick).
+
+        Raises :class:`UnknownInstanceError` for an id the scenario does not have.
+        """
+        with self._lock:
+            now = self._advance(self._clock.now().replace(microsecond=0))
             record = self._record(account, instance_id)
-            offset = instant - self.origin
-            return read_gpus(
-                record.timeline.settings_at(offset),
-                offset,
-                record.state_at(instant),
-                record.ordinal,
-            )
+            return now, [self._gpu_state_at(record, now - step) for step in steps_back]
+
+    def _gpu_state_at(self, record: InstanceRecord, instant: datetime) -> GpuState:
+        offset = instant - self.origin
+        return read_gpus(
+            record.timeline.settings_at(offset),
+            offset,
+            record.state_at(instant),
+            record.ordinal,
+        )
 
     def volumes(self, account: str) -> list[VolumeView]:
         with self._lock:

@@ -17,6 +17,7 @@ import pytest
 
 from watchdog_gpu.cli import COMMANDS, build_parser, doc_paragraph
 from watchdog_gpu.commands.common import program_command
+from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
 
 HEAVY = ("sqlalchemy", "alembic", "apprise", "paramiko", "httpx", "rich", "pydantic")
 
@@ -54,6 +55,20 @@ def test_status_does_not_import_the_daemon_the_network_or_apprise(tmp_path: obje
     loaded = imported_after(["status", "--db", "/nonexistent/watchdog-gpu.db"])
     assert "sqlalchemy" in loaded
     assert not loaded & {"apprise", "paramiko", "httpx", "rich"}
+
+
+def test_status_on_a_database_at_head_imports_neither_alembic_nor_the_config_loader(
+    tmp_path: Path,
+) -> None:
+    # The head fast path (store/migrate.py) reads alembic_version; --db reads no configuration,
+    # so pydantic-settings stays out (the lazy watchdog_gpu.config package).
+    database = tmp_path / "wd.db"
+    engine = create_engine_for(sqlite_url(database))
+    upgrade_to_head(engine)
+    engine.dispose()
+    loaded = imported_after(["status", "--db", str(database)])
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"alembic", "pydantic_settings", "apprise", "paramiko", "httpx", "rich"}
 
 
 def commands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
