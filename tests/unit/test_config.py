@@ -419,4 +419,4 @@ def test_every_public_name_of_the_lazy_config_package_is_its_modules_object() ->
     assert set(package.__all__) == set(package._HOMES)
     assert set(package.__all__) <= set(dir(package))
     with pytest.raises(AttributeError, match="no attribute 'Setings'"):
-        _ = package.Setings  # type: ignore[attr-defined]
+        _ = package.Setings
