@@ -23,7 +23,8 @@ HEAVY = ("sqlalchemy", "alembic", "apprise", "paramiko", "httpx", "rich", "pydan
 
 
 def imported_after(argv: list[str]) -> set[str]:
-    """The top-level packages imported by ``watchdog-gpu ARGV`` in a fresh interpreter."""
+    """The top-level packages imported by ``watchdog-gpu ARGV`` in a fresh interpreter (a None
+    entry in ``sys.modules`` blocks an import: not loaded)."""
     script = (
         "import json, sys\n"
         "from watchdog_gpu.cli import main\n"
@@ -31,7 +32,8 @@ def imported_after(argv: list[str]) -> set[str]:
         f"    main({argv!r})\n"
         "except SystemExit:\n"
         "    pass\n"
-        "sys.stderr.write(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+        "loaded = {m.split('.')[0] for m, module in sys.modules.items() if module is not None}\n"
+        "sys.stderr.write(json.dumps(sorted(loaded)))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
@@ -69,6 +71,24 @@ def test_status_on_a_database_at_head_imports_neither_alembic_nor_the_config_loa
     loaded = imported_after(["status", "--db", str(database)])
     assert "sqlalchemy" in loaded
     assert not loaded & {"alembic", "pydantic_settings", "apprise", "paramiko", "httpx", "rich"}
+
+
+def test_the_daemon_loads_no_migration_notification_or_terminal_library() -> None:
+    # Alembic only when the database is not at head, Apprise only with notification routes,
+    # never httpx's command-line client (click, rich, pygments): resident memory of a daemon
+    # that runs for months (bench/README.md, "Lean at 1,000 instances").
+    script = (
+        "import json, sys\n"
+        "import watchdog_gpu.commands.run, watchdog_gpu.daemon\n"
+        "loaded = {m.split('.')[0] for m, module in sys.modules.items() if module is not None}\n"
+        "print(json.dumps(sorted(loaded)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(json.loads(done.stdout))
+    assert {"sqlalchemy", "httpx", "apscheduler"} <= loaded
+    assert not loaded & {"alembic", "apprise", "rich", "click", "pygments"}
 
 
 def commands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
