@@ -30,6 +30,7 @@ from watchdog_gpu.probe.ssh import ParamikoRunner
 from watchdog_gpu.probe.stream_buffer import ProbeMode, StreamState
 from watchdog_gpu.probe.stream_command import StreamCommandSpec
 from watchdog_gpu.probe.streams import StreamManager, StreamSettings
+from watchdog_gpu.rules.idle_clock import gpu_observed_spans
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
@@ -240,6 +241,49 @@ def test_a_host_that_does_not_keep_a_stream_falls_back_to_burst_mode(
         assert wait_for(lambda: manager.health()[target.ref].mode is ProbeMode.BURST, seconds=30)
         assert manager.take(target.ref) is None  # the prober runs the burst command instead
         assert "without a row" in manager.health()[target.ref].detail
+
+
+def test_rows_buffered_at_a_restart_die_with_the_process_and_the_gap_is_blind(
+    ssh_server: SshServer, fake_gpu: FakeGpu
+) -> None:
+    """The rows read after the last tick live only in the daemon's memory: a restart (the
+    process ends without another take) loses them, and the new process's first rows start after
+    its streams are back. Between the last recorded row and the next one the idle clock sees
+    nothing: blind time, never idle."""
+    stream_live(fake_gpu)
+    target = target_of(ssh_server)
+    instance = instance_on(ssh_server, gpu_count=2)
+    with make_runner(ssh_server, MemoryHostKeyStore()) as runner, manager_for(runner) as before:
+        before.sync([target])
+        assert wait_for(lambda: before.health()[target.ref].state is StreamState.STREAMING)
+        CLOCK.sleep(2)
+        last_tick = before.take(target.ref)
+        taken_at = CLOCK.now()
+        assert last_tick is not None
+        recorded = Prober(runner, clock=CLOCK).stream_outcome(instance, last_tick, NOW).samples
+        CLOCK.sleep(3)  # rows arrive and wait for the next tick, which never comes
+        buffered = before.take(target.ref)  # (only to show they were there; never recorded)
+        stopped_at = CLOCK.now()
+    assert buffered is not None
+    assert buffered.row_count >= 4
+    with make_runner(ssh_server, MemoryHostKeyStore()) as runner, manager_for(runner) as after:
+        after.sync([target])
+        assert wait_for(lambda: after.health()[target.ref].state is StreamState.STREAMING)
+        CLOCK.sleep(2)
+        first_tick = after.take(target.ref)
+        assert first_tick is not None
+        resumed = Prober(runner, clock=CLOCK).stream_outcome(instance, first_tick, NOW).samples
+    assert recorded
+    assert resumed
+    assert all(s.verdict is Verdict.IDLE for s in (*recorded, *resumed))
+    assert min(s.covers_from or s.at for s in resumed) > stopped_at
+    for gpu in (0, 1):
+        own = [s for s in (*recorded, *resumed) if s.gpu_index == gpu]
+        start, end = min(s.covers_from or s.at for s in own), max(s.at for s in own)
+        spans = gpu_observed_spans(own, start, end, timedelta(minutes=2))
+        assert len(spans) == 2, spans  # observed before, observed after, blind between
+        assert spans[0][1] <= taken_at  # the buffered seconds after the last tick: blind
+        assert spans[1][0] > stopped_at
 
 
 CHILD = """
