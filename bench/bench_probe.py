@@ -15,19 +15,16 @@ repeated to the default ten samples). Measures:
 ``-d 1 -c 10``, so a round takes as long as in production (sampling dominates); without it the
 fake answers at once and the figures are the probe's own overhead.
 
-``--stream`` measures the streaming probe instead (``docs/probe.md``): every host runs one
-long-lived fake ``dmon`` printing a row per GPU per second (two GPUs by default); one
-:class:`~watchdog_gpu.probe.streams.StreamManager` serves them all. Measured over ``--seconds``:
-the probe phase of a tick (``Prober.probe_all``: take every buffer, condense the rows) every
-``--tick`` seconds, the threads (ours and paramiko's), the process's CPU time per wall second,
-the resident memory per host, the Python memory of the stream code per host (``tracemalloc``
-of ``watchdog_gpu/probe/``, i.e. beyond paramiko's SSH transport), and the coverage (the
-fraction of each GPU's seconds with a row).
+``--stream`` measures the streaming probe instead (``docs/probe.md``; ``bench/probe_stream.py``
+says what and how): every host runs one long-lived fake ``dmon`` printing a row per GPU per
+second (two GPUs by default); one :class:`~watchdog_gpu.probe.streams.StreamManager` serves
+them all.
 
 Run as root (sshd needs it), from the repository root::
 
     .venv/bin/python -m bench.bench_probe [--instances 50] [--rounds 3] [--workers 8] [--paced]
     .venv/bin/python -m bench.bench_probe --stream [--instances 200] [--gpus 2] [--seconds 60]
+        [--tick 15] [--trace-memory] [--root-home]
 
 Not a test: nothing here asserts a speed.
 """
@@ -39,12 +36,12 @@ import resource
 import statistics
 import tempfile
 import tracemalloc
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import probe_stream
 from tests.integration.conftest import FakeGpu
 from tests.integration.sshd import SshServer
 from watchdog_gpu.clock import SystemClock
@@ -54,8 +51,6 @@ from watchdog_gpu.probe.hostkeys import MemoryHostKeyStore
 from watchdog_gpu.probe.prober import DEFAULT_WORKERS, Prober
 from watchdog_gpu.probe.ssh import ParamikoRunner
 from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
-from watchdog_gpu.probe.stream_buffer import StreamState
-from watchdog_gpu.probe.streams import StreamManager, StreamSettings
 
 SSHD = "/usr/sbin/sshd"
 IDLE_DMON = "nvidia-smi/dmon_default_1gpu_idle_h100_590.48.01.txt"
@@ -116,120 +111,14 @@ def describe(label: str, seconds: float, outcomes: list[ProbeOutcome]) -> str:
     )
 
 
-def proc_status(field: str) -> int:
-    """A number from /proc/self/status (``VmRSS`` in KiB, ``Threads``)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def stream_text(gpus: int) -> str:
-    header = [
-        "# gpu     sm    mem    enc    dec    jpg    ofa \n",
-        "# Idx      %      %      %      %      %      % \n",
-    ]  # `dmon -s u`, as the streaming command runs it
-    rows = [f"{gpu:>5}" + "".join(f"{0:>7}" for _ in range(6)) + " \n" for gpu in range(gpus)]
-    return "".join(header + rows)
-
-
-def stream_bench(arguments: argparse.Namespace, server: SshServer) -> None:
-    fake = FakeGpu(server.state_dir)
-    fake.replay("dmon", text=stream_text(arguments.gpus), pace_seconds=1)
-    (server.state_dir / "dmon.forever").write_text("0\n")
-    (server.state_dir / "dmon.cycle").write_text("1\n")
-    fleet = instances(server, arguments.instances)
-    clock = SystemClock()
-    pins = MemoryHostKeyStore()
-    keys = load_private_keys(SshCredentials(private_key_path=server.client.path))
-    rss_before = proc_status("VmRSS")
-    threads_before = proc_status("Threads")
-    with ParamikoRunner(keys, pins) as runner, StreamManager(runner, clock=clock) as manager:
-        prober = Prober(runner, clock=clock, host_key_store=pins, streams=manager)
-        started = clock.monotonic()
-        prober.probe_all(fleet, clock.now())  # starts every stream
-        while True:
-            states = [health.state for health in manager.health().values()]
-            if all(state is StreamState.STREAMING for state in states):
-                break
-            if clock.monotonic() - started > 300:
-                print(f"not all streaming after 300 s: {Counter(states)}", flush=True)
-                break
-            clock.sleep(0.5)
-        print(
-            f"{arguments.instances} hosts x {arguments.gpus} GPUs streaming after "
-            f"{clock.monotonic() - started:.1f} s (connect + login + session, "
-            f"{manager.threads()} manager threads)",
-            flush=True,
-        )
-        prober.probe_all(fleet, clock.now())  # empty the buffers: the window starts now
-        tracemalloc.start()
-        cpu_start, wall_start = cpu_seconds(), clock.monotonic()
-        phases: list[float] = []
-        coverage: list[float] = []
-        last = clock.now()
-        while clock.monotonic() - wall_start < arguments.seconds:
-            clock.sleep(arguments.tick)
-            now = clock.now()
-            tick_started = clock.monotonic()
-            outcomes = prober.probe_all(fleet, now)
-            phases.append(clock.monotonic() - tick_started)
-            window = (now - last).total_seconds()
-            for outcome in outcomes:
-                for gpu in range(arguments.gpus):
-                    seen = sum(
-                        (s.at - s.covers_from).total_seconds() + 1
-                        for s in outcome.samples
-                        if s.gpu_index == gpu and s.covers_from is not None
-                    )
-                    coverage.append(min(1.0, seen / window))
-            last = now
-        cpu = (cpu_seconds() - cpu_start) / (clock.monotonic() - wall_start)
-        snapshot = tracemalloc.take_snapshot()
-        tracemalloc.stop()
-        ours = sum(
-            stat.size
-            for stat in snapshot.statistics("filename")
-            if "watchdog_gpu/probe" in stat.traceback[0].filename
-        )
-        rss_after = proc_status("VmRSS")
-        threads = proc_status("Threads")
-    phases.sort()
-    print(
-        "| hosts | GPUs | probe phase p50 / max s | threads ours / total | CPU % of a core "
-        "| RSS KiB per host | stream code KiB per host | coverage min / mean |",
-        flush=True,
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    print(
-        f"| {arguments.instances} | {arguments.gpus} "
-        f"| {statistics.median(phases):.3f} / {phases[-1]:.3f} "
-        f"| {1 + StreamSettings().connectors} / {threads - threads_before + 1} "
-        f"| {cpu * 100:.1f} "
-        f"| {(rss_after - rss_before) / arguments.instances:.0f} "
-        f"| {ours / 1024 / arguments.instances:.1f} "
-        f"| {min(coverage):.3f} / {statistics.fmean(coverage):.4f} |",
-        flush=True,
-    )
-    print(
-        f"(tick every {arguments.tick:g} s over {arguments.seconds:g} s; tracemalloc on "
-        f"during the window; CPU includes the ticks)",
-        flush=True,
-    )
-
-
 @contextmanager
-def bench_sshd() -> Iterator[SshServer]:
-    """A private sshd on 127.0.0.1 in a scratch directory, stopped afterwards."""
+def bench_sshd(*, light_home: bool = False) -> Iterator[SshServer]:
+    """A private sshd on 127.0.0.1 in a scratch directory, stopped afterwards (``light_home``:
+    sessions without root's rc files, see ``bench/probe_stream.py``)."""
     with tempfile.TemporaryDirectory(prefix="bench-sshd-") as scratch:
         workdir = Path(scratch)
         workdir.chmod(0o700)
-        server = SshServer(SSHD, workdir)
+        server = SshServer(SSHD, workdir, light_home=light_home)
         server.start()
         try:
             yield server
@@ -247,10 +136,16 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=2, help="GPUs per host (--stream)")
     parser.add_argument("--seconds", type=float, default=60, help="window (--stream)")
     parser.add_argument("--tick", type=float, default=15, help="seconds between ticks (--stream)")
+    parser.add_argument(
+        "--trace-memory", action="store_true", help="tracemalloc the stream code (--stream)"
+    )
+    parser.add_argument(
+        "--root-home", action="store_true", help="sessions run root's rc files (--stream)"
+    )
     arguments = parser.parse_args()
-    with bench_sshd() as server:
+    with bench_sshd(light_home=arguments.stream and not arguments.root_home) as server:
         if arguments.stream:
-            stream_bench(arguments, server)
+            probe_stream.run(arguments, server, instances(server, arguments.instances))
             return
         fake = FakeGpu(server.state_dir)
         fake.replay(

@@ -60,10 +60,22 @@ class SshServer:
     """One sshd process on 127.0.0.1:``port``, restartable with a new host key.
 
     ``client``: accept this existing client key instead of generating one (two hosts that one
-    account's key logs in to)."""
+    account's key logs in to).
+
+    ``light_home``: the sessions get ``HOME`` set to an empty directory of their own, so the
+    login shell (root's bash, which sshd runs for every session and which reads ``~/.bashrc``
+    even for a command) finds no rc file. The benchmark uses it: its hundreds of sessions share
+    the watchdog's cores, where a rented host's login shell runs on the host's own CPU; the
+    tests keep root's real login shell."""
 
     def __init__(
-        self, sshd: str, workdir: Path, *, port: int | None = None, client: ClientKey | None = None
+        self,
+        sshd: str,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        client: ClientKey | None = None,
+        light_home: bool = False,
     ) -> None:
         self.sshd = sshd
         self.workdir = workdir
@@ -75,6 +87,10 @@ class SshServer:
         self.client = client or self._new_client_key("client_ed25519")
         self.config_path = workdir / "sshd_config"
         self.log_path = workdir / "sshd.log"
+        self.home: Path | None = None
+        if light_home:
+            self.home = workdir / "home"
+            self.home.mkdir(mode=0o700, exist_ok=True)
         self._process: subprocess.Popen[bytes] | None = None
         self._write_authorized_keys()
         self._write_config()
@@ -92,6 +108,9 @@ class SshServer:
             f'environment="PATH={FAKEBIN}:/usr/bin:/bin",'
             f'environment="WATCHDOG_FAKE_GPU_STATE={self.state_dir}"'
         )
+        if self.home is not None:
+            options += f',environment="HOME={self.home}"'
+
         (self.workdir / "authorized_keys").write_text(f"{options} {self.client.public_line}\n")
 
     def _write_config(self) -> None:
@@ -109,7 +128,7 @@ class SshServer:
                     "PermitRootLogin prohibit-password",
                     "UsePAM no",
                     "StrictModes no",
-                    "PermitUserEnvironment PATH,WATCHDOG_FAKE_GPU_STATE",
+                    "PermitUserEnvironment PATH,WATCHDOG_FAKE_GPU_STATE,HOME",
                     "MaxStartups 100:30:200",
                     "MaxSessions 20",
                     "PrintMotd no",
