@@ -22,6 +22,7 @@ import httpx
 from watchdog_gpu.config import Settings
 from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.log import register_url_secret
+from watchdog_gpu.providers.http import shared_tls_context
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class DeadMansSwitch:
             transport=transport,
             follow_redirects=True,
             headers={"user-agent": "watchdog-gpu dead-man's switch"},
+            verify=shared_tls_context(),  # not a CA bundle of its own (providers/http.py)
         )
         self._failing = False
 

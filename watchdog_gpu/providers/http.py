@@ -26,11 +26,13 @@ Discipline (product.md §3):
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import logging
 import math
 import random
 import re
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -378,7 +380,22 @@ def new_http_client(
 ) -> httpx.Client:
     """The ``httpx.Client`` one account's provider should get: its API root, timeouts, no
     redirects (a redirect would drop or leak the ``Authorization`` header), no cookies kept
-    between polls beyond the client's life."""
+    between polls beyond the client's life. Every client shares one TLS context
+    (:func:`shared_tls_context`)."""
     return httpx.Client(
-        base_url=base_url, timeout=timeout, transport=transport, follow_redirects=False
+        base_url=base_url,
+        timeout=timeout,
+        transport=transport,
+        follow_redirects=False,
+        verify=shared_tls_context(),
     )
+
+
+@functools.cache
+def shared_tls_context() -> ssl.SSLContext:
+    """The TLS context of every provider client: httpx's default verification (certifi's CA
+    bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), built once. A client given no context
+    builds its own and loads the whole CA bundle into it: ≈ 0.85 MiB resident per account,
+    43 MiB of a daemon watching 50 accounts (bench/README.md). A context is safe to share
+    between threads; each connection still gets its own TLS session."""
+    return httpx.create_ssl_context()
