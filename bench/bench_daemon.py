@@ -57,6 +57,7 @@ class Sample:
     rss_mib: float
     cpu_seconds: float
     database_mib: float
+    load: float  # the machine's one-minute load average
 
 
 @dataclass
@@ -77,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=2.0, help="virtual hours to run")
     parser.add_argument("--speed", type=float, default=15.0, help="virtual seconds per second")
     parser.add_argument("--every", type=float, default=5.0, help="real seconds between samples")
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=1.5,
+        help="virtual hours before the steady state (the rules' lookback, 1 h 13 min by "
+        "default, fills the store's cache first)",
+    )
     parser.add_argument("--unreachable", action="store_true", help="no SSH host answers")
     parser.add_argument("--db", type=Path, help="keep the database here (default: a temp dir)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as scratch:
         database = args.db or Path(scratch) / "watchdog-gpu.db"
         run = measure(args, Path(scratch), database)
-    print(report(run, args.hours, unreachable=args.unreachable))
+    print(report(run, args.hours, unreachable=args.unreachable, warm_up=args.warm_up))
     return 0
 
 
@@ -156,6 +164,7 @@ def sample_until(run: Run, pid: int, database: Path, args: argparse.Namespace) -
                 rss_mib=rss,
                 cpu_seconds=cpu,
                 database_mib=database_bytes(database) / 2**20,
+                load=os.getloadavg()[0],
             )
         )
         if wall >= duration:
@@ -193,9 +202,9 @@ def database_facts(path: Path) -> tuple[int, list[tuple[str, float]]]:
     return total, [(name, size / 2**20) for name, size in rows]
 
 
-def report(run: Run, hours: float, *, unreachable: bool) -> str:
+def report(run: Run, hours: float, *, unreachable: bool, warm_up: float = 1.5) -> str:
     samples = run.samples
-    steady = [s for s in samples if s.virtual_hours >= min(0.5, hours / 4)]
+    steady = [s for s in samples if s.virtual_hours >= min(warm_up, hours / 2)]
     last = samples[-1]
     ticks = run.probes / run.instances if run.instances else 0.0
     growth_per_hour = _slope(steady, "database_mib")
@@ -205,19 +214,21 @@ def report(run: Run, hours: float, *, unreachable: bool) -> str:
         f"{'unreachable SSH hosts' if unreachable else 'simulated SSH hosts'}, "
         f"{hours:g} virtual hours at speed {run.speed:g} ({last.wall:.0f} s real):",
         "",
-        "| virtual time | daemon RSS | daemon CPU (total) | database (file + WAL) |",
-        "|---|---|---|---|",
+        "| virtual time | daemon RSS | daemon CPU (total) | database (file + WAL) | load |",
+        "|---|---|---|---|---|",
     ]
     step = max(1, len(samples) // 8)
     for sample in [*samples[::step][:-1], last]:
         lines.append(
             f"| {timedelta(hours=round(sample.virtual_hours, 2))} | {sample.rss_mib:.0f} MiB "
-            f"| {sample.cpu_seconds:.0f} s | {sample.database_mib:.1f} MiB |"
+            f"| {sample.cpu_seconds:.0f} s | {sample.database_mib:.1f} MiB | {sample.load:.1f} |"
         )
     lines += [
         "",
-        f"- RSS after the first half hour: {min(s.rss_mib for s in steady):.0f}–"
-        f"{max(s.rss_mib for s in steady):.0f} MiB, trend {rss_per_hour:+.1f} MiB per virtual hour"
+        f"- RSS after {timedelta(seconds=round(steady[0].virtual_hours * 3600))} (warm-up): "
+        f"{steady[0].rss_mib:.0f} MiB, then {min(s.rss_mib for s in steady):.0f}–"
+        f"{max(s.rss_mib for s in steady):.0f} MiB, at the end {last.rss_mib:.0f} MiB; "
+        f"trend {rss_per_hour:+.2f} MiB per virtual hour"
         if steady
         else "- (too short for a steady state)",
         f"- probes recorded: {run.probes} ({ticks:.0f} per instance: "
@@ -228,6 +239,8 @@ def report(run: Run, hours: float, *, unreachable: bool) -> str:
         f"- database growth: {growth_per_hour:.1f} MiB per virtual hour, "
         f"≈ {24 * growth_per_hour:.0f} MiB per day",
         f"- daemon log lines: {run.log_lines}",
+        f"- load average (1 min) while it ran: {min(s.load for s in samples):.1f}–"
+        f"{max(s.load for s in samples):.1f}",
     ]
     if run.tables:
         largest = ", ".join(f"{name} {size:.1f}" for name, size in run.tables)
