@@ -12,6 +12,9 @@ simulator's SSH hosts (``SimulatedSshRunner`` over a replica of the world in the
 real ``nvidia-smi dmon`` text for the real parser), or with ``--unreachable`` through the real
 paramiko runner to ports nothing listens on (1,000 unreachable hosts).
 
+The database is migrated before the daemon starts (``--fresh``: not), so the daemon opens it as
+at any restart: at head, without importing Alembic.
+
 Sampled every ``--every`` real seconds: the daemon's resident set (``/proc/PID/status`` VmRSS),
 its CPU time, and the database's size (file + WAL). At the end: how many probes ran (the probe
 outcomes' repeats), the log lines the daemon wrote, and the database's tables by size.
@@ -87,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--unreachable", action="store_true", help="no SSH host answers")
     parser.add_argument("--db", type=Path, help="keep the database here (default: a temp dir)")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="let the daemon create the database (it then imports Alembic to migrate it); by "
+        "default it is migrated first, as at any restart or after `watchdog-gpu db upgrade`",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--urls", help=argparse.SUPPRESS)
@@ -105,6 +114,8 @@ def measure(args: argparse.Namespace, scratch: Path, database: Path) -> Run:
     data = fleet_data(args.accounts, args.per_account)
     scenario.write_text(tomli_w.dumps(data), encoding="utf-8")
     run = Run(args.accounts * args.per_account, args.accounts, args.speed)
+    if not args.fresh:
+        migrate(database)
     python = sys.executable
     server = subprocess.Popen(
         [
@@ -149,6 +160,18 @@ def measure(args: argparse.Namespace, scratch: Path, database: Path) -> Run:
     run.log_lines = len(lines)
     run.probes, run.tables = database_facts(database)
     return run
+
+
+def migrate(database: Path) -> None:
+    """Bring ``database`` to head in this process, so the daemon starts on a database at head
+    (as every restart does) and takes the fast path that never imports Alembic."""
+    from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
+
+    engine = create_engine_for(sqlite_url(database))
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
 
 
 def sample_until(run: Run, pid: int, database: Path, args: argparse.Namespace) -> None:
