@@ -412,6 +412,7 @@ def test_the_budget_overshoots_by_at_most_one_tick() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 200 runs of 50 steps: about two minutes alone, more on a busy machine
 def test_engine_keeps_its_promises_over_many_runs() -> None:
     run_state_machine_as_test(
         EngineMachine, settings=settings(FAST, max_examples=200, stateful_step_count=50)
