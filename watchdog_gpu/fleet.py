@@ -6,7 +6,7 @@ only read it. It is a plain value: the tests and the simulator build one directl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -32,12 +32,15 @@ class InstanceView:
     ``spans`` is every state/rate run since ``first_seen`` that overlaps the view's lookback
     (oldest first; the last one is the current state). ``samples`` and ``probes`` cover the
     lookback window (oldest first; ``probes`` carry no samples, those are in ``samples``).
+    The Store's views hold the samples as a compact
+    :class:`~watchdog_gpu.sample_history.SampleHistory`; a view built by hand may hold a tuple
+    (the rules read either through ``sample_history``).
     """
 
     latest: InstanceSnapshot
     first_seen: datetime
     spans: tuple[StateSpan, ...]
-    samples: tuple[GpuSample, ...] = ()
+    samples: Sequence[GpuSample] = ()
     probes: tuple[ProbeOutcome, ...] = ()
 
     @property

@@ -54,7 +54,6 @@ from watchdog_gpu.model import (
     PlannedAction,
     PlanStatus,
     Severity,
-    Verdict,
 )
 from watchdog_gpu.notices import (
     DRY_RUN,
@@ -66,6 +65,7 @@ from watchdog_gpu.notices import (
 )
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleConfig
 from watchdog_gpu.safety import SafetyConfig
+from watchdog_gpu.sample_history import sample_history
 
 GlobalMode = Literal["monitor", "enforce"]
 
@@ -449,7 +449,7 @@ def _wrong_pattern(
 def _busy_recently(instance: InstanceView | None, since: datetime) -> bool:
     if instance is None:
         return False
-    return any(s.verdict is Verdict.BUSY and s.at >= since for s in instance.samples)
+    return sample_history(instance.samples).recorded_busy_since(since)
 
 
 def _held(decision: Decision, status: PlanStatus, note: str) -> Decision:

@@ -16,9 +16,9 @@ from typing import Any
 
 from watchdog_gpu.commands.common import json_time
 from watchdog_gpu.fleet import InstanceView
-from watchdog_gpu.model import GpuSample, InstanceState, ProbeStatus, Verdict
+from watchdog_gpu.model import InstanceState, ProbeStatus, Verdict
 from watchdog_gpu.notify.render import format_duration
-from watchdog_gpu.rules.windows import sample_verdict
+from watchdog_gpu.sample_history import instant, sample_history
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,42 +104,45 @@ def _activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
     probe_at = probe.at if probe is not None else None
     if instance.state is not InstanceState.RUNNING:
         return GpuActivity("not_running", last_probe_status=probe_status, last_probe_at=probe_at)
-    samples = sorted(instance.samples, key=lambda sample: sample.at)
-    if not samples:
+    history = sample_history(instance.samples)  # in time order
+    judged = list(history.judged(history.rows(), threshold_percent))
+    last_sample_at = instant(judged[-1][0]) if judged else None
+    if not judged:
         activity = GpuActivity("no_samples", last_probe_status=probe_status, last_probe_at=probe_at)
     else:
-        judged = [(sample, sample_verdict(sample, threshold_percent)) for sample in samples]
-        last_busy = max((s.at for s, v in judged if v is Verdict.BUSY), default=None)
+        last_busy = max((at for at, _gpu, v in judged if v is Verdict.BUSY), default=None)
         status, idle_since, at_least = _current(judged)
         activity = GpuActivity(
             status,
             idle_since=idle_since,
             idle_at_least=at_least,
-            last_sample_at=samples[-1].at,
-            last_busy_at=last_busy,
+            last_sample_at=last_sample_at,
+            last_busy_at=instant(last_busy) if last_busy is not None else None,
             last_probe_status=probe_status,
             last_probe_at=probe_at,
         )
     failed = probe is not None and probe.status is not ProbeStatus.OK
-    if failed and (not samples or probe_at is None or probe_at >= samples[-1].at):
-        seen = None if not samples else replace(activity, last_probe_status=None).activity_text
+    if failed and (last_sample_at is None or probe_at is None or probe_at >= last_sample_at):
+        seen = None if not judged else replace(activity, last_probe_status=None).activity_text
         return replace(activity, status="unknown", last_seen=seen)
     return activity
 
 
-def _current(judged: list[tuple[GpuSample, Verdict]]) -> tuple[str, datetime | None, bool]:
+def _current(judged: list[tuple[int, int, Verdict]]) -> tuple[str, datetime | None, bool]:
+    """(status, idle since, "at least") from the judged samples (instant in microseconds, GPU,
+    verdict), in time order."""
     latest: dict[int, Verdict] = {}
-    for sample, verdict in judged:
-        latest[sample.gpu_index] = verdict
+    for _at, gpu, verdict in judged:
+        latest[gpu] = verdict
     verdicts = set(latest.values())
     if Verdict.BUSY in verdicts:
         return "busy", None, False
     if verdicts != {Verdict.IDLE}:
         return "unknown", None, False
-    last_active = max((s.at for s, v in judged if v is not Verdict.IDLE), default=None)
+    last_active = max((at for at, _gpu, v in judged if v is not Verdict.IDLE), default=None)
     if last_active is None:
-        return "idle", judged[0][0].at, True
-    since = min((s.at for s, _ in judged if s.at > last_active), default=None)
+        return "idle", instant(judged[0][0]), True
+    since = min((at for at, _gpu, _v in judged if at > last_active), default=None)
     if since is None:  # an idle and a non-idle sample of one GPU at the same instant
         return "unknown", None, False
-    return "idle", since, False
+    return "idle", instant(since), False

@@ -20,7 +20,8 @@ from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
-from watchdog_gpu.rules.windows import expected_gpus, running_since, sample_verdict, state_since
+from watchdog_gpu.rules.windows import expected_gpus, running_since, state_since
+from watchdog_gpu.sample_history import instant, micros, sample_history
 from watchdog_gpu.spend import (
     SpendFigure,
     current_rate,
@@ -218,31 +219,31 @@ def idle_since(instance: InstanceView, now: datetime, config: IdleGpuConfig) -> 
     started = running_since(instance)
     if started is None:
         return None
-    latest: dict[int, tuple[datetime, Verdict]] = {}
-    first_known: datetime | None = None
-    activity: list[datetime] = []
-    for sample in instance.samples:
-        if not started <= sample.at <= now:
-            continue
-        verdict = sample_verdict(sample, config.threshold_percent)
+    history = sample_history(instance.samples)
+    latest: dict[int, tuple[int, Verdict]] = {}
+    first_known: int | None = None
+    last_busy: int | None = None
+    for at, gpu, verdict in history.judged(history.rows(started, now), config.threshold_percent):
         if verdict is Verdict.UNKNOWN:
             continue
-        first_known = sample.at if first_known is None else min(first_known, sample.at)
+        if first_known is None:
+            first_known = at  # the rows are in time order
         if verdict is Verdict.BUSY:
-            activity.append(sample.at)
-        if sample.gpu_index not in latest or latest[sample.gpu_index][0] <= sample.at:
-            latest[sample.gpu_index] = (sample.at, verdict)
+            last_busy = at
+        latest[gpu] = (at, verdict)  # the newest so far (time order, then GPU)
     probes = [probe for probe in instance.probes if started <= probe.at <= now]
+    activity = [instant(last_busy)] if last_busy is not None else []
     activity.extend(probe.at for probe in probes if probe.interactive_login)
     if first_known is None or (probes and probes[-1].interactive_login):
         return None
+    stale = micros(now - config.max_sample_gap)
     for gpu in expected_gpus(instance.latest.gpu_count, latest):
         if gpu not in latest:
             return None
         at, verdict = latest[gpu]
-        if verdict is not Verdict.IDLE or now - at > config.max_sample_gap:
+        if verdict is not Verdict.IDLE or at < stale:
             return None
-    return max(started, max(activity, default=first_known))
+    return max(started, max(activity, default=instant(first_known)))
 
 
 def blind_instances(view: FleetView, now: datetime, config: UnobservedConfig) -> int:

@@ -40,7 +40,14 @@ from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
 from watchdog_gpu.probe.window import intersect_spans, union_spans
 
 Span = tuple[datetime, datetime]
-__all__ = ["CONTIGUOUS_GAP", "IdleClock", "gpu_observed_spans", "idle_clock"]
+__all__ = [
+    "CONTIGUOUS_GAP",
+    "IdleClock",
+    "clock_of",
+    "gpu_observed_spans",
+    "idle_clock",
+    "observed_spans",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,6 @@ def gpu_observed_spans(
 ) -> list[Span]:
     """The observed stretches of one GPU within ``[start, end]`` from its *idle* samples (the
     caller filters them; see the module docstring), sorted and merged."""
-    spans: list[Span] = []
     points: list[datetime] = []
     runs: list[Span] = []
     for sample in samples:
@@ -102,6 +108,19 @@ def gpu_observed_spans(
             points.append(sample.at)
         else:
             runs.append((sample.covers_from, sample.at))
+    return observed_spans(points, runs, start, end, max_sample_gap)
+
+
+def observed_spans(
+    points: list[datetime],
+    runs: list[Span],
+    start: datetime,
+    end: datetime,
+    max_sample_gap: timedelta,
+) -> list[Span]:
+    """:func:`gpu_observed_spans` of a GPU's idle point samples' instants and idle continuous
+    samples' ``(covers_from, at)`` (both lists are sorted in place)."""
+    spans: list[Span] = []
     points.sort()
     runs.sort()
     spans.extend((at, at) for at in points)
@@ -127,15 +146,25 @@ def idle_clock(
     """The idle clock of one instance from its idle samples per expected GPU (only those at or
     after ``start``, the last activity or arming). ``None`` when no instant was observed idle
     on every GPU."""
-    if not idle_samples:
-        return None
+    return clock_of(
+        (
+            gpu_observed_spans(samples, start, now, max_sample_gap)
+            for samples in idle_samples.values()
+        ),
+        restart_after=restart_after,
+    )
+
+
+def clock_of(gpu_spans: Iterable[list[Span]], *, restart_after: timedelta) -> IdleClock | None:
+    """The idle clock from each expected GPU's observed stretches (:func:`observed_spans`);
+    ``None`` when no instant was observed idle on every GPU (or there is no GPU)."""
     common: list[Span] | None = None
-    for samples in idle_samples.values():
-        own = gpu_observed_spans(samples, start, now, max_sample_gap)
+    for own in gpu_spans:
         common = own if common is None else intersect_spans(common, own, points=True)
         if not common:
             return None
-    assert common is not None
+    if common is None:
+        return None
     restarted = False
     for index in range(len(common) - 1, 0, -1):
         if common[index][0] - common[index - 1][1] > restart_after:

@@ -49,7 +49,6 @@ How it decides, for each running instance:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -62,20 +61,19 @@ from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
     ActionKind,
     Finding,
-    GpuSample,
     InstanceState,
     SampleSource,
     Severity,
     Verdict,
 )
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
-from watchdog_gpu.rules.idle_clock import IdleClock, idle_clock
+from watchdog_gpu.rules.idle_clock import IdleClock, Span, clock_of, observed_spans
 from watchdog_gpu.rules.windows import (
     expected_gpus,
     running_since,
-    sample_verdict,
     spend_evidence,
 )
+from watchdog_gpu.sample_history import NO_TIME, instant, micros, sample_history
 from watchdog_gpu.spend import instance_spend
 
 NAME = "idle_gpu"
@@ -172,20 +170,12 @@ def _evaluate_instance(
 def _episode(
     instance: InstanceView, since: datetime, now: datetime, config: IdleGpuConfig
 ) -> _Episode | None:
-    # One pass over the samples: at thousands of instances with days of samples, this is the
-    # rule's whole cost.
-    last_activity: datetime | None = None
-    idle: dict[int, list[GpuSample]] = defaultdict(list)
-    seen_gpus: set[int] = set()
-    for sample in instance.samples:
-        if not since <= sample.at <= now:
-            continue
-        seen_gpus.add(sample.gpu_index)
-        verdict = sample_verdict(sample, config.threshold_percent)
-        if verdict is Verdict.BUSY:
-            last_activity = sample.at if last_activity is None else max(last_activity, sample.at)
-        elif verdict is Verdict.IDLE:
-            idle[sample.gpu_index].append(sample)
+    # From the newest sample back to the last busy one (sample_history): at thousands of
+    # instances with an hour of samples each, a pass over every sample was the rule's whole cost.
+    history = sample_history(instance.samples)
+    rows = history.rows(since, now)
+    busy_at, idle_rows = history.last_busy(rows, config.threshold_percent)
+    last_activity = instant(busy_at) if busy_at is not None else None
     for probe in instance.probes:
         if probe.interactive_login and since <= probe.at <= now:
             last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
@@ -195,28 +185,36 @@ def _episode(
         start, armed_by = since + config.arm_after, "arm_after"
         if now < start:
             return None  # not armed: start-up, data loading, a slow first epoch
-    gpus = expected_gpus(instance.latest.gpu_count, seen_gpus)
+    gpus = expected_gpus(instance.latest.gpu_count, (history.highest_gpu(rows),) if rows else ())
     if not gpus:
         return None
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
-    in_episode = {gpu: [item for item in idle[gpu] if item.at >= start] for gpu in gpus}
-    clock = idle_clock(
-        in_episode,
-        start=start,
-        now=now,
-        max_sample_gap=config.max_sample_gap,
+    first = micros(start)
+    points: dict[int, list[datetime]] = {gpu: [] for gpu in gpus}
+    runs: dict[int, list[Span]] = {gpu: [] for gpu in gpus}
+    sources: set[SampleSource] = set()
+    for row in idle_rows:
+        gpu, at, covers_from, source = history.observation(row)
+        if at < first or gpu not in points:
+            continue
+        sources.add(source)
+        if covers_from == NO_TIME:
+            points[gpu].append(instant(at))
+        else:
+            runs[gpu].append((instant(covers_from), instant(at)))
+    clock = clock_of(
+        (observed_spans(points[gpu], runs[gpu], start, now, config.max_sample_gap) for gpu in gpus),
         restart_after=config.idle * (1 - config.min_coverage),
     )
     if clock is None:
         return None
-    sources = frozenset(item.source for items in in_episode.values() for item in items)
-    horizon = min((s.at for s in instance.samples), default=None)
+    horizon = history.first_at()
     # When the view's samples start after the activity/arming date, the true onset is not in
     # view: keep the stable date (the onset seen would move with the view every tick).
     cut = horizon is not None and horizon > start and not clock.restarted
     onset = start if cut else clock.onset
-    return _Episode(onset, armed_by, last_activity, clock, len(gpus), sources)
+    return _Episode(onset, armed_by, last_activity, clock, len(gpus), frozenset(sources))
 
 
 def _finding(
@@ -283,10 +281,8 @@ def cleared_reason(finding: Finding, view: FleetView) -> str:
     not that — the samples no longer cover the window (missing or too sparse), which is not
     idle but is not "busy again" either."""
     instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
-    newest: dict[int, GpuSample] = {}
-    for sample in instance.samples if instance is not None else ():  # oldest first
-        newest[sample.gpu_index] = sample
-    if any(sample.verdict is Verdict.BUSY for sample in newest.values()):
+    newest = sample_history(instance.samples).newest_recorded() if instance is not None else {}
+    if Verdict.BUSY in newest.values():
         return "GPU busy again"
     return "GPU activity no longer known (samples missing or too sparse); unknown is not idle"
 

@@ -24,7 +24,8 @@ from watchdog_gpu.durations import Duration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, InstanceState, ProbeStatus, Severity
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
-from watchdog_gpu.rules.windows import billed_rate, running_since, state_since, usable_sample
+from watchdog_gpu.rules.windows import billed_rate, running_since, state_since
+from watchdog_gpu.sample_history import sample_history
 
 NAME = "unobserved"
 DETAIL_LIMIT = 160
@@ -92,8 +93,8 @@ def _instance_finding(
     since = running_since(instance)
     if since is None:
         return None
-    usable = [s.at for s in instance.samples if s.at <= now and usable_sample(s)]
-    last_usable = max(usable, default=None)
+    history = sample_history(instance.samples)
+    last_usable = history.last_usable_at(now)
     blind_since = max(since, last_usable) if last_usable is not None else since
     if now - blind_since < config.after:
         return None
@@ -103,9 +104,7 @@ def _instance_finding(
     failed = sum(
         p.repeats for p in probes if p.at >= blind_since and p.status is not ProbeStatus.OK
     )
-    unknown = sum(
-        1 for s in instance.samples if blind_since <= s.at <= now and not usable_sample(s)
-    )
+    unknown = history.unusable_count(blind_since, now)
     latest = instance.latest
     if last_probe is None:
         why = "no probe has run" if latest.has_ssh_endpoint else "no SSH endpoint and no API data"

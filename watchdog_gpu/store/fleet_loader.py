@@ -37,7 +37,7 @@ from watchdog_gpu.store.history_rows import (
     Entry,
     InstanceKey,
     probes_from,
-    samples_from,
+    sample_histories,
 )
 from watchdog_gpu.store.rows import FindingRecord, InstanceRecord
 from watchdog_gpu.store.schema import (
@@ -311,7 +311,7 @@ def _instance_views(
         probes = history.probes.load(conn, samples_since, now, newest.probes)
     else:
         window = {"names": names, "since": samples_since, "now": now}
-        samples = _by_instance(samples_from(conn.execute(_WINDOW_SAMPLES, window)))
+        samples = sample_histories(conn.execute(_WINDOW_SAMPLES, window))
         probes = _by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
     views: dict[str, InstanceView] = {}
     for row in rows:
@@ -320,7 +320,7 @@ def _instance_views(
             latest=convert.instance_snapshot(row),
             first_seen=row.first_seen,
             spans=tuple(spans.get(row.id, ())),
-            samples=samples.get(key, ()),
+            samples=samples.get(key) or (),
             probes=probes.get(key, ()),
         )
     return views

@@ -29,26 +29,53 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import Connection, Select, bindparam, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
-from watchdog_gpu.model import GpuSample, ProbeOutcome
+from watchdog_gpu.model import ProbeOutcome
+from watchdog_gpu.sample_history import SampleHistory
 from watchdog_gpu.store.history_rows import (
     PROBES_QUERY,
     SAMPLES_QUERY,
     Entry,
     InstanceKey,
+    SampleSeries,
+    join_samples,
     probes_from,
-    samples_from,
+    sample_entries,
 )
 from watchdog_gpu.store.schema import AccountSnapshotRow, GpuSampleRow, ProbeOutcomeRow
 
 T = TypeVar("T")
-Build = Callable[[Iterable[Any]], list[Entry[T]]]  # result rows → entries
+V = TypeVar("V")  # what a load returns per instance
+V_co = TypeVar("V_co", covariant=True)
+Build = Callable[[Iterable[Any]], list[Entry[Any]]]  # result rows → entries
 SameRun = Callable[[T, T], bool]  # (kept row, newer row): the newer one replaces the kept one
 OrderOf = Callable[[T], tuple[Any, ...]]  # a row's place in the table's order, id aside
+
+
+class Series(Protocol[V_co]):
+    """One instance's kept rows, in the table's order."""
+
+    def __len__(self) -> int: ...
+
+    def append(self, at: datetime, item: Any) -> bool:
+        """Add a row; False when it belongs before the last one (the series needs sorting)."""
+        ...
+
+    def sort(self) -> None: ...
+
+    def between(self, since: datetime, now: datetime) -> V_co | None:
+        """The rows with ``since <= at <= now``; None when there are none."""
+        ...
+
+    def drop_before(self, since: datetime) -> None: ...
+
+
+# (instance, rows read before the kept ones, the kept ones) → one instance's result.
+Join = Callable[[InstanceKey, list[Any], V | None], V]
 
 
 @dataclass
@@ -57,34 +84,37 @@ class _Series(Generic[T]):
     (``at`` first) and then the id: rows are appended in id order and sorting is stable, so the
     ids need not be kept (a tuple per row was a fifth of the cache's memory)."""
 
+    order_of: OrderOf[T]
+    same_run: SameRun[T] | None = None
     ats: list[datetime] = field(default_factory=list)
     items: list[T] = field(default_factory=list)
 
-    def append(
-        self, at: datetime, item: T, order_of: OrderOf[T], same_run: SameRun[T] | None
-    ) -> bool:
-        """Add a row; False when it belongs before the last one (the series needs sorting).
-        A row of the same run as a kept one replaces it (the run was extended; usually the
-        last one, but rows of one load arrive by ``at``, and a late probe may start a run
-        that sorts before the extended one)."""
+    def __len__(self) -> int:
+        return len(self.ats)
+
+    def append(self, at: datetime, item: T) -> bool:
+        """Add a row (see :class:`Series`). A row of the same run as a kept one replaces it
+        (the run was extended; usually the last one, but rows of one load arrive by ``at``, and
+        a late probe may start a run that sorts before the extended one)."""
         items = self.items
-        if same_run is not None:
+        if self.same_run is not None:
             for index in range(len(items) - 1, -1, -1):
-                if same_run(items[index], item):
+                if self.same_run(items[index], item):
                     del self.ats[index], items[index]
                     break
-        in_order = not items or order_of(items[-1]) <= order_of(item)
+        in_order = not items or self.order_of(items[-1]) <= self.order_of(item)
         self.ats.append(at)
         items.append(item)
         return in_order
 
-    def sort(self, order_of: OrderOf[T]) -> None:
+    def sort(self) -> None:
+        order_of = self.order_of
         rows = sorted(zip(self.ats, self.items, strict=True), key=lambda r: order_of(r[1]))
         self.ats = [row[0] for row in rows]
         self.items = [row[1] for row in rows]
 
-    def between(self, since: datetime, now: datetime) -> list[T]:
-        return self.items[bisect_left(self.ats, since) : bisect_right(self.ats, now)]
+    def between(self, since: datetime, now: datetime) -> tuple[T, ...] | None:
+        return tuple(self.items[bisect_left(self.ats, since) : bisect_right(self.ats, now)]) or None
 
     def drop_before(self, since: datetime) -> None:
         cut = bisect_left(self.ats, since)
@@ -92,7 +122,11 @@ class _Series(Generic[T]):
             del self.ats[:cut], self.items[:cut]
 
 
-class RecentRows(Generic[T]):
+def _join_tuples(_key: InstanceKey, earlier: list[T], kept: tuple[T, ...] | None) -> tuple[T, ...]:
+    return (*earlier, *(kept or ()))
+
+
+class RecentRows(Generic[V]):
     """The rows of one append-only table with ``at >= floor``, by instance (see module doc)."""
 
     def __init__(
@@ -100,10 +134,10 @@ class RecentRows(Generic[T]):
         query: Select[*tuple[Any, ...]],
         id_column: InstrumentedAttribute[int],
         at_column: InstrumentedAttribute[datetime],
-        build: Build[T],
+        build: Build,
         *,
-        order_of: OrderOf[T],
-        same_run: SameRun[T] | None = None,
+        series: Callable[[InstanceKey], Series[V]],
+        join: Join[V],
     ) -> None:
         # Built once (see fleet_loader): the three reads a load may make.
         self._since = query.where(at_column >= bindparam("since"))
@@ -112,10 +146,10 @@ class RecentRows(Generic[T]):
         )
         self._gap = query.where(at_column >= bindparam("since"), at_column < bindparam("floor"))
         self._build = build
-        self._same_run = same_run
-        self._order_of = order_of
+        self._new_series = series
+        self._join = join
         self._lock = threading.Lock()
-        self._series: dict[InstanceKey, _Series[T]] = {}
+        self._series: dict[InstanceKey, Series[V]] = {}
         self._floor: datetime | None = None
         self._watermark = 0
 
@@ -136,7 +170,7 @@ class RecentRows(Generic[T]):
 
     def load(
         self, conn: Connection, since: datetime, now: datetime, newest: int
-    ) -> dict[InstanceKey, tuple[T, ...]]:
+    ) -> dict[InstanceKey, V]:
         """The rows with ``since <= at <= now`` of every instance, in the table's order, as the
         open transaction of ``conn`` sees them; ``newest`` is the table's highest id in that
         transaction (``FleetHistory.newest_ids``)."""
@@ -166,42 +200,43 @@ class RecentRows(Generic[T]):
         self._floor = None
         self._watermark = 0
 
-    def _add(self, entries: Iterable[Entry[T]]) -> None:
+    def _add(self, entries: Iterable[Entry[Any]]) -> None:
         unsorted: set[InstanceKey] = set()
         series = self._series
-        order_of, same_run = self._order_of, self._same_run
         for key, at, _order, item in entries:
             target = series.get(key)
             if target is None:
-                target = series[key] = _Series()
-            if not target.append(at, item, order_of, same_run):
+                target = series[key] = self._new_series(key)
+            if not target.append(at, item):
                 unsorted.add(key)
         for key in unsorted:
-            series[key].sort(order_of)
+            series[key].sort()
 
     def _between(
-        self, since: datetime, now: datetime, gap: list[Entry[T]]
-    ) -> dict[InstanceKey, tuple[T, ...]]:
-        result: dict[InstanceKey, tuple[T, ...]] = {}
-        earlier: dict[InstanceKey, list[T]] = {}
+        self, since: datetime, now: datetime, gap: list[Entry[Any]]
+    ) -> dict[InstanceKey, V]:
+        result: dict[InstanceKey, V] = {}
+        earlier: dict[InstanceKey, list[Any]] = {}
         # Gap rows all come before the floor, so before every kept row: they go first.
         for key, at, _order, item in gap:
             if at <= now:
                 earlier.setdefault(key, []).append(item)
-        for key, items in earlier.items():
-            result[key] = tuple(items)
         for key, series in self._series.items():
+            if key in earlier:
+                continue
             items = series.between(since, now)
-            if items:
-                before = result.get(key)
-                result[key] = before + tuple(items) if before else tuple(items)
+            if items is not None:
+                result[key] = items
+        for key, rows in earlier.items():
+            kept = self._series.get(key)
+            result[key] = self._join(key, rows, kept.between(since, now) if kept else None)
         return result
 
     def _drop_before(self, since: datetime) -> None:
         for key in list(self._series):
             series = self._series[key]
             series.drop_before(since)
-            if not series.ats:
+            if not len(series):
                 del self._series[key]
         self._floor = since
 
@@ -268,16 +303,21 @@ class FleetHistory:
 
     def __init__(self) -> None:
         self.snapshots = LatestSnapshots()
-        self.samples: RecentRows[GpuSample] = RecentRows(
-            SAMPLES_QUERY, GpuSampleRow.id, GpuSampleRow.at, samples_from, order_of=_sample_order
+        self.samples: RecentRows[SampleHistory] = RecentRows(
+            SAMPLES_QUERY,
+            GpuSampleRow.id,
+            GpuSampleRow.at,
+            sample_entries,
+            series=SampleSeries,
+            join=join_samples,
         )
-        self.probes: RecentRows[ProbeOutcome] = RecentRows(
+        self.probes: RecentRows[tuple[ProbeOutcome, ...]] = RecentRows(
             PROBES_QUERY,
             ProbeOutcomeRow.id,
             ProbeOutcomeRow.at,
             probes_from,
-            order_of=_probe_order,
-            same_run=_same_probe_run,
+            series=lambda _key: _Series(_probe_order, _same_probe_run),
+            join=_join_tuples,
         )
 
     @staticmethod
@@ -291,10 +331,6 @@ class FleetHistory:
         self.samples.clear()
         self.probes.clear()
         self.snapshots.clear()
-
-
-def _sample_order(sample: GpuSample) -> tuple[datetime, int]:
-    return sample.at, sample.gpu_index  # SAMPLES_QUERY's order, id aside
 
 
 def _probe_order(probe: ProbeOutcome) -> tuple[datetime]:

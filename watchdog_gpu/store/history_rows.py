@@ -4,13 +4,23 @@ outcomes — and the domain values built from them (used by ``history`` and ``fl
 from __future__ import annotations
 
 import sys
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import select
 
-from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.model import ProbeOutcome, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.sample_history import (
+    NO_TIME,
+    SOURCE_CODES,
+    UNKNOWN,
+    VERDICT_CODES,
+    SampleColumns,
+    SampleHistory,
+    micros,
+)
 from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
 
 T = TypeVar("T")
@@ -56,52 +66,100 @@ PROBES_QUERY = select(
 ).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
 
 
-def samples_from(rows: Iterable[Any]) -> list[Entry[GpuSample]]:
-    """Entries of the rows of SAMPLES_QUERY, in the fleet view's order (at, GPU, id).
+_VERDICT_CODES = {verdict.value: code for verdict, code in VERDICT_CODES.items()}
+_SOURCE_CODES = {source.value: code for source, code in SOURCE_CODES.items()}
+_DMON = SOURCE_CODES[SampleSource.DMON]
 
-    The values are shared where equal (:func:`shared`): the Store keeps the lookback's samples in
-    memory, and a string, instant and float per row and field was most of their size."""
-    verdicts, sources = _VERDICTS, _SOURCES
-    same = shared()
-    return [
-        (
-            (account, instance_id),
-            at,
-            (at, gpu, row_id),
-            GpuSample(
-                account=account,
-                instance_id=instance_id,
-                at=at,
-                gpu_index=gpu,
-                # An unreadable recorded verdict is unknown, never idle.
-                verdict=verdicts.get(verdict, Verdict.UNKNOWN),
-                source=sources.get(source, SampleSource.DMON),
-                sm=same(sm),
-                mem=same(mem),
-                enc=same(enc),
-                dec=same(dec),
-                jpg=same(jpg),
-                ofa=same(ofa),
-                covers_from=same(covers_from),
-            ),
+
+def sample_entries(rows: Iterable[Any]) -> list[Entry[Any]]:
+    """Entries of the rows of SAMPLES_QUERY for a :class:`SampleSeries` (the row is the item:
+    no sample value is built)."""
+    return [((row[1], row[2]), row[3], (), row) for row in rows]
+
+
+class SampleSeries:
+    """One instance's samples as they are read, in compact columns (the Store's cache keeps
+    one per instance, see ``store.history``). ``start`` is the first row still kept: dropping
+    old rows moves it, and copies the rest into new arrays once most rows are dropped, so the
+    arrays a loaded :class:`SampleHistory` reads are only ever appended to."""
+
+    __slots__ = ("account", "columns", "instance_id", "start")
+
+    def __init__(self, key: InstanceKey) -> None:
+        self.account, self.instance_id = key
+        self.columns = SampleColumns()
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.columns) - self.start
+
+    def append(self, at: datetime, row: Any) -> bool:
+        """Add a row of SAMPLES_QUERY; False when it belongs before the last one."""
+        _id, _account, _instance, _at, gpu, verdict, source, sm, mem, enc, dec, jpg, ofa, covers = (
+            row
         )
-        for (
-            row_id,
-            account,
-            instance_id,
-            at,
+        when = micros(at)
+        columns = self.columns
+        in_order = len(columns) == self.start or (columns.at[-1], columns.gpu[-1]) <= (when, gpu)
+        columns.append(
+            when,
             gpu,
-            verdict,
-            source,
-            sm,
-            mem,
-            enc,
-            dec,
-            jpg,
-            ofa,
-            covers_from,
-        ) in _shared_keys(rows, same)
-    ]
+            # An unreadable recorded verdict is unknown, never idle.
+            verdict=_VERDICT_CODES.get(verdict, UNKNOWN),
+            source=_SOURCE_CODES.get(source, _DMON),
+            metrics=(sm, mem, enc, dec, jpg, ofa),
+            covers_from=NO_TIME if covers is None else micros(covers),
+        )
+        return in_order
+
+    def sort(self) -> None:
+        self.columns = self.columns.copy(self.start).sorted()
+        self.start = 0
+
+    def between(self, since: datetime, now: datetime) -> SampleHistory | None:
+        at = self.columns.at
+        lo = bisect_left(at, micros(since), self.start, len(at))
+        hi = bisect_right(at, micros(now), lo, len(at))
+        if hi == lo:
+            return None
+        return SampleHistory(self.account, self.instance_id, self.columns, lo, hi)
+
+    def drop_before(self, since: datetime) -> None:
+        at = self.columns.at
+        self.start = bisect_left(at, micros(since), self.start, len(at))
+        if self.start > _COMPACT_AFTER and 2 * self.start > len(at):
+            self.columns = self.columns.copy(self.start)
+            self.start = 0
+
+    def history(self) -> SampleHistory:
+        return SampleHistory(self.account, self.instance_id, self.columns, self.start)
+
+
+_COMPACT_AFTER = 64  # dropped rows kept before the arrays are copied (a few minutes' worth)
+
+
+def join_samples(key: InstanceKey, earlier: list[Any], kept: SampleHistory | None) -> SampleHistory:
+    """Rows read before the cache's floor (SAMPLES_QUERY rows, in order) followed by the
+    kept ones."""
+    series = SampleSeries(key)
+    for row in earlier:
+        series.append(row[3], row)
+    if kept is not None:
+        rows = kept.rows()
+        series.columns.extend(kept.columns, rows.start, rows.stop)
+    return series.history()
+
+
+def sample_histories(rows: Iterable[Any]) -> dict[InstanceKey, SampleHistory]:
+    """The rows of SAMPLES_QUERY (in its order) as each instance's history."""
+    series: dict[InstanceKey, SampleSeries] = {}
+    for row in rows:
+        key = (row[1], row[2])
+        target = series.get(key)
+        if target is None:
+            target = series[key] = SampleSeries(key)
+        target.append(row[3], row)
+    return {key: target.history() for key, target in series.items()}
 
 
 def shared() -> Callable[[V], V]:

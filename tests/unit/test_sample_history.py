@@ -1,0 +1,116 @@
+"""The compact sample history the fleet view holds: it keeps every sample exactly and answers
+the rules' questions as a walk over the sample values would."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from watchdog_gpu.model import GpuSample, SampleSource, Verdict
+from watchdog_gpu.rules.windows import sample_verdict, usable_sample
+from watchdog_gpu.sample_history import BUSY, VERDICTS, SampleHistory, instant, micros
+
+T0 = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
+METRIC = st.one_of(st.none(), st.sampled_from([0.0, 3.0, 5.0, 5.5, 12.25, 90.0, 100.0]))
+
+
+@st.composite
+def samples(draw: st.DrawFn) -> list[GpuSample]:
+    rows = []
+    for _ in range(draw(st.integers(0, 12))):
+        at = T0 + timedelta(seconds=draw(st.integers(0, 600)), microseconds=draw(st.integers(0, 3)))
+        continuous = draw(st.booleans())
+        rows.append(
+            GpuSample(
+                account="a",
+                instance_id="i",
+                at=at,
+                gpu_index=draw(st.integers(0, 2)),
+                verdict=draw(st.sampled_from(list(Verdict))),
+                source=draw(st.sampled_from(list(SampleSource))),
+                sm=draw(METRIC),
+                mem=draw(METRIC),
+                enc=draw(METRIC),
+                dec=draw(METRIC),
+                jpg=draw(METRIC),
+                ofa=draw(METRIC),
+                covers_from=at - timedelta(seconds=30) if continuous else None,
+            )
+        )
+    return rows
+
+
+def ordered(rows: list[GpuSample]) -> list[GpuSample]:
+    return sorted(rows, key=lambda sample: (sample.at, sample.gpu_index))
+
+
+def test_instants_are_kept_to_the_microsecond() -> None:
+    at = T0 + timedelta(microseconds=123_457)
+    assert instant(micros(at)) == at
+    assert instant(micros(at)).isoformat() == at.isoformat()
+
+
+@given(samples())
+@settings(max_examples=200, deadline=None)
+def test_every_sample_comes_back_as_it_was_recorded(rows: list[GpuSample]) -> None:
+    history = SampleHistory.of(rows)
+    assert list(history) == ordered(rows)
+    assert history == tuple(ordered(rows))
+    assert len(history) == len(rows)
+    if rows:
+        assert history[-1] == ordered(rows)[-1]
+        assert history[:2] == tuple(ordered(rows)[:2])
+
+
+@given(samples(), st.sampled_from([0.0, 5.0, 5.5, 50.0]))
+@settings(max_examples=200, deadline=None)
+def test_verdicts_and_usability_are_the_rules_own(rows: list[GpuSample], threshold: float) -> None:
+    history = SampleHistory.of(rows)
+    for row, sample in zip(history.rows(), ordered(rows), strict=True):
+        assert VERDICTS[history.verdict(row, threshold)] is sample_verdict(sample, threshold)
+        assert history.usable(row) is usable_sample(sample)
+
+
+@given(samples(), st.integers(0, 600), st.integers(0, 600))
+@settings(max_examples=200, deadline=None)
+def test_the_backward_walks_answer_as_a_full_walk_does(
+    rows: list[GpuSample], low: int, high: int
+) -> None:
+    since, now = T0 + timedelta(seconds=min(low, high)), T0 + timedelta(seconds=max(low, high))
+    history = SampleHistory.of(rows)
+    inside = [s for s in ordered(rows) if since <= s.at <= now]
+    window = history.rows(since, now)
+    assert [history[row] for row in window] == inside  # a history of its own: rows from 0
+
+    busy = [s.at for s in inside if sample_verdict(s, 5.0) is Verdict.BUSY]
+    busy_at, idle_rows = history.last_busy(window, 5.0)
+    assert (instant(busy_at) if busy_at is not None else None) == max(busy, default=None)
+    expected_idle = [
+        s
+        for s in inside
+        if sample_verdict(s, 5.0) is Verdict.IDLE and (not busy or s.at >= max(busy))
+    ]
+    assert [history[row] for row in reversed(idle_rows)] == expected_idle  # newest first
+    assert history.highest_gpu(window) == max((s.gpu_index for s in inside), default=-1)
+
+    usable = [s.at for s in ordered(rows) if s.at <= now and usable_sample(s)]
+    assert history.last_usable_at(now) == max(usable, default=None)
+    assert history.unusable_count(since, now) == sum(1 for s in inside if not usable_sample(s))
+    assert history.recorded_busy_since(since) == any(
+        s.verdict is Verdict.BUSY and s.at >= since for s in rows
+    )
+    newest: dict[int, Verdict] = {}
+    for sample in ordered(rows):
+        newest[sample.gpu_index] = sample.verdict
+    assert history.newest_recorded() == newest
+    assert BUSY == 0  # the codes are the arrays' values; a change is a format change
+
+
+def test_a_history_reads_only_its_own_rows_while_its_columns_grow() -> None:
+    first = GpuSample("a", "i", T0, 0, Verdict.IDLE, sm=0.0)
+    history = SampleHistory.of([first])
+    history.columns.append_sample(GpuSample("a", "i", T0 + timedelta(minutes=1), 0, Verdict.BUSY))
+    assert list(history) == [first]
+    assert history.last_busy(history.rows(), 5.0) == (None, [0])

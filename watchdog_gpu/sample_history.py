@@ -1,0 +1,355 @@
+"""One instance's GPU samples as compact columns: what the fleet view holds for the rules.
+
+At 1,000 instances × 2 GPUs the rules' lookback (73 minutes with the defaults) holds about
+146,000 samples. As :class:`~watchdog_gpu.model.GpuSample` objects (one object, a dozen fields)
+they were most of the daemon's memory, and the idle rule walked every one of them each tick. Here
+each instance's samples are parallel typed arrays (:class:`SampleColumns`, about 80 bytes a
+sample instead of several hundred), in time order, and the rules ask :class:`SampleHistory`
+questions that are answered from the newest rows backwards: a busy GPU's last activity is its
+newest row, so a tick costs a few rows per busy instance and the idle stretch of an idle one.
+
+Exactness: nothing a decision reads is dropped or rounded. Instants are whole microseconds
+(``datetime`` has no finer unit), metrics are the stored doubles, and ``None`` (the tool printed
+``-``) is NaN in the arrays — the database keeps NaN as NULL too, so nothing recorded can be NaN.
+Each sample's verdict is judged with the caller's threshold exactly as
+:func:`sample_verdict` does (the highest of ``sm``/``enc``/``dec``/``jpg``/``ofa`` is kept per
+row for that). A :class:`SampleHistory` is also a ``Sequence[GpuSample]``: indexing or iterating
+builds the sample values (for ``status`` and tests, not for the tick).
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import overload
+
+from watchdog_gpu.model import GpuSample, SampleSource, Verdict
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+NO_TIME = -(2**63)  # covers_from of a point sample
+NAN = math.nan
+
+BUSY, IDLE, UNKNOWN = 0, 1, 2
+VERDICT_CODES = {Verdict.BUSY: BUSY, Verdict.IDLE: IDLE, Verdict.UNKNOWN: UNKNOWN}
+VERDICTS = (Verdict.BUSY, Verdict.IDLE, Verdict.UNKNOWN)
+SOURCES = tuple(SampleSource)
+SOURCE_CODES = {source: code for code, source in enumerate(SOURCES)}
+
+
+def micros(at: datetime) -> int:
+    """``at`` as whole microseconds since the epoch (exact)."""
+    return (at - EPOCH) // _MICRO
+
+
+def instant(value: int) -> datetime:
+    """The inverse of :func:`micros` (UTC)."""
+    return EPOCH + timedelta(microseconds=value)
+
+
+def _number(value: float | None) -> float:
+    return NAN if value is None else value
+
+
+def _optional(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def peak(*values: float | None) -> float:
+    """The highest present value (-1 when none is: no threshold, which is >= 0, is exceeded)."""
+    present = [value for value in values if value is not None and not math.isnan(value)]
+    return max(present) if present else -1.0
+
+
+class SampleColumns:
+    """Growable parallel arrays of samples, one row per sample (see the module docstring)."""
+
+    __slots__ = (
+        "at",
+        "covers_from",
+        "dec",
+        "enc",
+        "gpu",
+        "jpg",
+        "mem",
+        "ofa",
+        "peak",
+        "sm",
+        "source",
+        "verdict",
+    )
+
+    def __init__(self) -> None:
+        self.at = array("q")
+        self.covers_from = array("q")
+        self.gpu = array("h")
+        self.verdict = array("b")
+        self.source = array("b")
+        self.peak = array("d")
+        self.sm = array("d")
+        self.mem = array("d")
+        self.enc = array("d")
+        self.dec = array("d")
+        self.jpg = array("d")
+        self.ofa = array("d")
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def append(
+        self,
+        at: int,
+        gpu: int,
+        *,
+        verdict: int,
+        source: int,
+        metrics: tuple[float | None, ...],
+        covers_from: int = NO_TIME,
+    ) -> None:
+        """Add one row (``at``/``covers_from`` in microseconds, see :func:`micros`; codes from
+        :data:`VERDICT_CODES`/:data:`SOURCE_CODES`; metrics sm, mem, enc, dec, jpg, ofa)."""
+        sm, mem, enc, dec, jpg, ofa = metrics
+        self.at.append(at)
+        self.covers_from.append(covers_from)
+        self.gpu.append(gpu)
+        self.verdict.append(verdict)
+        self.source.append(source)
+        self.peak.append(peak(sm, enc, dec, jpg, ofa))
+        self.sm.append(_number(sm))
+        self.mem.append(_number(mem))
+        self.enc.append(_number(enc))
+        self.dec.append(_number(dec))
+        self.jpg.append(_number(jpg))
+        self.ofa.append(_number(ofa))
+
+    def append_sample(self, sample: GpuSample) -> None:
+        self.append(
+            micros(sample.at),
+            sample.gpu_index,
+            verdict=VERDICT_CODES[sample.verdict],
+            source=SOURCE_CODES[sample.source],
+            metrics=(sample.sm, sample.mem, sample.enc, sample.dec, sample.jpg, sample.ofa),
+            covers_from=NO_TIME if sample.covers_from is None else micros(sample.covers_from),
+        )
+
+    def extend(self, other: SampleColumns, lo: int = 0, hi: int | None = None) -> None:
+        """Append ``other``'s rows ``lo:hi``."""
+        for name in SampleColumns.__slots__:
+            getattr(self, name).extend(getattr(other, name)[lo:hi])
+
+    def copy(self, lo: int = 0, hi: int | None = None) -> SampleColumns:
+        """A new columns object with rows ``lo:hi`` (the arrays are copied)."""
+        copied = SampleColumns()
+        copied.extend(self, lo, hi)
+        return copied
+
+    def sorted(self) -> SampleColumns:
+        """The rows ordered by (``at``, GPU), stably (a late row was appended out of order)."""
+        order = sorted(range(len(self.at)), key=lambda i: (self.at[i], self.gpu[i]))
+        result = SampleColumns()
+        for name in SampleColumns.__slots__:
+            column = getattr(self, name)
+            setattr(result, name, array(column.typecode, [column[i] for i in order]))
+        return result
+
+
+class SampleHistory(Sequence[GpuSample]):
+    """One instance's samples (rows ``lo:hi`` of ``columns``, in time order), with the
+    questions the rules ask of them. The Store's cache keeps appending to its columns; a
+    history only reads its own rows, which the cache never changes (rows are only ever
+    appended after them, and a cache that drops or reorders rows starts new arrays)."""
+
+    __slots__ = ("_columns", "_hi", "_lo", "account", "instance_id")
+
+    def __init__(
+        self,
+        account: str,
+        instance_id: str,
+        columns: SampleColumns,
+        lo: int = 0,
+        hi: int | None = None,
+    ) -> None:
+        self.account = account
+        self.instance_id = instance_id
+        self._columns = columns
+        self._lo = lo
+        self._hi = len(columns) if hi is None else hi
+
+    @classmethod
+    def of(cls, samples: Iterable[GpuSample]) -> SampleHistory:
+        """The history of ``samples`` (one instance's), ordered by time, then GPU (stably)."""
+        ordered = sorted(samples, key=lambda sample: (sample.at, sample.gpu_index))
+        columns = SampleColumns()
+        for sample in ordered:
+            columns.append_sample(sample)
+        first = ordered[0] if ordered else None
+        return cls(first.account if first else "", first.instance_id if first else "", columns)
+
+    # --- Sequence[GpuSample]: building sample values (status, tests) ---
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    @overload
+    def __getitem__(self, index: int) -> GpuSample: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[GpuSample, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> GpuSample | tuple[GpuSample, ...]:
+        if isinstance(index, slice):
+            return tuple(self._sample(self._lo + i) for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._sample(self._lo + index)
+
+    def __iter__(self) -> Iterator[GpuSample]:
+        for row in range(self._lo, self._hi):
+            yield self._sample(row)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleHistory | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list
+
+    def __repr__(self) -> str:
+        return f"SampleHistory({self.account}/{self.instance_id}, {len(self)} samples)"
+
+    def _sample(self, row: int) -> GpuSample:
+        c = self._columns
+        covers = c.covers_from[row]
+        return GpuSample(
+            account=self.account,
+            instance_id=self.instance_id,
+            at=instant(c.at[row]),
+            gpu_index=c.gpu[row],
+            verdict=VERDICTS[c.verdict[row]],
+            source=SOURCES[c.source[row]],
+            sm=_optional(c.sm[row]),
+            mem=_optional(c.mem[row]),
+            enc=_optional(c.enc[row]),
+            dec=_optional(c.dec[row]),
+            jpg=_optional(c.jpg[row]),
+            ofa=_optional(c.ofa[row]),
+            covers_from=None if covers == NO_TIME else instant(covers),
+        )
+
+    # --- what the rules ask ---
+
+    @property
+    def columns(self) -> SampleColumns:
+        return self._columns
+
+    def rows(self, since: datetime | None = None, now: datetime | None = None) -> range:
+        """The row numbers with ``since <= at <= now`` (either bound may be open)."""
+        at, lo, hi = self._columns.at, self._lo, self._hi
+        if since is not None:
+            lo = bisect_left(at, micros(since), lo, hi)
+        if now is not None:
+            hi = max(lo, bisect_right(at, micros(now), lo, hi))
+        return range(lo, hi)
+
+    def first_at(self) -> datetime | None:
+        """The oldest sample's instant."""
+        return instant(self._columns.at[self._lo]) if self._hi > self._lo else None
+
+    def verdict(self, row: int, threshold_percent: float) -> int:
+        """Row ``row`` judged with ``threshold_percent``, as ``rules.windows.sample_verdict``
+        judges a sample: a code (:data:`BUSY`, :data:`IDLE`, :data:`UNKNOWN`)."""
+        c = self._columns
+        if c.peak[row] > threshold_percent:
+            return BUSY
+        recorded = c.verdict[row]
+        if c.sm[row] != c.sm[row]:  # no sm: a recorded busy stays busy, anything else unknown
+            return BUSY if recorded == BUSY else UNKNOWN
+        return UNKNOWN if recorded == UNKNOWN else IDLE
+
+    def usable(self, row: int) -> bool:
+        """``rules.windows.usable_sample`` of row ``row``: busy, or idle with a real ``sm``."""
+        c = self._columns
+        recorded = c.verdict[row]
+        return recorded == BUSY or (recorded == IDLE and c.sm[row] == c.sm[row])
+
+    def highest_gpu(self, rows: range) -> int:
+        """The highest GPU index among ``rows`` (-1 when there are none)."""
+        return max(self._columns.gpu[rows.start : rows.stop]) if rows else -1
+
+    def last_busy(self, rows: range, threshold_percent: float) -> tuple[int | None, list[int]]:
+        """The newest busy row's instant (microseconds) among ``rows`` and the idle rows at or
+        after it, newest first (every idle row of ``rows`` when none is busy). Reads from the
+        newest row back to the last busy one: one or two rows for a busy instance."""
+        at = self._columns.at
+        idle: list[int] = []
+        verdict = self.verdict
+        for row in reversed(rows):
+            code = verdict(row, threshold_percent)
+            if code == BUSY:
+                busy_at = at[row]
+                # Rows of the same instant sort by GPU: an idle row of a lower GPU at the
+                # busy instant is still at or after it.
+                for same in range(row - 1, rows.start - 1, -1):
+                    if at[same] != busy_at:
+                        break
+                    if verdict(same, threshold_percent) == IDLE:
+                        idle.append(same)
+                return busy_at, idle
+            if code == IDLE:
+                idle.append(row)
+        return None, idle
+
+    def last_usable_at(self, now: datetime) -> datetime | None:
+        """The newest usable sample at or before ``now``."""
+        for row in reversed(self.rows(None, now)):
+            if self.usable(row):
+                return instant(self._columns.at[row])
+        return None
+
+    def unusable_count(self, since: datetime, now: datetime) -> int:
+        """How many samples with ``since <= at <= now`` are not usable."""
+        return sum(1 for row in self.rows(since, now) if not self.usable(row))
+
+    def recorded_busy_since(self, since: datetime) -> bool:
+        """Whether a sample recorded busy has ``at >= since``."""
+        c = self._columns
+        return any(c.verdict[row] == BUSY for row in self.rows(since))
+
+    def newest_recorded(self) -> dict[int, Verdict]:
+        """Each GPU's newest sample's recorded verdict."""
+        c = self._columns
+        rows = self.rows()
+        gpus = set(c.gpu[rows.start : rows.stop])
+        newest: dict[int, Verdict] = {}
+        for row in reversed(rows):
+            newest.setdefault(c.gpu[row], VERDICTS[c.verdict[row]])
+            if len(newest) == len(gpus):
+                break
+        return newest
+
+    def judged(self, rows: range, threshold_percent: float) -> Iterator[tuple[int, int, Verdict]]:
+        """(instant in microseconds, GPU, verdict with ``threshold_percent``) of ``rows``."""
+        c = self._columns
+        for row in rows:
+            yield c.at[row], c.gpu[row], VERDICTS[self.verdict(row, threshold_percent)]
+
+    def observation(self, row: int) -> tuple[int, int, int, SampleSource]:
+        """Row ``row``'s GPU, instant, ``covers_from`` (:data:`NO_TIME` for a point sample)
+        and source."""
+        c = self._columns
+        return c.gpu[row], c.at[row], c.covers_from[row], SOURCES[c.source[row]]
+
+
+def sample_history(samples: Sequence[GpuSample]) -> SampleHistory:
+    """``samples`` as a history: the Store's views already hold one; a view built by hand (tests,
+    the simulator's world) holds a tuple, converted here."""
+    if isinstance(samples, SampleHistory):
+        return samples
+    return SampleHistory.of(samples)
