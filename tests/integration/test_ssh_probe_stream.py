@@ -148,6 +148,15 @@ def test_a_stalled_stream_is_blind_then_reconnected_without_an_orphan(
         read = manager.take(target.ref)
         assert read is not None
         assert read.row_count <= 2 * 2 + 2  # two passes of two GPUs, nothing invented since
+        # The next round finds nothing new: a timed-out probe without samples (blind).
+        empty = manager.take(target.ref)
+        assert empty is not None
+        assert empty.row_count == 0
+        blind = Prober(runner, clock=CLOCK).stream_outcome(
+            instance_on(ssh_server), empty, CLOCK.now()
+        )
+        assert blind.status is ProbeStatus.TIMEOUT
+        assert blind.samples == ()
         # It reconnects (a second dmon starts) and the stalled session's processes are gone.
         assert wait_for(lambda: len([c for c in fake_gpu_calls(fake_gpu) if "dmon" in c]) >= 2)
         CLOCK.sleep(1)

@@ -14,8 +14,9 @@ The API is deliberately small (the compact per-GPU state of the fleet builds on 
   many were dropped, the newest aux reading, and the health — and empties the rings;
 - :meth:`HostBuffer.health` reads the health without taking anything (``status``, metrics).
 
-Memory: a row is one tuple of eight fields (~150 bytes); a host with two GPUs read every minute
-holds ~120 rows (~18 KiB), at most ``2 × capacity`` (see ``bench/README.md``).
+Memory: a row is one tuple of eight fields and its instant (~130 bytes; the reader lets rows that
+repeat a line share its metric values); a host with two GPUs read every minute holds ~120 rows
+(~16 KiB), at most ``2 × capacity`` (~78 KiB; see ``bench/README.md``).
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ from watchdog_gpu.probe.stream_buffer import AuxReading, HostBuffer
 from watchdog_gpu.probe.stream_command import split_aux
 from watchdog_gpu.probe.verdicts import check_threshold, processes_per_gpu, row_verdict
 
+Metrics = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
+"""(sm, mem, enc, dec, jpg, ofa) of one parsed line, shared by every row that repeats it."""
+
 MAX_LINE = 4096
 _PARSED_LINES = 256  # distinct data lines remembered per session
 _MAX_AUX = 256 * 1024  # an aux block is a few KiB; more without an end marker is garbage
@@ -44,7 +47,7 @@ class StreamReader:
         self._recent = interactive_recent_seconds
         self._lines = DmonLineReader()
         self._pending = ""
-        self._parsed: dict[tuple[tuple[str, ...] | None, str], DmonRow] = {}
+        self._parsed: dict[tuple[tuple[str, ...] | None, str], tuple[DmonRow, Metrics]] = {}
         self._aux_text = ""
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
@@ -78,12 +81,13 @@ class StreamReader:
 
     def _line(self, line: str, at: datetime) -> None:
         # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
-        # distinct data line once per header.
+        # distinct data line once per header, and let its rows share one set of metric values
+        # (a buffered row then costs its tuple and its instant: ``docs/probe.md``, memory).
         key = (self._lines.columns, line)
-        row = self._parsed.get(key)
-        if row is not None:
+        parsed = self._parsed.get(key)
+        if parsed is not None:
             self._lines.line_number += 1
-            self._row(row, at)
+            self._row(*parsed, at)
             return
         try:
             row = self._lines.read(line)
@@ -97,26 +101,22 @@ class StreamReader:
             return
         if len(self._parsed) >= _PARSED_LINES:
             self._parsed.clear()
-        self._parsed[(self._lines.columns, line)] = row
-        self._row(row, at)
+        metrics: Metrics = (
+            row.metric("sm"),
+            row.metric("mem"),
+            row.metric("enc"),
+            row.metric("dec"),
+            row.metric("jpg"),
+            row.metric("ofa"),
+        )
+        self._parsed[(self._lines.columns, line)] = (row, metrics)
+        self._row(row, metrics, at)
 
-    def _row(self, row: DmonRow, at: datetime) -> None:
+    def _row(self, row: DmonRow, metrics: Metrics, at: datetime) -> None:
         self._seen_gpus.add(row.gpu)
         processes = None if self._processes is None else self._processes.get(row.gpu, 0)
         verdict = row_verdict(row, threshold=self._threshold, processes=processes)
-        self.buffer.add_row(
-            row.gpu,
-            (
-                at.timestamp(),
-                verdict,
-                row.metric("sm"),
-                row.metric("mem"),
-                row.metric("enc"),
-                row.metric("dec"),
-                row.metric("jpg"),
-                row.metric("ofa"),
-            ),
-        )
+        self.buffer.add_row(row.gpu, (at.timestamp(), verdict, *metrics))
         self.rows += 1
         self.garbage = 0
         self.error = None

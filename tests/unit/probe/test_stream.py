@@ -121,6 +121,21 @@ def test_rows_land_per_gpu_with_their_arrival_time_and_verdict() -> None:
     assert stream.buffer.take().row_count == 0  # taken once
 
 
+def test_rows_that_repeat_a_line_share_its_metric_values() -> None:
+    # A buffered row costs its tuple and its instant, not six new floats: an idle GPU prints the
+    # same line every second, and a host holds up to a poll interval of rows (docs/probe.md).
+    stream = reader()
+    stream.feed_stdout(HEADER, T0)
+    for second in range(1, 4):
+        stream.feed_stdout(row(0, 7) + row(1, 0), T0 + second * SECOND)
+    read = stream.buffer.take()
+    first, *others = read.rows[0]
+    assert first[2:] == (7.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert all(other[2:] == first[2:] for other in others)
+    assert all(a is b for other in others for a, b in zip(other[2:], first[2:], strict=True))
+    assert [r[0] for r in read.rows[1]] == [(T0 + n * SECOND).timestamp() for n in (1, 2, 3)]
+
+
 def test_a_line_cut_between_reads_is_joined_before_parsing() -> None:
     stream = reader()
     stream.feed_stdout(HEADER + row(0, 0)[:6], T0)
