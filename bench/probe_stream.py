@@ -256,6 +256,7 @@ def window(
     cpu_end = thread_cpu()
     threads = threading.enumerate()
     ours_ids = {thread.native_id for thread in threads if is_ours(thread)}
+    reader_ids = {thread.native_id for thread in threads if thread.name == "probe-stream"}
     transport_ids = {
         thread.native_id for thread in threads if isinstance(thread, paramiko.Transport)
     }
@@ -276,7 +277,7 @@ def window(
         f"| {statistics.median(phases):.3f} / {phases[-1]:.3f} s "
         f"| {len(ours_ids)} / {len(transport_ids)} / {proc_status('Threads')} "
         f"| {spent(None) / wall * 100:.1f} ({spent(ours_ids) / wall * 100:.1f} + "
-        f"{spent(transport_ids) / wall * 100:.1f}) "
+        f"{spent(transport_ids) / wall * 100:.1f}; reader {spent(reader_ids) / wall * 100:.1f}) "
         f"| {(resident.transports - resident.start) / hosts:.0f} "
         f"| {(rss_streams - resident.transports) / hosts:.0f} "
         f"| {traced / 1024 / hosts:.1f} "
@@ -287,9 +288,10 @@ def window(
     )
     print(
         "(hosts × GPUs | probe phase p50 / max | threads ours / paramiko transports / process "
-        "| CPU % of a core (ours + transports) | RSS KiB per host: transport | added by "
-        "streaming | stream code KiB per host (tracemalloc) | coverage min / mean | rows per "
-        f"GPU-second | load average; tick every {arguments.tick:g} s, {ticks} ticks over "
+        "| CPU % of a core (ours + transports; the reader thread alone) "
+        "| RSS KiB per host: transport | added by streaming "
+        "| stream code KiB per host (tracemalloc) | coverage min / mean | rows per GPU-second "
+        f"| load average; tick every {arguments.tick:g} s, {ticks} ticks over "
         f"{wall:.0f} s{', tracemalloc on' if arguments.trace_memory else ''})",
         flush=True,
     )
