@@ -51,7 +51,7 @@ from watchdog_gpu.store.schema import AccountSnapshotRow, GpuSampleRow, ProbeOut
 T = TypeVar("T")
 V = TypeVar("V")  # what a load returns per instance
 V_co = TypeVar("V_co", covariant=True)
-Build = Callable[[Iterable[Any]], list[Entry[Any]]]  # result rows → entries
+Build = Callable[[Iterable[Any]], Iterable[Entry[Any]]]  # result rows → entries
 SameRun = Callable[[T, T], bool]  # (kept row, newer row): the newer one replaces the kept one
 OrderOf = Callable[[T], tuple[Any, ...]]  # a row's place in the table's order, id aside
 
@@ -186,7 +186,7 @@ class RecentRows(Generic[V]):
             floor = self._floor
             # A caller looking further back than the cache keeps reads the difference itself.
             gap = (
-                self._build(conn.execute(self._gap, {"since": since, "floor": floor}))
+                list(self._build(conn.execute(self._gap, {"since": since, "floor": floor})))
                 if since < floor
                 else []
             )

@@ -71,10 +71,12 @@ _SOURCE_CODES = {source.value: code for source, code in SOURCE_CODES.items()}
 _DMON = SOURCE_CODES[SampleSource.DMON]
 
 
-def sample_entries(rows: Iterable[Any]) -> list[Entry[Any]]:
+def sample_entries(rows: Iterable[Any]) -> Iterator[Entry[Any]]:
     """Entries of the rows of SAMPLES_QUERY for a :class:`SampleSeries` (the row is the item:
-    no sample value is built)."""
-    return [((row[1], row[2]), row[3], (), row) for row in rows]
+    no sample value is built), one at a time: a cold load reads the whole lookback, and a list
+    of its rows was the process's peak memory."""
+    for row in rows:
+        yield (row[1], row[2]), row[3], (), row
 
 
 class SampleSeries:
