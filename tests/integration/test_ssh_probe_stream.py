@@ -164,6 +164,28 @@ def test_a_stalled_stream_is_blind_then_reconnected_without_an_orphan(
     assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
 
 
+def test_a_dmon_slow_to_print_its_first_row_is_not_a_stall(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    # The aux block and dmon's header come at once; the first row 5 s later (dmon initialising
+    # on a loaded host), longer than this manager's stall_after of 3 s.
+    stream_live(fake_gpu)
+    (fake_gpu.state_dir / "dmon.delay").write_text("5\n")
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        manager.sync([target])
+        assert wait_for(
+            lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
+        )
+        assert manager.health()[target.ref].attempts == 0
+        CLOCK.sleep(1.5)
+        assert len([call for call in fake_gpu.calls() if call.startswith("dmon")]) == 1
+        read = manager.take(target.ref)
+        assert read is not None
+        assert sorted(read.rows) == [0, 1]
+    assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
+
+
 def fake_gpu_calls(fake: FakeGpu) -> list[str]:
     log = fake.state_dir / "calls.log"
     return log.read_text().splitlines() if log.exists() else []

@@ -16,7 +16,7 @@
 A session is closed and the host reconnected with exponential backoff (1 s doubling to
 ``max_backoff``, ±20 % jitter) when its stream **stops** (EOF, connection dropped, dmon exited),
 **stalls** (no output for ``stall_after``, or :data:`START_ALLOWANCE` before a session's first
-output; the host shows ``stalled`` when rows stop for ``stall_after / 2``) or
+row; the host shows ``stalled`` when rows stop for ``stall_after / 2``) or
 prints **garbage** (``garbage_lines`` lines in a row that are no dmon rows, or an nvidia-smi
 error text). The rows simply stop meanwhile: the gap is blind time, never idle. A host whose
 sessions end ``fallback_after`` times in a row without a single row (a host that does not allow a
@@ -64,7 +64,7 @@ from watchdog_gpu.probe.stream_reader import StreamReader
 logger = logging.getLogger(__name__)
 
 _TICK_SECONDS = 0.25
-START_ALLOWANCE = 30.0  # seconds a new session may take to print anything
+START_ALLOWANCE = 30.0  # seconds a new session may take to print its first row
 _READ_BYTES = 65536
 
 
@@ -304,10 +304,12 @@ class StreamManager:
             self._set(host, StreamState.STREAMING, ProbeStatus.OK, "")
 
     def _stall_limit(self, host: _Host) -> float:
-        """``stall_after``; before a session's first output, at least :data:`START_ALLOWANCE`
-        (a loaded host may take a while to start the shell and nvidia-smi)."""
+        """``stall_after``; before a session's first row, at least :data:`START_ALLOWANCE`
+        (a loaded host may take a while to start the shell and nvidia-smi). The aux block and
+        dmon's header come at once and prove nothing about the rows: dmon initialising NVML on
+        a busy host may print its first row seconds later."""
         limit = self._settings.stall_after.total_seconds()
-        if host.last_data == host.opened_at:
+        if host.reader is None or host.reader.rows == 0:
             return max(limit, START_ALLOWANCE)
         return limit
 
