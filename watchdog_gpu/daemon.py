@@ -37,6 +37,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from watchdog_gpu import systemd_notify
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.config import Settings
+from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
@@ -313,17 +314,20 @@ def start_metrics_or_explain(
 ) -> tuple[MetricsObserver, Callable[[], None]]:
     """:func:`start_metrics`, with a bind failure turned into a MetricsAddressError naming the
     address, the port and the settings to change."""
-    endpoint = settings.metrics
     try:
         return start_metrics(settings, assembly, clock)
     except OSError as error:
-        reason = error.strerror or str(error)
-        raise MetricsAddressError(
-            f"the metrics endpoint cannot listen on {endpoint.listen_address} port "
-            f"{endpoint.port}: {reason}. Stop whatever holds it, or choose another "
-            "`[metrics] port` (or `listen_address`, or set `enabled = false`) in the "
-            "configuration"
-        ) from error
+        raise MetricsAddressError(_unbindable(settings.metrics, error)) from error
+
+
+def _unbindable(endpoint: MetricsSection, error: OSError) -> str:
+    reason = error.strerror or str(error)
+    return (
+        f"the metrics endpoint cannot listen on {endpoint.listen_address} port "
+        f"{endpoint.port}: {reason}. Stop whatever holds it, or choose another "
+        "`[metrics] port` (or `listen_address`, or set `enabled = false`) in the "
+        "configuration"
+    )
 
 
 def start_metrics(
@@ -370,54 +374,108 @@ def run_daemon(
     may keep the daemon to stop it later (``daemon.request_stop(reason)``)."""
     quiet_scheduler_logs()
     database_url = settings.watchdog.effective_database_url(environ)
-    leadership: PostgresLeadership | None = None
-    try:
-        lock = database_lock(database_url, role="run", node=settings.watchdog.node_name)
-        if isinstance(lock, PostgresLeadership):
-            leadership = lock
-            if not stand_by_until_leading(leadership, environ):
-                return EXIT_OK  # stopped while standing by
-        else:
-            lock = hold_database_lock(database_url)
-    except DatabaseInUseError as error:
-        print(f"cannot start: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except StoreError as error:
-        log.error("cannot start: %s", error)
-        return EXIT_FAILURE
-    try:
-        return _run_locked(
-            settings,
-            clock,
-            environ,
-            build=build,
-            time_scale=time_scale,
-            wall_clock=wall_clock,
-            on_started=on_started,
-            leadership=leadership,
-        )
-    finally:
-        lock.release()
-
-
-def stand_by_until_leading(leadership: PostgresLeadership, environ: Mapping[str, str]) -> bool:
-    """Wait (as a standby: no polling, no probing) until this node leads the watchdogs sharing
-    the PostgreSQL database; False when SIGTERM/SIGINT came first. systemd is told the unit is
-    ready (a standby is a healthy state) and kept fed while it waits."""
-    stop = threading.Event()
-    with stop_on_signals(lambda _reason: stop.set()):
-        if leadership.try_acquire():
-            return True
-        systemd_notify.ready(f"standing by: node {leadership.node}", environ=environ)
-        done = threading.Event()
-        pinger = threading.Thread(
-            target=_ping_systemd_until, args=(done, environ), name="standby-watchdog", daemon=True
-        )
-        pinger.start()
+    # One handler for the whole life of `run` (standing by, starting, running): a SIGTERM that
+    # comes as a standby takes over is never lost between the two.
+    stops = StopRequests()
+    with stop_on_signals(stops.request):
+        leadership: PostgresLeadership | None = None
         try:
-            return leadership.wait_for_leadership(stop)
+            lock = database_lock(database_url, role="run", node=settings.watchdog.node_name)
+            if isinstance(lock, PostgresLeadership):
+                leadership = lock
+                if not stand_by_until_leading(
+                    leadership, environ, stops.event, metrics=settings.metrics
+                ):
+                    return EXIT_OK  # stopped while standing by
+            else:
+                lock = hold_database_lock(database_url)
+        except (DatabaseInUseError, MetricsAddressError) as error:
+            if leadership is not None:
+                leadership.release()
+            print(f"cannot start: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        except StoreError as error:
+            log.error("cannot start: %s", error)
+            return EXIT_FAILURE
+        try:
+            return _run_locked(
+                settings,
+                clock,
+                environ,
+                stops,
+                build=build,
+                time_scale=time_scale,
+                wall_clock=wall_clock,
+                on_started=on_started,
+                leadership=leadership,
+            )
         finally:
-            done.set()
+            lock.release()
+
+
+class StopRequests:
+    """SIGTERM/SIGINT as they come (see :func:`stop_on_signals`): ``event`` is set by the first,
+    and each is passed on to the daemon once there is one (those that came before it was built
+    are passed on when it is attached)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reasons: list[str] = []
+        self._daemon: Daemon | None = None
+
+    def request(self, reason: str) -> None:
+        self.event.set()
+        if self._daemon is None:
+            self.reasons.append(reason)
+        else:
+            self._daemon.request_stop(reason)
+
+    def attach(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+        for reason in self.reasons:
+            daemon.request_stop(reason)
+
+
+def stand_by_until_leading(
+    leadership: PostgresLeadership,
+    environ: Mapping[str, str],
+    stop: threading.Event,
+    *,
+    metrics: MetricsSection | None = None,
+) -> bool:
+    """Wait (as a standby: no polling, no probing) until this node leads the watchdogs sharing
+    the PostgreSQL database; False when ``stop`` (SIGTERM/SIGINT) came first. systemd is told
+    the unit is ready (a standby is a healthy state) and kept fed while it waits; with
+    ``metrics`` enabled the standby's own ``/metrics`` answers meanwhile
+    (``metrics/standby.py``). Raises MetricsAddressError when that endpoint cannot listen."""
+    if leadership.try_acquire():
+        return True
+    stop_endpoint = _start_standby_metrics(metrics, leadership.node)
+    systemd_notify.ready(f"standing by: node {leadership.node}", environ=environ)
+    done = threading.Event()
+    pinger = threading.Thread(
+        target=_ping_systemd_until, args=(done, environ), name="standby-watchdog", daemon=True
+    )
+    pinger.start()
+    try:
+        return leadership.wait_for_leadership(stop)
+    finally:
+        done.set()
+        if stop_endpoint is not None:
+            stop_endpoint()  # the leader's endpoint takes the port next
+
+
+def _start_standby_metrics(endpoint: MetricsSection | None, node: str) -> Callable[[], None] | None:
+    if endpoint is None or not endpoint.enabled:
+        return None
+    from watchdog_gpu.metrics import stop_metrics
+    from watchdog_gpu.metrics.standby import serve_standby_metrics
+
+    try:
+        server, thread = serve_standby_metrics(endpoint.listen_address, endpoint.port, node)
+    except OSError as error:
+        raise MetricsAddressError(_unbindable(endpoint, error)) from error
+    return lambda: stop_metrics(server, thread)
 
 
 def _ping_systemd_until(done: threading.Event, environ: Mapping[str, str]) -> None:
@@ -462,6 +520,7 @@ def _run_locked(
     settings: Settings,
     clock: Clock,
     environ: Mapping[str, str],
+    stops: StopRequests,
     *,
     build: Callable[[Settings, Clock, Mapping[str, str]], Assembly],
     time_scale: float,
@@ -469,54 +528,43 @@ def _run_locked(
     on_started: Callable[[Daemon], None] | None,
     leadership: PostgresLeadership | None = None,
 ) -> int:
-    pending_stop: list[str] = []
     lost: list[str] = []
-    daemon: Daemon | None = None
-
-    def request_stop(reason: str) -> None:
-        if daemon is None:
-            pending_stop.append(reason)  # a signal during start-up: stop right after it
-        else:
-            daemon.request_stop(reason)
-
-    with stop_on_signals(request_stop):
-        daemon_or_code = _start(
-            settings, clock, environ, build, time_scale=time_scale, wall_clock=wall_clock
+    daemon_or_code = _start(
+        settings, clock, environ, build, time_scale=time_scale, wall_clock=wall_clock
+    )
+    if isinstance(daemon_or_code, int):
+        return daemon_or_code
+    daemon = daemon_or_code
+    stops.attach(daemon)  # a signal during start-up stops it right away
+    if leadership is not None:
+        daemon.assembly.store.fence_epoch = leadership.epoch
+        check_every = min(5.0, settings.watchdog.poll_interval.total_seconds() / time_scale / 2)
+        threading.Thread(
+            target=_watch_leadership,
+            args=(leadership, daemon, lost, max(check_every, 0.2)),
+            name="leadership",
+            daemon=True,
+        ).start()
+    try:
+        daemon.start()
+        accounts = len(daemon.assembly.providers)
+        log.info(
+            "started accounts=%d mode=%s poll_interval=%ss probe=%s metrics=%s",
+            accounts,
+            settings.watchdog.mode,
+            int(settings.watchdog.poll_interval.total_seconds()),
+            "enabled" if daemon.assembly.prober is not None else "disabled",
+            "enabled" if daemon.observer is not None else "disabled",
         )
-        if isinstance(daemon_or_code, int):
-            return daemon_or_code
-        daemon = daemon_or_code
-        for reason in pending_stop:
-            daemon.request_stop(reason)
-        if leadership is not None:
-            daemon.assembly.store.fence_epoch = leadership.epoch
-            check_every = min(5.0, settings.watchdog.poll_interval.total_seconds() / time_scale / 2)
-            threading.Thread(
-                target=_watch_leadership,
-                args=(leadership, daemon, lost, max(check_every, 0.2)),
-                name="leadership",
-                daemon=True,
-            ).start()
-        try:
-            daemon.start()
-            accounts = len(daemon.assembly.providers)
-            log.info(
-                "started accounts=%d mode=%s poll_interval=%ss probe=%s metrics=%s",
-                accounts,
-                settings.watchdog.mode,
-                int(settings.watchdog.poll_interval.total_seconds()),
-                "enabled" if daemon.assembly.prober is not None else "disabled",
-                "enabled" if daemon.observer is not None else "disabled",
-            )
-            systemd_notify.ready(
-                f"started: {plural(accounts, 'account')}, mode {settings.watchdog.mode}",
-                environ=environ,
-            )
-            if on_started is not None:
-                on_started(daemon)
-            daemon.serve()
-        finally:
-            daemon.shutdown()
+        systemd_notify.ready(
+            f"started: {plural(accounts, 'account')}, mode {settings.watchdog.mode}",
+            environ=environ,
+        )
+        if on_started is not None:
+            on_started(daemon)
+        daemon.serve()
+    finally:
+        daemon.shutdown()
     return EXIT_FAILURE if lost else EXIT_OK
 
 

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import text
 
 from tests.integration.test_daemon_run import child_environment as daemon_environment
 from tests.support.databases import postgres_server
+from tests.support.http_receiver import free_port
 from watchdog_gpu.store import create_engine_for
 from watchdog_gpu.store.leadership import Leader, read_leader
 
@@ -37,7 +39,7 @@ WAIT_SECONDS = 60.0
 _pause = threading.Event().wait
 
 
-def _config(tmp_path: Path, database_url: str, node: str) -> Path:
+def _config(tmp_path: Path, database_url: str, node: str, metrics_port: int) -> Path:
     path = tmp_path / f"{node}.toml"
     path.write_text(
         f"""
@@ -48,7 +50,7 @@ database_url = "{database_url}"
 node_name = "{node}"
 
 [metrics]
-enabled = false
+port = {metrics_port}
 
 [probe]
 enabled = false
@@ -71,7 +73,8 @@ class Node:
     def __init__(self, tmp_path: Path, database_url: str, name: str) -> None:
         self.tmp_path = tmp_path
         self.name = name
-        self.config = _config(tmp_path, database_url, name)
+        self.metrics_port = free_port()
+        self.config = _config(tmp_path, database_url, name, self.metrics_port)
         self.log_path = tmp_path / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -91,6 +94,14 @@ class Node:
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def metrics(self) -> str:
+        """The node's ``/metrics`` (empty while it does not answer)."""
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
+        except httpx.HTTPError:
+            return ""
+        return answer.text if answer.status_code == 200 else ""
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -160,6 +171,14 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
         b.start()
         wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", nodes)
         assert "started accounts" not in b.log()  # a standby neither polls nor probes
+        # Both nodes answer the scrape (Prometheus scrapes every node): the leader with the
+        # fleet and watchdog_gpu_leader, the standby with up and watchdog_gpu_standby only.
+        wait_until(lambda: 'watchdog_gpu_leader{node="node-a"} 1.0' in a.metrics(), "a", nodes)
+        standby_metrics = b.metrics()
+        assert 'watchdog_gpu_standby{node="node-b"} 1.0' in standby_metrics
+        assert "watchdog_gpu_up 1.0" in standby_metrics
+        assert "watchdog_gpu_leader{" not in standby_metrics
+        assert "watchdog_gpu_last_successful_poll" not in standby_metrics
         once = watchdog_gpu(tmp_path, "once", "--config", str(b.config))
         upgrade = watchdog_gpu(tmp_path, "db", "upgrade", "--config", str(b.config))
         status = watchdog_gpu(tmp_path, "status", "--config", str(b.config))
@@ -185,6 +204,11 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
         assert a.running.returncode == 1
         assert "leadership lost" in a.log()
         wait_until(lambda: "started accounts=1" in b.log(), "node-b starting its jobs", nodes)
+        # The standby's endpoint gave its port to the leader's.
+        wait_until(
+            lambda: 'watchdog_gpu_leader{node="node-b"} 1.0' in b.metrics(), "b's metrics", nodes
+        )
+        assert "watchdog_gpu_standby" not in b.metrics()
 
         # 3. node-a comes back as a standby; node-b is killed; node-a leads again.
         a.start()
@@ -235,7 +259,7 @@ def test_every_operator_command_works_on_postgresql_and_never_shows_the_password
     canary = "pg-canary-5b7d1e"  # the test server trusts loopback, so any password is accepted
     config = tmp_path / "team.toml"
     config.write_text(
-        _config(tmp_path, database_url, "node-a")
+        _config(tmp_path, database_url, "node-a", free_port())
         .read_text(encoding="utf-8")
         .replace('mode = "monitor"', 'mode = "enforce"')
         .replace(

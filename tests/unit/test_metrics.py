@@ -24,6 +24,7 @@ from watchdog_gpu.metrics import (
     serve_metrics,
     stop_metrics,
 )
+from watchdog_gpu.metrics.standby import standby_registry
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -223,8 +224,14 @@ def test_the_exporter_exports_exactly_the_metric_names_the_deploy_readme_lists(
     fleet_registry: CollectorRegistry,
 ) -> None:
     documented = readme_metric_names()
+    standby = {
+        name
+        for name in exported_names(standby_registry("vps-2"))
+        if name.startswith("watchdog_gpu_")  # not process_* and python_*
+    }
 
-    assert exported_names(fleet_registry) == documented
+    assert exported_names(fleet_registry) | standby == documented
+    assert standby == {"watchdog_gpu_up", "watchdog_gpu_standby"}
     assert "watchdog_gpu_actions_total" in documented
 
 
@@ -237,7 +244,7 @@ def test_the_alert_rules_only_use_names_the_exporter_exports(
     used = {re.sub(r"_seconds_(sum|count|bucket)$", "_seconds", name) for name in named}
 
     assert used
-    assert used - exported_names(fleet_registry) == set()
+    assert used - exported_names(fleet_registry) - exported_names(standby_registry("n")) == set()
 
 
 def test_no_created_series_are_exposed(store: Store) -> None:
