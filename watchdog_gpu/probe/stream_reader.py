@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from watchdog_gpu.errors import DmonError
+from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
@@ -48,6 +49,9 @@ class StreamReader:
         self._lines = DmonLineReader()
         self._pending = ""
         self._parsed: dict[tuple[tuple[str, ...] | None, str], tuple[DmonRow, Metrics]] = {}
+        # Each parsed line's verdict per process count (the threshold is the reader's): judging
+        # a row was most of a streamed row's cost, and a line repeats every second.
+        self._verdicts: dict[tuple[int, int | None], Verdict] = {}
         self._aux_text = ""
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
@@ -101,6 +105,7 @@ class StreamReader:
             return
         if len(self._parsed) >= _PARSED_LINES:
             self._parsed.clear()
+            self._verdicts.clear()
         metrics: Metrics = (
             row.metric("sm"),
             row.metric("mem"),
@@ -115,7 +120,14 @@ class StreamReader:
     def _row(self, row: DmonRow, metrics: Metrics, at: datetime) -> None:
         self._seen_gpus.add(row.gpu)
         processes = None if self._processes is None else self._processes.get(row.gpu, 0)
-        verdict = row_verdict(row, threshold=self._threshold, processes=processes)
+        # Keyed by the row's identity: every row judged here is kept alive in ``_parsed``
+        # until both are cleared together.
+        key = (id(row), processes)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = row_verdict(
+                row, threshold=self._threshold, processes=processes
+            )
         self.buffer.add_row(row.gpu, (at.timestamp(), verdict, *metrics))
         self.rows += 1
         self.garbage = 0
