@@ -29,7 +29,10 @@ Not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
+import os
+import pstats
 import resource
 import statistics
 import sys
@@ -165,7 +168,9 @@ def instrument(sim: Simulation, timings: Timings) -> None:
         setattr(sim.store, name, timed(name, getattr(sim.store, name), timings))
 
 
-def run(accounts: int, per_account: int, cycles: int, history: bool) -> tuple[str, float]:
+def run(
+    accounts: int, per_account: int, cycles: int, history: bool, *, split: bool = True
+) -> tuple[str, float]:
     scenario = fleet(accounts, per_account)
     timings: Timings = defaultdict(list)
     walls: list[float] = []
@@ -184,7 +189,8 @@ def run(accounts: int, per_account: int, cycles: int, history: bool) -> tuple[st
             cpus.append(time.process_time() - cpu)
             written.append(bytes_written() - wrote)
             grown.append(database_bytes(sim.database) - size)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        shares = simulator_share(sim) if split else None
     instances = accounts * per_account
     lines = [
         f"{instances} instances in {accounts} accounts, {samples} samples of history "
@@ -199,8 +205,60 @@ def run(accounts: int, per_account: int, cycles: int, history: bool) -> tuple[st
     lines += [_row(f"store: {name}", _per_cycle(timings[name], cycles)) for name in STORE_CALLS]
     lines += [_size_row("bytes written (write calls: WAL, checkpoints)", written)]
     lines += [_size_row("database growth (file + WAL)", grown)]
-    lines += ["", f"Peak RSS: {rss:.0f} MiB."]
+    lines += ["", f"Peak RSS: {rss:.0f} MiB (before the profiled cycle)."]
+    steady = statistics.median(cpus[1:]) if len(cpus) > 1 else cpus[0]
+    lines += [
+        f"Steady cycle CPU: {steady * 1000:.0f} ms, {steady * 1e6 / instances:.0f} µs per instance"
+        f"; first (cold) cycle {cpus[0] / steady:.2f}× a steady one."
+    ]
+    if shares is not None:
+        simulated = shares["simulator"] / sum(shares.values())
+        lines += [
+            f"One more cycle under cProfile: {simulated:.0%} of its CPU is the simulator's "
+            "(`watchdog_gpu/sim`: the providers' HTTP handlers, rendering dmon text, the "
+            "simulated SSH streams) and the benchmark's; the daemon's own share of the steady "
+            f"cycle is ≈ {steady * (1 - simulated) * 1000:.0f} ms, "
+            f"{steady * (1 - simulated) * 1e6 / instances:.0f} µs per instance. By part "
+            "(seconds under the profiler): "
+            + ", ".join(f"{name} {seconds:.2f}" for name, seconds in sorted(shares.items()))
+            + "."
+        ]
     return "\n".join(lines), rss
+
+
+SHARES = (
+    ("simulator", ("/watchdog_gpu/sim/", "/bench/")),
+    ("daemon: probe", ("/watchdog_gpu/probe/",)),
+    ("daemon: store", ("/watchdog_gpu/store/", "/sqlalchemy/", "sqlite3")),
+    ("daemon: providers and HTTP", ("/watchdog_gpu/providers/", "/httpx/", "/httpcore/")),
+)
+
+
+def simulator_share(sim: Simulation) -> dict[str, float]:
+    """Profile one more cycle and split its CPU time by where it was spent: the simulator's
+    code (and the benchmark's) against the daemon's, by file. A builtin's time goes to the
+    part that called it. The profiler slows Python calls more than C code, so these are
+    shares, not times."""
+    profile = cProfile.Profile()
+    profile.enable()
+    sim.step()
+    profile.disable()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    shares: dict[str, float] = defaultdict(float)
+    for (filename, _line, _name), (_cc, _nc, own, _cum, callers) in stats.items():
+        if filename == "~" and callers:  # a builtin: charged to its callers
+            for (caller_file, _l, _n), (_c, _n2, caller_own, _cu) in callers.items():
+                shares[_share_of(caller_file)] += caller_own
+        else:
+            shares[_share_of(filename)] += own
+    return dict(shares)
+
+
+def _share_of(filename: str) -> str:
+    for name, parts in SHARES:
+        if any(part in filename for part in parts):
+            return name
+    return "daemon: the rest (engine, rules, plan, Python)"
 
 
 def _per_cycle(values: list[float], cycles: int) -> list[float]:
@@ -251,10 +309,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-account", type=int, default=20)
     parser.add_argument("--cycles", type=int, default=4)
     parser.add_argument("--no-history", action="store_true", help="start from an empty database")
+    parser.add_argument(
+        "--no-split", action="store_true", help="skip the profiled cycle (simulator's share)"
+    )
     parser.add_argument("--write-readme", action="store_true", help="update bench/README.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    report, _ = run(args.accounts, args.per_account, max(args.cycles, 1), not args.no_history)
+    load = os.getloadavg()
+    report, _ = run(
+        args.accounts,
+        args.per_account,
+        max(args.cycles, 1),
+        not args.no_history,
+        split=not args.no_split,
+    )
+    load_text = "load average " + " / ".join(f"{value:.1f}" for value in load)
+    report += f"\n\nMachine load when it started: {load_text} (1/5/15 min, 2 cores)."
     print(report)
     if args.write_readme:
         stamp = datetime.now(UTC).date().isoformat()  # noqa: TID251 - a benchmark reads real time
