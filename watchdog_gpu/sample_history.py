@@ -90,13 +90,16 @@ class SampleColumns:
         self.gpu = array("h")
         self.verdict = array("b")
         self.source = array("b")
-        self.peak = array("d")
-        self.sm = array("d")
-        self.mem = array("d")
-        self.enc = array("d")
-        self.dec = array("d")
-        self.jpg = array("d")
-        self.ofa = array("d")
+        # Single precision while every value so far is exactly a float (percentages are
+        # whole numbers or halves, mostly); a column widens to double at its first value that
+        # is not, so nothing is ever rounded.
+        self.peak = array("f")
+        self.sm = array("f")
+        self.mem = array("f")
+        self.enc = array("f")
+        self.dec = array("f")
+        self.jpg = array("f")
+        self.ofa = array("f")
 
     def __len__(self) -> int:
         return len(self.at)
@@ -119,13 +122,20 @@ class SampleColumns:
         self.gpu.append(gpu)
         self.verdict.append(verdict)
         self.source.append(source)
-        self.peak.append(peak(sm, enc, dec, jpg, ofa))
-        self.sm.append(_number(sm))
-        self.mem.append(_number(mem))
-        self.enc.append(_number(enc))
-        self.dec.append(_number(dec))
-        self.jpg.append(_number(jpg))
-        self.ofa.append(_number(ofa))
+        self._put("peak", self.peak, peak(sm, enc, dec, jpg, ofa))
+        self._put("sm", self.sm, _number(sm))
+        self._put("mem", self.mem, _number(mem))
+        self._put("enc", self.enc, _number(enc))
+        self._put("dec", self.dec, _number(dec))
+        self._put("jpg", self.jpg, _number(jpg))
+        self._put("ofa", self.ofa, _number(ofa))
+
+    def _put(self, name: str, column: array[float], value: float) -> None:
+        column.append(value)
+        if column[-1] != value and value == value:  # noqa: PLR0124 - NaN stays NaN in "f"
+            wide = array("d", column)  # the earlier values are exact in both
+            wide[-1] = value
+            setattr(self, name, wide)  # histories read the columns through this object
 
     def append_sample(self, sample: GpuSample) -> None:
         self.append(
@@ -140,7 +150,13 @@ class SampleColumns:
     def extend(self, other: SampleColumns, lo: int = 0, hi: int | None = None) -> None:
         """Append ``other``'s rows ``lo:hi``."""
         for name in SampleColumns.__slots__:
-            getattr(self, name).extend(getattr(other, name)[lo:hi])
+            mine, theirs = getattr(self, name), getattr(other, name)[lo:hi]
+            if mine.typecode == theirs.typecode:
+                mine.extend(theirs)
+            elif mine.typecode == "d":  # single precision values are exact doubles
+                mine.extend(array("d", theirs))
+            else:
+                setattr(self, name, array("d", mine) + theirs)
 
     def copy(self, lo: int = 0, hi: int | None = None) -> SampleColumns:
         """A new columns object with rows ``lo:hi`` (the arrays are copied)."""

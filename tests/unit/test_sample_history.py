@@ -13,7 +13,9 @@ from watchdog_gpu.rules.windows import sample_verdict, usable_sample
 from watchdog_gpu.sample_history import BUSY, VERDICTS, SampleHistory, instant, micros
 
 T0 = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
-METRIC = st.one_of(st.none(), st.sampled_from([0.0, 3.0, 5.0, 5.5, 12.25, 90.0, 100.0]))
+METRIC = st.one_of(
+    st.none(), st.sampled_from([0.0, 3.0, 5.0, 5.5, 12.25, 33.3, 5.000001, 90.0, 100.0])
+)
 
 
 @st.composite
@@ -64,7 +66,7 @@ def test_every_sample_comes_back_as_it_was_recorded(rows: list[GpuSample]) -> No
         assert history[:2] == tuple(ordered(rows)[:2])
 
 
-@given(samples(), st.sampled_from([0.0, 5.0, 5.5, 50.0]))
+@given(samples(), st.sampled_from([0.0, 5.0, 5.5, 33.3, 50.0]))
 @settings(max_examples=200, deadline=None)
 def test_verdicts_and_usability_are_the_rules_own(rows: list[GpuSample], threshold: float) -> None:
     history = SampleHistory.of(rows)
@@ -114,3 +116,17 @@ def test_a_history_reads_only_its_own_rows_while_its_columns_grow() -> None:
     history.columns.append_sample(GpuSample("a", "i", T0 + timedelta(minutes=1), 0, Verdict.BUSY))
     assert list(history) == [first]
     assert history.last_busy(history.rows(), 5.0) == (None, [0])
+
+
+@given(samples(), samples())
+@settings(max_examples=100, deadline=None)
+def test_columns_of_either_precision_join_without_rounding(
+    first: list[GpuSample], second: list[GpuSample]
+) -> None:
+    """Metrics are kept in single precision until a value needs double (33.3): joining and
+    copying columns of either width keeps every value exact."""
+    joined = SampleHistory.of(first).columns.copy()
+    joined.extend(SampleHistory.of(second).columns)
+    expected = ordered(first) + ordered(second)
+    assert list(SampleHistory("a", "i", joined)) == expected
+    assert list(SampleHistory("a", "i", joined.copy(1))) == expected[1:]
