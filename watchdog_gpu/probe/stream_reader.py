@@ -52,6 +52,9 @@ class StreamReader:
         # Each parsed line's verdict per process count (the threshold is the reader's): judging
         # a row was most of a streamed row's cost, and a line repeats every second.
         self._verdicts: dict[tuple[int, int | None], Verdict] = {}
+        # Header and units lines that changed nothing under the current columns (a stream that
+        # repeats its header, as the simulator's does every second, pays one read of each).
+        self._inert: set[tuple[tuple[str, ...] | None, str]] = set()
         self._aux_text = ""
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
@@ -93,6 +96,9 @@ class StreamReader:
             self._lines.line_number += 1
             self._row(*parsed, at)
             return
+        if key in self._inert:  # a header or units line read before under these columns
+            self._lines.line_number += 1
+            return
         try:
             row = self._lines.read(line)
         except DmonError as error:
@@ -102,6 +108,10 @@ class StreamReader:
             self.garbage += 1
             return
         if row is None:
+            if self._lines.columns == key[0] and line.lstrip().startswith("#"):
+                if len(self._inert) >= _PARSED_LINES:
+                    self._inert.clear()
+                self._inert.add(key)  # reading it again changes nothing
             return
         if len(self._parsed) >= _PARSED_LINES:
             self._parsed.clear()

@@ -136,6 +136,24 @@ def test_rows_that_repeat_a_line_share_its_metric_values() -> None:
     assert [r[0] for r in read.rows[1]] == [(T0 + n * SECOND).timestamp() for n in (1, 2, 3)]
 
 
+def test_a_repeated_header_is_read_once_and_a_new_header_still_counts() -> None:
+    # The simulator prints the header with every second's rows; a repeat changes nothing and is
+    # not parsed again, but a header with other columns replaces the columns as before.
+    stream = reader()
+    for second in range(3):
+        stream.feed_stdout(HEADER + row(0, 40), T0 + second * SECOND)
+    wider = HEADER.replace("ofa \n", "ofa    xyz \n").replace("%      % \n", "%      %      - \n")
+    stream.feed_stdout(wider + row(0, 2).replace(" \n", "      1 \n"), T0 + 3 * SECOND)
+    stream.feed_stdout(HEADER + row(0, 50), T0 + 4 * SECOND)
+    read = stream.buffer.take()
+    assert [(r[1], r[2]) for r in read.rows[0]] == [(Verdict.BUSY, 40.0)] * 3 + [
+        (Verdict.IDLE, 2.0),
+        (Verdict.BUSY, 50.0),
+    ]
+    assert stream.garbage == 0
+    assert stream.rows == 5
+
+
 def test_a_line_cut_between_reads_is_joined_before_parsing() -> None:
     stream = reader()
     stream.feed_stdout(HEADER + row(0, 0)[:6], T0)
