@@ -37,6 +37,26 @@ _PARSED_LINES = 256  # distinct data lines remembered per session
 _MAX_AUX = 256 * 1024  # an aux block is a few KiB; more without an end marker is garbage
 
 
+class _ParsedLine:
+    """A data line read once: its row, GPU and metric values, and its verdict per process
+    count on the GPU (the threshold is the reader's; judging a row was most of its cost)."""
+
+    __slots__ = ("gpu", "metrics", "row", "verdicts")
+
+    def __init__(self, row: DmonRow) -> None:
+        self.row = row
+        self.gpu = row.gpu
+        self.metrics: Metrics = (
+            row.metric("sm"),
+            row.metric("mem"),
+            row.metric("enc"),
+            row.metric("dec"),
+            row.metric("jpg"),
+            row.metric("ofa"),
+        )
+        self.verdicts: dict[int | None, Verdict] = {}
+
+
 class StreamReader:
     """Reads one session of one host (a new session gets a new reader)."""
 
@@ -48,13 +68,14 @@ class StreamReader:
         self._recent = interactive_recent_seconds
         self._lines = DmonLineReader()
         self._pending = ""
-        self._parsed: dict[tuple[tuple[str, ...] | None, str], tuple[DmonRow, Metrics]] = {}
-        # Each parsed line's verdict per process count (the threshold is the reader's): judging
-        # a row was most of a streamed row's cost, and a line repeats every second.
-        self._verdicts: dict[tuple[int, int | None], Verdict] = {}
+        # Each distinct data line under ``_parsed_columns`` (both caches start over when the
+        # columns change), keyed by the line alone: hashing a (columns, line) key was a good part
+        # of a streamed row's cost.
+        self._parsed_columns: tuple[str, ...] | None = None
+        self._parsed: dict[str, _ParsedLine] = {}
         # Header and units lines that changed nothing under the current columns (a stream that
         # repeats its header, as the simulator's does every second, pays one read of each).
-        self._inert: set[tuple[tuple[str, ...] | None, str]] = set()
+        self._inert: set[str] = set()
         self._aux_text = ""
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
@@ -90,13 +111,18 @@ class StreamReader:
         # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
         # distinct data line once per header, and let its rows share one set of metric values
         # (a buffered row then costs its tuple and its instant: ``docs/probe.md``, memory).
-        key = (self._lines.columns, line)
-        parsed = self._parsed.get(key)
+        columns = self._lines.columns
+        if columns is not self._parsed_columns:
+            if columns != self._parsed_columns:
+                self._parsed.clear()
+                self._inert.clear()
+            self._parsed_columns = columns
+        parsed = self._parsed.get(line)
         if parsed is not None:
             self._lines.line_number += 1
-            self._row(*parsed, at)
+            self._row(parsed, at)
             return
-        if key in self._inert:  # a header or units line read before under these columns
+        if line in self._inert:  # a header or units line read before under these columns
             self._lines.line_number += 1
             return
         try:
@@ -108,37 +134,26 @@ class StreamReader:
             self.garbage += 1
             return
         if row is None:
-            if self._lines.columns == key[0] and line.lstrip().startswith("#"):
+            if self._lines.columns == columns and line.lstrip().startswith("#"):
                 if len(self._inert) >= _PARSED_LINES:
                     self._inert.clear()
-                self._inert.add(key)  # reading it again changes nothing
+                self._inert.add(line)  # reading it again changes nothing
             return
         if len(self._parsed) >= _PARSED_LINES:
             self._parsed.clear()
-            self._verdicts.clear()
-        metrics: Metrics = (
-            row.metric("sm"),
-            row.metric("mem"),
-            row.metric("enc"),
-            row.metric("dec"),
-            row.metric("jpg"),
-            row.metric("ofa"),
-        )
-        self._parsed[(self._lines.columns, line)] = (row, metrics)
-        self._row(row, metrics, at)
+        parsed = self._parsed[line] = _ParsedLine(row)
+        self._row(parsed, at)
 
-    def _row(self, row: DmonRow, metrics: Metrics, at: datetime) -> None:
-        self._seen_gpus.add(row.gpu)
-        processes = None if self._processes is None else self._processes.get(row.gpu, 0)
-        # Keyed by the row's identity: every row judged here is kept alive in ``_parsed``
-        # until both are cleared together.
-        key = (id(row), processes)
-        verdict = self._verdicts.get(key)
+    def _row(self, parsed: _ParsedLine, at: datetime) -> None:
+        gpu = parsed.gpu
+        self._seen_gpus.add(gpu)
+        processes = None if self._processes is None else self._processes.get(gpu, 0)
+        verdict = parsed.verdicts.get(processes)
         if verdict is None:
-            verdict = self._verdicts[key] = row_verdict(
-                row, threshold=self._threshold, processes=processes
+            verdict = parsed.verdicts[processes] = row_verdict(
+                parsed.row, threshold=self._threshold, processes=processes
             )
-        self.buffer.add_row(row.gpu, (at.timestamp(), verdict, *metrics))
+        self.buffer.add_row(gpu, (at.timestamp(), verdict, *parsed.metrics))
         self.rows += 1
         self.garbage = 0
         self.error = None
