@@ -183,3 +183,25 @@ def test_random_recording_and_loading_always_give_the_fresh_view(
             store.prune(now, sample_retention=timedelta(hours=rng.choice((1, 2, 4))))
         lookback = timedelta(minutes=rng.choice((30, 60, 60, 60, 180)))
         _assert_same_as_fresh(store, store_engine, now, lookback)
+
+
+def test_a_loaded_view_keeps_its_samples_while_the_cache_slides_and_sorts(
+    store: Store, store_engine: Engine
+) -> None:
+    # A view shares the cache's sample columns (no copy per tick). Later loads append to them,
+    # drop old rows (past 64 dropped rows the cache copies the rest into new arrays) and sort
+    # a late row in: none of it may change what an earlier view holds.
+    store.record_observation(observation(instance("101")), T0)
+    for minute in range(100):
+        _record(store, T0 + minutes(minute), sm=float(minute % 7))
+    early = _view(store, T0 + minutes(99))
+    before = list(early.instances[KEY].samples)
+    assert len(before) == 61  # the hour up to minute 99
+    for minute in range(100, 200):
+        _record(store, T0 + minutes(minute), sm=33.3)  # widens the metric columns to double
+        _view(store, T0 + minutes(minute))
+    _record(store, T0 + minutes(150) + timedelta(seconds=30), sm=5.5)  # late: sorted in
+    late = _assert_same_as_fresh(store, store_engine, T0 + minutes(199))
+    assert list(early.instances[KEY].samples) == before
+    assert [s.sm for s in late.instances[KEY].samples][-1] == 33.3
+    assert 5.5 in [s.sm for s in late.instances[KEY].samples]
