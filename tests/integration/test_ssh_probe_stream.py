@@ -200,13 +200,18 @@ def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
         manager.sync([target])
         assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
         first_session = set(remote_processes(ssh_server).values())
+        # The next session's first row comes 4 s after it starts: a hole longer than the
+        # tolerance of a row's jitter however fast the reconnection is.
+        (fake_gpu.state_dir / "dmon.delay").write_text("4\n")
         assert ssh_server.kill_sessions(only_sshd=True) > 0
         assert wait_for(
             lambda: manager.health()[target.ref].status is ProbeStatus.UNREACHABLE, seconds=10
         )
         # The remote side noticed (stdin EOF) and killed the first session's processes.
         assert wait_for(lambda: not first_session & set(remote_processes(ssh_server).values()))
-        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        assert wait_for(
+            lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
+        )
         CLOCK.sleep(2)
         read = manager.take(target.ref)
         assert read is not None
