@@ -40,6 +40,11 @@ def own_server(tmp_path: Path) -> Iterator[SshServer]:
     stay up)."""
     workdir = tmp_path / "sshd"
     workdir.mkdir(mode=0o700)
+    yield from serving_sshd(workdir)
+
+
+def serving_sshd(workdir: Path) -> Iterator[SshServer]:
+    """A fixture's body: a started sshd in ``workdir`` (mode 0700), stopped after the test."""
     server = SshServer(require_sshd(), workdir)
     server.start()
     try:

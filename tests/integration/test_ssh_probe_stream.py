@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import FakeGpu, require_sshd
+from tests.integration.conftest import FakeGpu, serving_sshd
 from tests.integration.probe_helpers import NOW, instance_on, make_runner
 from tests.integration.sshd import SshServer
 from watchdog_gpu.clock import SystemClock
@@ -91,12 +91,7 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     hanging fake nvidia-smi, an end-to-end stream) must not be counted."""
     workdir = tmp_path_factory.mktemp("sshd-stream")
     workdir.chmod(0o700)
-    server = SshServer(require_sshd(), workdir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serving_sshd(workdir)
 
 
 @pytest.fixture
@@ -109,14 +104,19 @@ def manager_for(runner: ParamikoRunner, settings: StreamSettings = SETTINGS) -> 
     return StreamManager(runner, clock=CLOCK, settings=settings)
 
 
+def start_streaming(manager: StreamManager, target: SshTarget) -> None:
+    """Ask ``manager`` for ``target``'s stream and wait until its rows arrive."""
+    manager.sync([target])
+    assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+
+
 def test_a_healthy_stream_is_read_every_second_and_nothing_is_left_behind(
     ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
 ) -> None:
     stream_live(fake_gpu)
     target = target_of(ssh_server)
     with manager_for(runner) as manager:
-        manager.sync([target])
-        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        start_streaming(manager, target)
         manager.take(target.ref)
         CLOCK.sleep(4)
         read = manager.take(target.ref)
@@ -197,8 +197,7 @@ def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
     stream_live(fake_gpu)
     target = target_of(ssh_server)
     with manager_for(runner) as manager:
-        manager.sync([target])
-        assert wait_for(lambda: manager.health()[target.ref].state is StreamState.STREAMING)
+        start_streaming(manager, target)
         first_session = set(remote_processes(ssh_server).values())
         # The next session's first row comes 4 s after it starts: a hole longer than the
         # tolerance of a row's jitter however fast the reconnection is.
