@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
-from watchdog_gpu.executor import Executor, ExecutorReport
+from watchdog_gpu.executor import CALLING, Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
     AccountObservation,
@@ -214,13 +214,17 @@ class Watchdog:
             return []
         leaving: dict[tuple[str, str], datetime] = {}
         recent = self.store.list_actions(
-            statuses=[ActionStatus.CALLED, ActionStatus.VERIFIED], since=now - timedelta(days=1)
+            statuses=[ActionStatus.CLAIMED, ActionStatus.CALLED, ActionStatus.VERIFIED],
+            since=now - timedelta(days=1),
         )
         for action in recent:
             if action.dry_run or action.kind not in (ActionKind.DESTROY, ActionKind.STOP):
                 continue
-            # A call in flight skips every listing; a verified one the listings before it.
-            called = action.status == ActionStatus.CALLED
+            if action.status == ActionStatus.CLAIMED and action.result != CALLING:
+                continue  # claimed, not called yet: it may still be cancelled
+            # A call in flight (marked "calling", or called and not yet verified) skips every
+            # listing; a verified one the listings before it.
+            called = action.status != ActionStatus.VERIFIED
             until = datetime.max.replace(tzinfo=now.tzinfo) if called else action.updated_at
             leaving[(action.account, action.instance_id)] = until
         running = [
