@@ -188,7 +188,7 @@ def test_the_shipped_alert_rules_evaluate_against_the_live_metrics(
 
     assert len(by_name) == ALERTS.read_text().count("- alert: ") >= 11
     assert {rule["health"] for rule in by_name.values()} == {"ok"}
-    # 103 has never been probed: the blind-instances alert matches real series (pending: for 30m)
+    # 103 has never been probed: the blind-instances alert matches real series (pending: for 5m)
     assert wait_for(
         "WatchdogGpuBlindInstances to match",
         lambda: prometheus.alert_state("WatchdogGpuBlindInstances"),
