@@ -334,6 +334,12 @@ def test_an_account_name_that_is_unsafe_in_paths_is_rejected(tmp_path: Path, nam
     assert "accounts[0].name" in problems_of(path)
 
 
+def test_the_metrics_fleet_scope_is_not_an_account_name(tmp_path: Path) -> None:
+    path = write(tmp_path, ACCOUNT.replace('"vast-main"', '"global"'))
+
+    assert "reserved" in problems_of(path)["accounts[0].name"]
+
+
 @pytest.mark.parametrize(
     ("url", "accepted"),
     [

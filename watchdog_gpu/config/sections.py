@@ -44,6 +44,7 @@ APP_DIRECTORY_NAME = "watchdog-gpu"
 
 # Account names end up in file names (known_hosts), metric labels and CLI arguments.
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+RESERVED_ACCOUNT_NAME = "global"
 _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 _HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9-]{1,63})*")
 
@@ -248,6 +249,13 @@ class AccountConfig(StrictModel):
     def _name(cls, value: str) -> str:
         if not _ACCOUNT_NAME.fullmatch(value) or set(value) == {"."}:
             raise ValueError("use 1-64 letters, digits, '_', '.', '-' (the name is used in paths)")
+        if value == RESERVED_ACCOUNT_NAME:
+            # The metrics' spend and budget series label the whole fleet scope="global" and each
+            # account scope=<name>: an account called so would be mixed into the fleet's series.
+            raise ValueError(
+                f"{RESERVED_ACCOUNT_NAME!r} is reserved (the metrics' whole-fleet scope); "
+                "choose another name"
+            )
         return value
 
     @field_validator("api_url")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from watchdog_gpu.config import Settings
+from watchdog_gpu.config.sections import RESERVED_ACCOUNT_NAME
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import InstanceState, Verdict
 from watchdog_gpu.rules import unobserved
@@ -30,7 +31,7 @@ from watchdog_gpu.spend import (
     month_start,
 )
 
-GLOBAL_SCOPE = "global"
+GLOBAL_SCOPE = RESERVED_ACCOUNT_NAME  # no account may be called so (config validation)
 # Every state an instance can be counted in (gone ones are not counted).
 COUNTED_STATES = tuple(state.value for state in InstanceState if state is not InstanceState.GONE)
 COMPUTE, STORAGE = "compute", "storage"
