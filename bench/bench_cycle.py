@@ -169,7 +169,13 @@ def instrument(sim: Simulation, timings: Timings) -> None:
 
 
 def run(
-    accounts: int, per_account: int, cycles: int, history: bool, *, split: bool = True
+    accounts: int,
+    per_account: int,
+    cycles: int,
+    history: bool,
+    *,
+    split: bool = True,
+    profile_to: Path | None = None,
 ) -> tuple[str, float]:
     scenario = fleet(accounts, per_account)
     timings: Timings = defaultdict(list)
@@ -190,7 +196,7 @@ def run(
             written.append(bytes_written() - wrote)
             grown.append(database_bytes(sim.database) - size)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        shares = simulator_share(sim) if split else None
+        shares = simulator_share(sim, profile_to) if split else None
     instances = accounts * per_account
     lines = [
         f"{instances} instances in {accounts} accounts, {samples} samples of history "
@@ -234,15 +240,17 @@ SHARES = (
 )
 
 
-def simulator_share(sim: Simulation) -> dict[str, float]:
+def simulator_share(sim: Simulation, profile_to: Path | None = None) -> dict[str, float]:
     """Profile one more cycle and split its CPU time by where it was spent: the simulator's
     code (and the benchmark's) against the daemon's, by file. A builtin's time goes to the
     part that called it. The profiler slows Python calls more than C code, so these are
-    shares, not times."""
+    shares, not times. ``profile_to``: also save the profile there (``pstats`` format)."""
     profile = cProfile.Profile()
     profile.enable()
     sim.step()
     profile.disable()
+    if profile_to is not None:
+        profile.dump_stats(profile_to)
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     shares: dict[str, float] = defaultdict(float)
     for (filename, _line, _name), (_cc, _nc, own, _cum, callers) in stats.items():
@@ -312,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-split", action="store_true", help="skip the profiled cycle (simulator's share)"
     )
+    parser.add_argument(
+        "--profile", type=Path, metavar="FILE", help="save the profiled cycle's pstats to FILE"
+    )
     parser.add_argument("--write-readme", action="store_true", help="update bench/README.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
@@ -322,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         max(args.cycles, 1),
         not args.no_history,
         split=not args.no_split,
+        profile_to=args.profile,
     )
     load_text = "load average " + " / ".join(f"{value:.1f}" for value in load)
     report += f"\n\nMachine load when it started: {load_text} (1/5/15 min, 2 cores)."

@@ -121,8 +121,8 @@ def test_a_healthy_stream_is_read_every_second_and_nothing_is_left_behind(
         CLOCK.sleep(4)
         read = manager.take(target.ref)
         assert read is not None
-        assert sorted(read.rows) == [0, 1]
-        assert all(len(rows) >= 3 for rows in read.rows.values())
+        assert sorted(read.runs) == [0, 1]
+        assert all(sum(run.rows for run in runs) >= 3 for runs in read.runs.values())
         outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
         assert outcome.status is ProbeStatus.OK
         assert outcome.mode == "stream"
@@ -182,7 +182,7 @@ def test_a_dmon_slow_to_print_its_first_row_is_not_a_stall(
         assert len([call for call in fake_gpu.calls() if call.startswith("dmon")]) == 1
         read = manager.take(target.ref)
         assert read is not None
-        assert sorted(read.rows) == [0, 1]
+        assert sorted(read.runs) == [0, 1]
     assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
 
 

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.errors import ProbeError
@@ -38,18 +38,18 @@ from watchdog_gpu.model import (
     SampleSource,
 )
 from watchdog_gpu.probe.command import ProbeCommandSpec, build_probe_command
-from watchdog_gpu.probe.condense import condense_runs
 from watchdog_gpu.probe.hostkeys import HostKeyStore
 from watchdog_gpu.probe.interpret import ProbeContext, failed, interpret
 from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget, StreamSource
 from watchdog_gpu.probe.state_log import StateChangeLog
-from watchdog_gpu.probe.stream_buffer import ProbeMode, StreamRead, StreamState, row_samples
+from watchdog_gpu.probe.stream_buffer import ProbeMode, StreamRead, StreamState, run_samples
 from watchdog_gpu.probe.verdicts import check_threshold, metrics_verdict
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 8
 _MAX_DETAIL = 500
+_JUST_READ = timedelta(seconds=2)  # a round this soon after the newest row expects no new one
 
 
 def probe_targets(instances: Sequence[InstanceSnapshot]) -> list[InstanceSnapshot]:
@@ -198,18 +198,19 @@ class Prober:
         self, instance: InstanceSnapshot, read: StreamRead, now: datetime
     ) -> ProbeOutcome:
         """The outcome of one host's streamed rows since the previous round: OK with the rows
-        condensed into continuous samples when any arrived, else the stream's failure status
-        (no samples: the time is blind)."""
+        condensed into continuous samples when any arrived (the buffer condensed them into runs
+        as they came), else the stream's failure status (no samples: the time is blind)."""
         health = read.health
-        gpus = sorted(read.rows)
+        gpus = sorted(read.runs)
         notes = (
             [] if health.status is ProbeStatus.OK else [f"{health.state.value}: {health.detail}"]
         )
         if read.dropped:
             notes.append(f"{read.dropped} rows dropped (buffer full)")
-        if not read.row_count:
+        rows = read.row_count
+        if not rows:
             status = health.status
-            recent = read.last_row_at is not None and now.timestamp() - read.last_row_at <= 2
+            recent = read.last_row_at is not None and now - read.last_row_at <= _JUST_READ
             if status is ProbeStatus.OK and recent:
                 notes = ["no new row yet (the previous round was less than a second ago)"]
             elif status is ProbeStatus.OK:
@@ -225,9 +226,8 @@ class Prober:
                 mode=ProbeMode.STREAM.value,
             )
         else:
-            rows = row_samples(read, account=instance.account, instance_id=instance.instance_id)
-            samples = condense_runs(rows)
-            text = f"stream: {read.row_count} rows of {len(gpus)} GPU(s) in {len(samples)} runs"
+            samples = run_samples(read, account=instance.account, instance_id=instance.instance_id)
+            text = f"stream: {rows} rows of {len(gpus)} GPU(s) in {len(samples)} runs"
             outcome = ProbeOutcome(
                 account=instance.account,
                 instance_id=instance.instance_id,

@@ -1,22 +1,35 @@
 """The per-host buffer between the streaming probe's reader and the tick (pure, thread-safe).
 
-The reader thread appends each dmon row as it arrives (:meth:`HostBuffer.add_row`), each aux
+The reader thread hands over each dmon row as it arrives (:meth:`HostBuffer.add_row`), each aux
 block (:meth:`HostBuffer.add_aux`) and every change of the stream's health
 (:meth:`HostBuffer.set_health`); the tick takes everything that arrived since its previous take
 (:meth:`HostBuffer.take`) without waiting on the host.
 
-The API is deliberately small (the compact per-GPU state of the fleet builds on it):
+Rows are **condensed into runs as they arrive**, exactly as :func:`~watchdog_gpu.probe.condense.
+condense_runs` condenses a take's rows (``docs/probe.md``): per GPU, consecutive rows with one
+verdict, none more than :data:`~watchdog_gpu.probe.condense.CONTIGUOUS_GAP` after the previous,
+are one :class:`Run` — its first and last instant, the verdict, the maximum of each metric
+(``None`` sticky: a metric any row printed as ``-`` stays unknown) and its row count. A GPU
+keeps the runs closed since the last take plus the open one; a take hands them all out and the
+next row starts a new run (as each take's rows were condensed on their own). So a steady GPU
+costs one small object per tick instead of a row tuple a second, and the tick builds one
+``GpuSample`` per run (:func:`run_samples`), never one per row.
 
-- rows are kept **per GPU** in a ring of ``capacity`` rows (the oldest are dropped: a tick that
-  comes very late loses rows, which is blind time, never idle), each row a compact tuple
-  :data:`Row` — the instant as epoch seconds, the verdict judged at arrival, the six metrics;
-- :meth:`HostBuffer.take` returns a :class:`StreamRead` — the rows per GPU in arrival order, how
-  many were dropped, the newest aux reading, and the health — and empties the rings;
+- A GPU keeps at most ``capacity`` runs; a run that does not fit drops the **oldest** one, whose
+  rows are counted in ``dropped``: that time is blind, never idle (a tick that comes very late
+  to a GPU that flips verdict every second loses its oldest seconds).
+- A row stamped **before** its GPU's newest row (the clock stepped back) is taken as at the
+  newest row's instant: the idle time already observed is never extended backwards, and a busy
+  row keeps its evidence (its activity then counts as later than it was: the idle clock starts
+  later, never earlier). For rows in time order — every row the reader stamps — the runs are
+  exactly ``condense_runs``'s (``tests/unit/probe/test_stream_runs.py``).
+- :meth:`HostBuffer.take` returns a :class:`StreamRead` — the runs per GPU in time order, how
+  many rows were dropped, the newest aux reading, and the health;
 - :meth:`HostBuffer.health` reads the health without taking anything (``status``, metrics).
 
-Memory: a row is one tuple of eight fields and its instant (~130 bytes; the reader lets rows that
-repeat a line share its metric values); a host with two GPUs read every minute holds ~120 rows
-(~16 KiB), at most ``2 × capacity`` (~78 KiB; see ``bench/README.md``).
+Memory: a run is one small object (its instants are the reader's, its metric values shared with
+the line they were read from while they do not change); a host with two steady GPUs holds two
+runs between ticks, at most ``2 × capacity`` (see ``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -25,25 +38,59 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 
 from watchdog_gpu.model import GpuSample, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
 from watchdog_gpu.probe.dmon import MAX_GPU_INDEX
 
-Row = tuple[
-    float,
-    Verdict,
-    float | None,
-    float | None,
-    float | None,
-    float | None,
-    float | None,
-    float | None,
-]
-"""(epoch seconds, verdict, sm, mem, enc, dec, jpg, ofa) of one streamed dmon row."""
+Metrics = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
+"""(sm, mem, enc, dec, jpg, ofa) of one dmon row (``None``: printed as ``-``)."""
 
-DEFAULT_CAPACITY = 300  # rows per GPU: five minutes at one row a second
+DEFAULT_CAPACITY = 300  # runs per GPU: five minutes of a GPU that flips verdict every second
+
+
+class Run:
+    """Consecutive streamed rows of one GPU with one verdict (see the module docstring): the
+    first and last row's instants, the verdict, the per-metric maximum (``None`` sticky) and
+    the number of rows. The buffer extends only the open run of the current take; a run handed
+    out by :meth:`HostBuffer.take` no longer changes."""
+
+    __slots__ = ("_merged", "first", "last", "metrics", "rows", "verdict")
+
+    def __init__(self, at: datetime, verdict: Verdict, metrics: Metrics) -> None:
+        self.first = at
+        self.last = at
+        self.verdict = verdict
+        self.metrics = metrics
+        self.rows = 1
+        self._merged = metrics  # the last row's metrics object: a repeated line merges nothing
+
+    def extend(self, at: datetime, metrics: Metrics) -> None:
+        self.last = at
+        self.rows += 1
+        if metrics is not self._merged:
+            self._merged = metrics
+            self.metrics = _maximum(self.metrics, metrics)
+
+    def __repr__(self) -> str:
+        return (
+            f"Run({self.first.isoformat()}..{self.last.isoformat()}, {self.verdict.value}, "
+            f"{self.metrics}, rows={self.rows})"
+        )
+
+
+def _maximum(held: Metrics, row: Metrics) -> Metrics:
+    """Per metric the larger value (the first of equal ones, as ``max`` keeps it); ``None``
+    once either is ``None``."""
+    if held == row:
+        return held
+    sm, mem, enc, dec, jpg, ofa = (
+        None if old is None or new is None else (new if new > old else old)
+        for old, new in zip(held, row, strict=True)
+    )
+    return (sm, mem, enc, dec, jpg, ofa)
 
 
 class ProbeMode(StrEnum):
@@ -100,43 +147,63 @@ class AuxReading:
 
 @dataclass(frozen=True, slots=True)
 class StreamRead:
-    """What one take found: rows per GPU (arrival order), rows dropped by full rings since the
+    """What one take found: runs per GPU (time order), rows dropped by full buffers since the
     previous take, the newest aux reading and the health at the take."""
 
-    rows: Mapping[int, tuple[Row, ...]]
+    runs: Mapping[int, tuple[Run, ...]]
     dropped: int
     aux: AuxReading | None
     health: StreamHealth
-    last_row_at: float | None = None  # epoch seconds of the newest row ever buffered
+    last_row_at: datetime | None = None  # the newest row ever buffered
 
     @property
     def row_count(self) -> int:
-        return sum(len(rows) for rows in self.rows.values())
+        return sum(run.rows for runs in self.runs.values() for run in runs)
+
+
+@dataclass(eq=False, slots=True)
+class _GpuRuns:
+    runs: deque[Run] = field(default_factory=deque)  # closed since the last take, then the open one
+    newest: datetime | None = None  # the newest row's instant, kept across takes
 
 
 @dataclass
 class HostBuffer:
-    """One host's rings, aux reading and health (see the module docstring)."""
+    """One host's runs, aux reading and health (see the module docstring)."""
 
     health_now: StreamHealth
     capacity: int = DEFAULT_CAPACITY
-    _rows: dict[int, deque[Row]] = field(default_factory=dict)
+    _gpus: dict[int, _GpuRuns] = field(default_factory=dict)
     _dropped: int = 0
     _aux: AuxReading | None = None
-    _last_row_at: float | None = None
+    _last_row_at: datetime | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add_row(self, gpu: int, row: Row) -> None:
-        if not 0 <= gpu <= MAX_GPU_INDEX:
-            raise ValueError(f"GPU index out of range: {gpu}")
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError("capacity must be at least 1")
+
+    def add_row(self, gpu: int, at: datetime, verdict: Verdict, metrics: Metrics) -> None:
+        """One row of ``gpu``: read at ``at``, judged ``verdict``, with its six metrics."""
         with self._lock:
-            ring = self._rows.get(gpu)
-            if ring is None:
-                ring = self._rows[gpu] = deque(maxlen=self.capacity)
-            if len(ring) == self.capacity:
-                self._dropped += 1
-            ring.append(row)
-            self._last_row_at = row[0]
+            state = self._gpus.get(gpu)
+            if state is None:
+                if not 0 <= gpu <= MAX_GPU_INDEX:
+                    raise ValueError(f"GPU index out of range: {gpu}")
+                state = self._gpus[gpu] = _GpuRuns()
+            newest = state.newest
+            if newest is not None and at < newest:
+                at = newest  # the clock stepped back (see the module docstring)
+            state.newest = self._last_row_at = at
+            runs = state.runs
+            if runs:
+                run = runs[-1]
+                if run.verdict is verdict and at - run.last <= CONTIGUOUS_GAP:
+                    run.extend(at, metrics)
+                    return
+                if len(runs) >= self.capacity:
+                    self._dropped += runs.popleft().rows
+            runs.append(Run(at, verdict, metrics))
 
     def add_aux(self, aux: AuxReading) -> None:
         with self._lock:
@@ -156,32 +223,35 @@ class HostBuffer:
 
     def take(self) -> StreamRead:
         with self._lock:
-            rows = {gpu: tuple(ring) for gpu, ring in self._rows.items() if ring}
-            for ring in self._rows.values():
-                ring.clear()
+            runs: dict[int, tuple[Run, ...]] = {}
+            for gpu, state in self._gpus.items():
+                if state.runs:
+                    runs[gpu] = tuple(state.runs)
+                    state.runs = deque()
             dropped, self._dropped = self._dropped, 0
-            return StreamRead(rows, dropped, self._aux, self.health_now, self._last_row_at)
+            return StreamRead(runs, dropped, self._aux, self.health_now, self._last_row_at)
 
 
-def row_samples(read: StreamRead, *, account: str, instance_id: str) -> list[GpuSample]:
-    """One ``GpuSample`` per buffered row (to be condensed into runs before recording)."""
-    samples: list[GpuSample] = []
-    for gpu, rows in sorted(read.rows.items()):
-        for at, verdict, sm, mem, enc, dec, jpg, ofa in rows:
-            samples.append(
-                GpuSample(
-                    account=account,
-                    instance_id=instance_id,
-                    at=datetime.fromtimestamp(at, UTC),
-                    gpu_index=gpu,
-                    verdict=verdict,
-                    source=SampleSource.DMON,
-                    sm=sm,
-                    mem=mem,
-                    enc=enc,
-                    dec=dec,
-                    jpg=jpg,
-                    ofa=ofa,
-                )
-            )
-    return samples
+def run_samples(read: StreamRead, *, account: str, instance_id: str) -> tuple[GpuSample, ...]:
+    """One continuous ``GpuSample`` per run (``covers_from`` its first row, ``at`` its last:
+    what :func:`~watchdog_gpu.probe.condense.condense_runs` makes of the same rows), ordered by
+    GPU, then time."""
+    return tuple(
+        GpuSample(
+            account=account,
+            instance_id=instance_id,
+            at=run.last,
+            gpu_index=gpu,
+            verdict=run.verdict,
+            source=SampleSource.DMON,
+            sm=run.metrics[0],
+            mem=run.metrics[1],
+            enc=run.metrics[2],
+            dec=run.metrics[3],
+            jpg=run.metrics[4],
+            ofa=run.metrics[5],
+            covers_from=run.first,
+        )
+        for gpu, runs in sorted(read.runs.items())
+        for run in runs
+    )

@@ -112,28 +112,30 @@ def test_rows_land_per_gpu_with_their_arrival_time_and_verdict() -> None:
     stream.feed_stdout(row(0, 40) + row(1, 0), T0 + SECOND)
     stream.feed_stdout(row(0, 3), T0 + 2 * SECOND)
     read = stream.buffer.take()
-    assert sorted(read.rows) == [0, 1]
-    assert [(r[0], r[1], r[2]) for r in read.rows[0]] == [
-        ((T0 + SECOND).timestamp(), Verdict.BUSY, 40.0),
-        ((T0 + 2 * SECOND).timestamp(), Verdict.IDLE, 3.0),
+    assert sorted(read.runs) == [0, 1]
+    assert [(r.first, r.last, r.verdict, r.metrics[0], r.rows) for r in read.runs[0]] == [
+        (T0 + SECOND, T0 + SECOND, Verdict.BUSY, 40.0, 1),
+        (T0 + 2 * SECOND, T0 + 2 * SECOND, Verdict.IDLE, 3.0, 1),
     ]
     assert stream.rows == 3
     assert stream.buffer.take().row_count == 0  # taken once
 
 
-def test_rows_that_repeat_a_line_share_its_metric_values() -> None:
-    # A buffered row costs its tuple and its instant, not six new floats: an idle GPU prints the
-    # same line every second, and a host holds up to a poll interval of rows (docs/probe.md).
+def test_rows_that_repeat_a_line_are_one_run_holding_its_metric_values() -> None:
+    # A steady GPU costs one run between ticks, not a row a second, and the run keeps the
+    # values of the line it repeats (docs/probe.md, memory).
     stream = reader()
     stream.feed_stdout(HEADER, T0)
     for second in range(1, 4):
         stream.feed_stdout(row(0, 7) + row(1, 0), T0 + second * SECOND)
+    stream.feed_stdout(row(0, 9) + row(1, 0), T0 + 4 * SECOND)
     read = stream.buffer.take()
-    first, *others = read.rows[0]
-    assert first[2:] == (7.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    assert all(other[2:] == first[2:] for other in others)
-    assert all(a is b for other in others for a, b in zip(other[2:], first[2:], strict=True))
-    assert [r[0] for r in read.rows[1]] == [(T0 + n * SECOND).timestamp() for n in (1, 2, 3)]
+    (gpu0,) = read.runs[0]
+    assert (gpu0.first, gpu0.last, gpu0.rows) == (T0 + SECOND, T0 + 4 * SECOND, 4)
+    assert gpu0.metrics == (9.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # the maximum of the run
+    (gpu1,) = read.runs[1]
+    assert (gpu1.first, gpu1.last, gpu1.rows) == (T0 + SECOND, T0 + 4 * SECOND, 4)
+    assert read.row_count == 8
 
 
 def test_a_repeated_header_is_read_once_and_a_new_header_still_counts() -> None:
@@ -146,9 +148,10 @@ def test_a_repeated_header_is_read_once_and_a_new_header_still_counts() -> None:
     stream.feed_stdout(wider + row(0, 2).replace(" \n", "      1 \n"), T0 + 3 * SECOND)
     stream.feed_stdout(HEADER + row(0, 50), T0 + 4 * SECOND)
     read = stream.buffer.take()
-    assert [(r[1], r[2]) for r in read.rows[0]] == [(Verdict.BUSY, 40.0)] * 3 + [
-        (Verdict.IDLE, 2.0),
-        (Verdict.BUSY, 50.0),
+    assert [(r.verdict, r.metrics[0], r.rows) for r in read.runs[0]] == [
+        (Verdict.BUSY, 40.0, 3),
+        (Verdict.IDLE, 2.0, 1),
+        (Verdict.BUSY, 50.0, 1),
     ]
     assert stream.garbage == 0
     assert stream.rows == 5
@@ -159,8 +162,8 @@ def test_a_line_cut_between_reads_is_joined_before_parsing() -> None:
     stream.feed_stdout(HEADER + row(0, 0)[:6], T0)
     assert stream.buffer.take().row_count == 0
     stream.feed_stdout(row(0, 0)[6:], T0 + SECOND)
-    (only,) = stream.buffer.take().rows[0]
-    assert only[0] == (T0 + SECOND).timestamp()
+    (only,) = stream.buffer.take().runs[0]
+    assert (only.first, only.rows) == (T0 + SECOND, 1)
 
 
 @pytest.mark.parametrize("zero", ["\uff10", "\u0660"])
@@ -198,7 +201,7 @@ def test_mig_rows_are_busy_with_processes_and_unknown_without() -> None:
         aux(apps=f"{uuid}, 4242, python, 1000\n", gpus=f"GPU 0: H100 (UUID: {uuid})\n"), T0
     )
     stream.feed_stdout(row(0, "-"), T0 + SECOND)
-    verdicts = [r[1] for r in stream.buffer.take().rows[0]]
+    verdicts = [r.verdict for r in stream.buffer.take().runs[0]]
     assert verdicts == [Verdict.UNKNOWN, Verdict.BUSY]
 
 
@@ -210,19 +213,34 @@ def test_a_recent_terminal_input_is_an_interactive_login() -> None:
     assert reading.interactive_login is True
 
 
-def test_a_full_ring_drops_the_oldest_rows_and_counts_them() -> None:
+def test_a_full_buffer_drops_the_oldest_runs_and_counts_their_rows() -> None:
     stream = reader(capacity=3)
     stream.feed_stdout(HEADER, T0)
-    for second in range(5):
+    for second, sm in enumerate([0, 0, 50, 0, 50, 0, 0]):  # five runs: 2 + 1 + 1 + 1 + 2 rows
+        stream.feed_stdout(row(0, sm), T0 + second * SECOND)
+    read = stream.buffer.take()
+    assert [(r.first, r.rows) for r in read.runs[0]] == [
+        (T0 + 3 * SECOND, 1),
+        (T0 + 4 * SECOND, 1),
+        (T0 + 5 * SECOND, 2),
+    ]
+    assert read.dropped == 3  # the rows of the two oldest runs: blind time
+    assert stream.buffer.take().dropped == 0
+
+
+def test_a_steady_gpu_keeps_one_run_however_late_the_take() -> None:
+    stream = reader(capacity=3)
+    stream.feed_stdout(HEADER, T0)
+    for second in range(600):
         stream.feed_stdout(row(0, 0), T0 + second * SECOND)
     read = stream.buffer.take()
-    assert [r[0] for r in read.rows[0]] == [(T0 + s * SECOND).timestamp() for s in (2, 3, 4)]
-    assert read.dropped == 2
+    ((only,),) = read.runs.values()
+    assert (only.first, only.last, only.rows, read.dropped) == (T0, T0 + 599 * SECOND, 600, 0)
 
 
 def test_a_gpu_index_out_of_range_is_refused_by_the_buffer() -> None:
     with pytest.raises(ValueError, match="out of range"):
-        HostBuffer(health()).add_row(64, (0.0, Verdict.IDLE, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+        HostBuffer(health()).add_row(64, T0, Verdict.IDLE, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
 
 
 # -- the prober over a stream source -------------------------------------------------------
@@ -318,7 +336,7 @@ def test_a_round_without_rows_is_a_failed_probe_without_samples(
 
 def test_a_round_right_after_the_previous_one_is_ok_without_samples() -> None:
     # Two rounds within the same second (an accelerated demo, a restart): nothing new yet.
-    read = StreamRead({}, 0, None, health(), last_row_at=T0.timestamp())
+    read = StreamRead({}, 0, None, health(), last_row_at=T0)
     prober = Prober(BurstOnly(), clock=VirtualClock(T0))
     outcome = prober.stream_outcome(snapshot("1"), read, T0 + SECOND)
     assert outcome.status is ProbeStatus.OK
