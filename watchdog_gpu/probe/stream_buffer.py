@@ -38,7 +38,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from watchdog_gpu.model import GpuSample, ProbeStatus, SampleSource, Verdict
@@ -54,31 +54,22 @@ DEFAULT_CAPACITY = 300  # runs per GPU: five minutes of a GPU that flips verdict
 class Run:
     """Consecutive streamed rows of one GPU with one verdict (see the module docstring): the
     first and last row's instants, the verdict, the per-metric maximum (``None`` sticky) and
-    the number of rows. The buffer extends only the open run of the current take; a run handed
-    out by :meth:`HostBuffer.take` no longer changes."""
+    the number of rows. Instants are epoch seconds (``datetime.fromtimestamp(first, UTC)``, as
+    :func:`run_samples` records them). The buffer extends only the open run of the current
+    take; a run handed out by :meth:`HostBuffer.take` no longer changes."""
 
-    __slots__ = ("_merged", "first", "last", "metrics", "rows", "verdict")
+    __slots__ = ("first", "last", "merged", "metrics", "rows", "verdict")
 
-    def __init__(self, at: datetime, verdict: Verdict, metrics: Metrics) -> None:
+    def __init__(self, at: float, verdict: Verdict, metrics: Metrics) -> None:
         self.first = at
         self.last = at
         self.verdict = verdict
         self.metrics = metrics
         self.rows = 1
-        self._merged = metrics  # the last row's metrics object: a repeated line merges nothing
-
-    def extend(self, at: datetime, metrics: Metrics) -> None:
-        self.last = at
-        self.rows += 1
-        if metrics is not self._merged:
-            self._merged = metrics
-            self.metrics = _maximum(self.metrics, metrics)
+        self.merged = metrics  # the last row's metrics object: a repeated line merges nothing
 
     def __repr__(self) -> str:
-        return (
-            f"Run({self.first.isoformat()}..{self.last.isoformat()}, {self.verdict.value}, "
-            f"{self.metrics}, rows={self.rows})"
-        )
+        return f"Run({self.first}..{self.last}, {self.verdict.value}, {self.metrics}, {self.rows})"
 
 
 def _maximum(held: Metrics, row: Metrics) -> Metrics:
@@ -91,6 +82,24 @@ def _maximum(held: Metrics, row: Metrics) -> Metrics:
         for old, new in zip(held, row, strict=True)
     )
     return (sm, mem, enc, dec, jpg, ofa)
+
+
+_GAP = CONTIGUOUS_GAP.total_seconds()
+_EDGE = 1e-5  # seconds: farther from the gap, float error and microsecond rounding cannot matter
+_SURELY_CONTIGUOUS = _GAP - _EDGE
+
+
+def _contiguous(last: float, at: float) -> bool:
+    """Whether a row at ``at`` continues a run whose last row was at ``last`` — decided on the
+    instants as recorded (``datetime.fromtimestamp``: rounded to the microsecond), as
+    ``condense_runs`` decides on them; the float difference is enough away from the limit
+    (for instants before the year 2286)."""
+    gap = at - last
+    if gap < _GAP - _EDGE:
+        return True
+    if gap > _GAP + _EDGE:
+        return False
+    return datetime.fromtimestamp(at, UTC) - datetime.fromtimestamp(last, UTC) <= CONTIGUOUS_GAP
 
 
 class ProbeMode(StrEnum):
@@ -164,7 +173,7 @@ class StreamRead:
 @dataclass(eq=False, slots=True)
 class _GpuRuns:
     runs: deque[Run] = field(default_factory=deque)  # closed since the last take, then the open one
-    newest: datetime | None = None  # the newest row's instant, kept across takes
+    newest: float | None = None  # the newest row's instant, kept across takes
 
 
 @dataclass
@@ -176,15 +185,16 @@ class HostBuffer:
     _gpus: dict[int, _GpuRuns] = field(default_factory=dict)
     _dropped: int = 0
     _aux: AuxReading | None = None
-    _last_row_at: datetime | None = None
+    _last_row_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
             raise ValueError("capacity must be at least 1")
 
-    def add_row(self, gpu: int, at: datetime, verdict: Verdict, metrics: Metrics) -> None:
-        """One row of ``gpu``: read at ``at``, judged ``verdict``, with its six metrics."""
+    def add_row(self, gpu: int, at: float, verdict: Verdict, metrics: Metrics) -> None:
+        """One row of ``gpu`` at ``at`` (epoch seconds), judged ``verdict``, with its six
+        metrics (the reader shares one tuple among the rows that repeat a line)."""
         with self._lock:
             state = self._gpus.get(gpu)
             if state is None:
@@ -198,8 +208,15 @@ class HostBuffer:
             runs = state.runs
             if runs:
                 run = runs[-1]
-                if run.verdict is verdict and at - run.last <= CONTIGUOUS_GAP:
-                    run.extend(at, metrics)
+                if run.verdict is verdict and (
+                    at - run.last < _SURELY_CONTIGUOUS or _contiguous(run.last, at)
+                ):
+                    # Every streamed row of a steady GPU ends here: kept inline.
+                    run.last = at
+                    run.rows += 1
+                    if metrics is not run.merged:
+                        run.merged = metrics
+                        run.metrics = _maximum(run.metrics, metrics)
                     return
                 if len(runs) >= self.capacity:
                     self._dropped += runs.popleft().rows
@@ -229,7 +246,9 @@ class HostBuffer:
                     runs[gpu] = tuple(state.runs)
                     state.runs = deque()
             dropped, self._dropped = self._dropped, 0
-            return StreamRead(runs, dropped, self._aux, self.health_now, self._last_row_at)
+            last, aux, health = self._last_row_at, self._aux, self.health_now
+        newest = None if last is None else datetime.fromtimestamp(last, UTC)
+        return StreamRead(runs, dropped, aux, health, newest)
 
 
 def run_samples(read: StreamRead, *, account: str, instance_id: str) -> tuple[GpuSample, ...]:
@@ -240,7 +259,7 @@ def run_samples(read: StreamRead, *, account: str, instance_id: str) -> tuple[Gp
         GpuSample(
             account=account,
             instance_id=instance_id,
-            at=run.last,
+            at=datetime.fromtimestamp(run.last, UTC),
             gpu_index=gpu,
             verdict=run.verdict,
             source=SampleSource.DMON,
@@ -250,7 +269,7 @@ def run_samples(read: StreamRead, *, account: str, instance_id: str) -> tuple[Gp
             dec=run.metrics[3],
             jpg=run.metrics[4],
             ofa=run.metrics[5],
-            covers_from=run.first,
+            covers_from=datetime.fromtimestamp(run.first, UTC),
         )
         for gpu, runs in sorted(read.runs.items())
         for run in runs

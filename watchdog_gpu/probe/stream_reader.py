@@ -25,9 +25,12 @@ from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
-from watchdog_gpu.probe.stream_buffer import AuxReading, HostBuffer, Metrics
+from watchdog_gpu.probe.stream_buffer import AuxReading, HostBuffer
 from watchdog_gpu.probe.stream_command import split_aux
 from watchdog_gpu.probe.verdicts import check_threshold, processes_per_gpu, row_verdict
+
+Metrics = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
+"""(sm, mem, enc, dec, jpg, ofa) of one parsed line, shared by every row that repeats it."""
 
 MAX_LINE = 4096
 _PARSED_LINES = 256  # distinct data lines remembered per session
@@ -150,7 +153,7 @@ class StreamReader:
             verdict = parsed.verdicts[processes] = row_verdict(
                 parsed.row, threshold=self._threshold, processes=processes
             )
-        self.buffer.add_row(gpu, at, verdict, parsed.metrics)
+        self.buffer.add_row(gpu, at.timestamp(), verdict, parsed.metrics)
         self.rows += 1
         self.garbage = 0
         self.error = None

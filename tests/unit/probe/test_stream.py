@@ -34,6 +34,10 @@ HEADER = (
 )
 
 
+def epoch(second: int) -> float:
+    return (T0 + second * SECOND).timestamp()
+
+
 def row(gpu: int, sm: object) -> str:
     return f"{gpu:>5}" + f"{sm!s:>7}" + "".join(f"{0:>7}" for _ in range(5)) + " \n"
 
@@ -114,8 +118,8 @@ def test_rows_land_per_gpu_with_their_arrival_time_and_verdict() -> None:
     read = stream.buffer.take()
     assert sorted(read.runs) == [0, 1]
     assert [(r.first, r.last, r.verdict, r.metrics[0], r.rows) for r in read.runs[0]] == [
-        (T0 + SECOND, T0 + SECOND, Verdict.BUSY, 40.0, 1),
-        (T0 + 2 * SECOND, T0 + 2 * SECOND, Verdict.IDLE, 3.0, 1),
+        (epoch(1), epoch(1), Verdict.BUSY, 40.0, 1),
+        (epoch(2), epoch(2), Verdict.IDLE, 3.0, 1),
     ]
     assert stream.rows == 3
     assert stream.buffer.take().row_count == 0  # taken once
@@ -131,10 +135,10 @@ def test_rows_that_repeat_a_line_are_one_run_holding_its_metric_values() -> None
     stream.feed_stdout(row(0, 9) + row(1, 0), T0 + 4 * SECOND)
     read = stream.buffer.take()
     (gpu0,) = read.runs[0]
-    assert (gpu0.first, gpu0.last, gpu0.rows) == (T0 + SECOND, T0 + 4 * SECOND, 4)
+    assert (gpu0.first, gpu0.last, gpu0.rows) == (epoch(1), epoch(4), 4)
     assert gpu0.metrics == (9.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # the maximum of the run
     (gpu1,) = read.runs[1]
-    assert (gpu1.first, gpu1.last, gpu1.rows) == (T0 + SECOND, T0 + 4 * SECOND, 4)
+    assert (gpu1.first, gpu1.last, gpu1.rows) == (epoch(1), epoch(4), 4)
     assert read.row_count == 8
 
 
@@ -163,7 +167,7 @@ def test_a_line_cut_between_reads_is_joined_before_parsing() -> None:
     assert stream.buffer.take().row_count == 0
     stream.feed_stdout(row(0, 0)[6:], T0 + SECOND)
     (only,) = stream.buffer.take().runs[0]
-    assert (only.first, only.rows) == (T0 + SECOND, 1)
+    assert (only.first, only.rows) == (epoch(1), 1)
 
 
 @pytest.mark.parametrize("zero", ["\uff10", "\u0660"])
@@ -220,9 +224,9 @@ def test_a_full_buffer_drops_the_oldest_runs_and_counts_their_rows() -> None:
         stream.feed_stdout(row(0, sm), T0 + second * SECOND)
     read = stream.buffer.take()
     assert [(r.first, r.rows) for r in read.runs[0]] == [
-        (T0 + 3 * SECOND, 1),
-        (T0 + 4 * SECOND, 1),
-        (T0 + 5 * SECOND, 2),
+        (epoch(3), 1),
+        (epoch(4), 1),
+        (epoch(5), 2),
     ]
     assert read.dropped == 3  # the rows of the two oldest runs: blind time
     assert stream.buffer.take().dropped == 0
@@ -235,12 +239,12 @@ def test_a_steady_gpu_keeps_one_run_however_late_the_take() -> None:
         stream.feed_stdout(row(0, 0), T0 + second * SECOND)
     read = stream.buffer.take()
     ((only,),) = read.runs.values()
-    assert (only.first, only.last, only.rows, read.dropped) == (T0, T0 + 599 * SECOND, 600, 0)
+    assert (only.first, only.last, only.rows, read.dropped) == (epoch(0), epoch(599), 600, 0)
 
 
 def test_a_gpu_index_out_of_range_is_refused_by_the_buffer() -> None:
     with pytest.raises(ValueError, match="out of range"):
-        HostBuffer(health()).add_row(64, T0, Verdict.IDLE, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+        HostBuffer(health()).add_row(64, epoch(0), Verdict.IDLE, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
 
 
 # -- the prober over a stream source -------------------------------------------------------

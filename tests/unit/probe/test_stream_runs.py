@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,7 +34,7 @@ TAKE = None  # an event: the tick takes the buffer
 @dataclass(frozen=True)
 class Row:
     gpu: int
-    at: datetime
+    at: float  # epoch seconds, as the reader hands them over
     verdict: Verdict
     metrics: Metrics
 
@@ -54,7 +54,7 @@ def old_path(rows: Sequence[Row]) -> tuple[GpuSample, ...]:
         GpuSample(
             account="acct",
             instance_id="1",
-            at=datetime.fromtimestamp(row.at.timestamp(), UTC),
+            at=datetime.fromtimestamp(row.at, UTC),
             gpu_index=row.gpu,
             verdict=row.verdict,
             source=SampleSource.DMON,
@@ -101,19 +101,22 @@ metric = st.one_of(
     st.sampled_from([0.0, 1.0, 5.0, 5.5, 40.0, 100.0]),
     st.floats(min_value=0, max_value=100, allow_nan=False),
 )
-# Steps between rows in microseconds, the gap limit's edges (2 s) among them; 0 = a duplicate.
+# Steps between rows in seconds: around the gap limit (2 s) within a microsecond either way,
+# where the recorded instants (rounded to the microsecond) decide; 0 = a duplicate instant.
 step = st.one_of(
-    st.sampled_from([0, 1, 500_000, 1_000_000, 1_999_999, 2_000_000, 2_000_001, 2_500_000]),
-    st.integers(min_value=0, max_value=12_000_000),
+    st.sampled_from([0.0, 1e-6, 0.5, 1.0, 1.999999, 2.0, 2.000001, 2.5]),
+    st.floats(min_value=1.9999985, max_value=2.0000015),
+    st.floats(min_value=0, max_value=12),
 )
 
 
 @st.composite
 def streams(draw: st.DrawFn, *, backwards: bool = False) -> list[Event]:
-    """Rows of up to three GPUs as a reader hands them over (its instants: whole microseconds,
-    never earlier than the previous row's unless ``backwards``), with takes in between. A row
-    often repeats the previous one's metric values (the same object, as a repeated line)."""
-    at = T0
+    """Rows of up to three GPUs as a reader hands them over (epoch seconds: a read's instant,
+    or a host's second mapped to ours by a fractional offset; never earlier than the previous
+    row's unless ``backwards``), with takes in between. A row often repeats the previous one's
+    metric values (the same object, as a repeated line)."""
+    at = T0.timestamp() + draw(st.floats(min_value=0, max_value=1))
     events: list[Event] = []
     previous: dict[int, Metrics] = {}
     for _ in range(draw(st.integers(min_value=0, max_value=60))):
@@ -124,7 +127,7 @@ def streams(draw: st.DrawFn, *, backwards: bool = False) -> list[Event]:
         shift = draw(step)
         if backwards and draw(st.booleans()):
             shift = -shift
-        at += timedelta(microseconds=shift)
+        at += shift
         if gpu in previous and draw(st.booleans()):
             metrics = previous[gpu]
         else:
@@ -150,7 +153,7 @@ def test_a_row_stamped_before_its_gpus_newest_counts_at_the_newest_instant(
 ) -> None:
     # The clock stepped back: the row is taken as at its GPU's newest row (idle time observed
     # already is never extended backwards; a busy row keeps its evidence, later than it was).
-    newest: dict[int, datetime] = {}
+    newest: dict[int, float] = {}
     clamped: list[Event] = []
     for event in events:
         if event is None:
