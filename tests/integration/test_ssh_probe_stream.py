@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -45,7 +46,7 @@ TWO_IDLE_GPUS = HEADER + "".join(
 SETTINGS = StreamSettings(
     stall_after=timedelta(seconds=3),
     max_backoff=timedelta(seconds=2),
-    command=StreamCommandSpec(aux_interval_seconds=5, query_timeout_seconds=5),
+    command=StreamCommandSpec(aux_interval_seconds=5, query_timeout_seconds=5, batch_seconds=2),
 )
 CLOCK = SystemClock()
 
@@ -118,11 +119,18 @@ def test_a_healthy_stream_is_read_every_second_and_nothing_is_left_behind(
     with manager_for(runner) as manager:
         start_streaming(manager, target)
         manager.take(target.ref)
-        CLOCK.sleep(4)
+        CLOCK.sleep(5)
         read = manager.take(target.ref)
+        taken_at = CLOCK.now().timestamp()
         assert read is not None
         assert sorted(read.runs) == [0, 1]
         assert all(sum(run.rows for run in runs) >= 3 for runs in read.runs.values())
+        # The host sends its rows in batches, each row at its own second (not at the instant
+        # its batch was read), none after the take.
+        for runs in read.runs.values():
+            (run,) = runs
+            assert run.last <= taken_at
+            assert run.last - run.first >= run.rows - 2
         outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
         assert outcome.status is ProbeStatus.OK
         assert outcome.mode == "stream"
@@ -178,11 +186,37 @@ def test_a_dmon_slow_to_print_its_first_row_is_not_a_stall(
             lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
         )
         assert manager.health()[target.ref].attempts == 0
-        CLOCK.sleep(1.5)
+        CLOCK.sleep(SETTINGS.command.batch_seconds + 2)  # the first row came alone: one batch
         assert len([call for call in fake_gpu.calls() if call.startswith("dmon")]) == 1
         read = manager.take(target.ref)
         assert read is not None
         assert sorted(read.runs) == [0, 1]
+    assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
+
+
+def test_a_host_silent_between_two_batches_is_not_stalled(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    # The host sends its rows every 4 s, longer than this manager's stall_after of 2 s.
+    stream_live(fake_gpu)
+    settings = replace(
+        SETTINGS,
+        stall_after=timedelta(seconds=2),
+        command=replace(SETTINGS.command, batch_seconds=4),
+    )
+    target = target_of(ssh_server)
+    with manager_for(runner, settings) as manager:
+        start_streaming(manager, target)
+        states = set()
+        end = CLOCK.monotonic() + 10
+        while CLOCK.monotonic() < end:
+            states.add(manager.health()[target.ref].state)
+            CLOCK.sleep(0.1)
+        assert states == {StreamState.STREAMING}
+        assert len([call for call in fake_gpu.calls() if call.startswith("dmon")]) == 1
+        read = manager.take(target.ref)
+        assert read is not None
+        assert read.row_count >= 2 * 6  # at least two batches of both GPUs arrived
     assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
 
 

@@ -114,10 +114,12 @@ def test_a_restart_between_the_destroy_call_and_its_verification_changes_nothing
 def test_the_uninterrupted_streaming_run_destroys_both_at_the_limit(
     uninterrupted_streaming: Run,
 ) -> None:
-    assert [(a["instance"], a["offset_s"]) for a in uninterrupted_streaming.actions] == [
-        ("9701", DUE_AT),
-        ("9702", DUE_AT),
-    ]
+    by_instance = {a["instance"]: a["offset_s"] for a in uninterrupted_streaming.actions}
+    assert by_instance["9702"] == DUE_AT  # paused_interruptible: no GPU rows involved
+    # 9701's GPU went idle exactly on a tick: at the tick 30 min later the newest rows are a
+    # few seconds old (the host sends them every 5 s, docs/probe.md), so the idle clock has
+    # not quite counted 30 min: the destroy comes at that tick or the next, never earlier.
+    assert DUE_AT <= by_instance["9701"] <= DUE_AT + offset("60s")
 
 
 def test_a_streaming_restart_costs_at_most_its_blind_minute_and_repeats_nothing(

@@ -32,7 +32,10 @@ def idle_notes(run: Run) -> list[tuple[int, str, str]]:
 
 def test_the_first_warning_is_withdrawn_when_the_gpu_goes_unobserved(run: Run) -> None:
     notes = idle_notes(run)
-    assert notes[0][:2] == (offset("40m"), "warning")
+    # Idle from a tick (20m): 20 min later the newest rows are a few seconds old (the host
+    # sends them every 5 s, docs/probe.md), so the warning comes at 40m or at the next tick.
+    assert offset("40m") <= notes[0][0] <= offset("41m")
+    assert notes[0][1] == "warning"
     assert notes[1][1] == "info"
     assert notes[1][2].startswith("Resolved")
     assert offset("42m") < notes[1][0] < offset("2h")

@@ -287,7 +287,10 @@ class ProbeSection(StrictModel):
     )
     stall_after: PositiveDuration = Field(
         default=timedelta(seconds=10),
-        description="a stream without a row for this long is reconnected (the gap is blind)",
+        description=(
+            "a stream without a row for this long beyond its 6 s batch interval is reconnected"
+            " (the gap is blind)"
+        ),
     )
     # Probes mostly wait (10 s of dmon sampling each): ~instances x 10 s / probe_interval
     # sessions are needed to probe every instance each interval (bench/README.md).

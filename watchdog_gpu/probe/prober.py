@@ -43,13 +43,16 @@ from watchdog_gpu.probe.interpret import ProbeContext, failed, interpret
 from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget, StreamSource
 from watchdog_gpu.probe.state_log import StateChangeLog
 from watchdog_gpu.probe.stream_buffer import ProbeMode, StreamRead, StreamState, run_samples
+from watchdog_gpu.probe.stream_command import StreamCommandSpec
 from watchdog_gpu.probe.verdicts import check_threshold, metrics_verdict
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 8
 _MAX_DETAIL = 500
-_JUST_READ = timedelta(seconds=2)  # a round this soon after the newest row expects no new one
+# A healthy streamed host sends its rows every ``batch_seconds`` (docs/probe.md): a round this
+# soon after its newest row may find nothing new without anything being wrong.
+_JUST_READ = timedelta(seconds=StreamCommandSpec().batch_seconds + 2)
 
 
 def probe_targets(instances: Sequence[InstanceSnapshot]) -> list[InstanceSnapshot]:
@@ -212,7 +215,7 @@ class Prober:
             status = health.status
             recent = read.last_row_at is not None and now - read.last_row_at <= _JUST_READ
             if status is ProbeStatus.OK and recent:
-                notes = ["no new row yet (the previous round was less than a second ago)"]
+                notes = ["no new row yet (the host sends its rows every few seconds)"]
             elif status is ProbeStatus.OK:
                 status = ProbeStatus.TIMEOUT
                 notes = [f"no dmon row since the previous round ({health.state.value})"]

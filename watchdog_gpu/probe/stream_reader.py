@@ -4,27 +4,31 @@ The real stream manager (:mod:`watchdog_gpu.probe.streams`) and the simulator's 
 bytes they read, with the instant they read them, to a :class:`StreamReader`; it cuts complete
 lines, parses them with :class:`~watchdog_gpu.probe.dmon.DmonLineReader`, judges each row at
 arrival (busy threshold, compute processes from the newest aux block) and appends it to the
-host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer`. A row's instant is when its line
-was read: the stream is live, so that is when dmon printed it (give or take the network).
+host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer`. A row's instant is its own host
+time (dmon's ``-o DT`` columns) mapped to our clock (:mod:`~watchdog_gpu.probe.host_time`): the
+host sends rows a few seconds at a time, so when a line was read says little about its second.
+Rows without those columns (a dmon that ignores ``-o``) are stamped when they were read.
 
 What it notices, for the manager to act on (reconnect with backoff; the gap is blind time):
 
 - ``error``: an nvidia-smi error text (driver gone, GPU lost…), a :class:`DmonError`;
-- ``garbage``: lines that are not rows under the header, counted since the last good row; a line
-  longer than :data:`MAX_LINE` without a line end counts as garbage and is dropped;
+- ``garbage``: lines that are not rows under the header (or rows whose date or time is not one),
+  counted since the last good row; a line longer than :data:`MAX_LINE` without a line end counts
+  as garbage and is dropped;
 - ``dmon_exit``: dmon's exit status, when the remote command reported that dmon ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
+from watchdog_gpu.probe.host_time import HostClockMap, host_seconds
 from watchdog_gpu.probe.stream_buffer import AuxReading, HostBuffer
 from watchdog_gpu.probe.stream_command import split_aux
 from watchdog_gpu.probe.verdicts import check_threshold, processes_per_gpu, row_verdict
@@ -35,6 +39,7 @@ Metrics = tuple[float | None, float | None, float | None, float | None, float | 
 MAX_LINE = 4096
 _PARSED_LINES = 256  # distinct data lines remembered per session
 _MAX_AUX = 256 * 1024  # an aux block is a few KiB; more without an end marker is garbage
+_DATED = ("date", "time")
 
 
 class _ParsedLine:
@@ -73,6 +78,11 @@ class StreamReader:
         # of a streamed row's cost.
         self._parsed_columns: tuple[str, ...] | None = None
         self._parsed: dict[str, _ParsedLine] = {}
+        # Under ``-o DT`` columns a data line is keyed without its date and time (which change
+        # every second); the rows of one read wait in ``_arrived`` for the read's offset.
+        self._dated = False
+        self._host_clock = HostClockMap()
+        self._arrived: list[tuple[_ParsedLine, float | None]] = []
         # Header and units lines that changed nothing under the current columns (a stream that
         # repeats its header, as the simulator's does every second, pays one read of each).
         self._inert: set[str] = set()
@@ -93,7 +103,9 @@ class StreamReader:
             self._pending = ""
             self.garbage += 1
         for line in lines:
-            self._line(line.rstrip("\r"), at)
+            self._line(line.rstrip("\r"))
+        if self._arrived:
+            self._stamp(at)
 
     def feed_stderr(self, text: str, at: datetime) -> None:
         """Text read from the session's stderr (aux blocks, dmon's exit marker) at ``at``."""
@@ -107,7 +119,7 @@ class StreamReader:
             if block.sections is not None:
                 self._aux(block.sections, at)
 
-    def _line(self, line: str, at: datetime) -> None:
+    def _line(self, line: str) -> None:
         # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
         # distinct data line once per header, and let its rows share one set of metric values
         # (a buffered row then costs its tuple and its instant: ``docs/probe.md``, memory).
@@ -116,11 +128,13 @@ class StreamReader:
             if columns != self._parsed_columns:
                 self._parsed.clear()
                 self._inert.clear()
+                self._dated = columns is not None and columns[:2] == _DATED
             self._parsed_columns = columns
-        parsed = self._parsed.get(line)
+        key, host = self._key(line)
+        parsed = self._parsed.get(key) if host is not None or not self._dated else None
         if parsed is not None:
             self._lines.line_number += 1
-            self._row(parsed, at)
+            self._arrive(parsed, host)
             return
         if line in self._inert:  # a header or units line read before under these columns
             self._lines.line_number += 1
@@ -139,12 +153,43 @@ class StreamReader:
                     self._inert.clear()
                 self._inert.add(line)  # reading it again changes nothing
             return
+        if self._dated and host is None:
+            self.garbage += 1  # a row whose date or time is not one: its second is unknown
+            return
         if len(self._parsed) >= _PARSED_LINES:
             self._parsed.clear()
-        parsed = self._parsed[line] = _ParsedLine(row)
-        self._row(parsed, at)
+        parsed = self._parsed[key] = _ParsedLine(row)
+        self._arrive(parsed, host)
 
-    def _row(self, parsed: _ParsedLine, at: datetime) -> None:
+    def _key(self, line: str) -> tuple[str, float | None]:
+        """A line's cache key and its host time: under ``-o DT`` columns a row's text after
+        its date and time (``None``: they are not a date and a time), else the line itself."""
+        if self._dated:
+            parts = line.split(None, 2)
+            if len(parts) == 3:
+                return parts[2], host_seconds(parts[0], parts[1])
+        return line, None
+
+    def _arrive(self, parsed: _ParsedLine, host: float | None) -> None:
+        self._arrived.append((parsed, host))
+        self.garbage = 0
+        self.error = None
+
+    def _stamp(self, at: datetime) -> None:
+        """Add the rows of the read at ``at``, each at its host time mapped to our clock (or at
+        ``at`` without date/time columns)."""
+        arrived, self._arrived = self._arrived, []
+        read_at = at.timestamp()
+        newest = max((host for _, host in arrived if host is not None), default=None)
+        if newest is not None:
+            self._host_clock.observe(read_at, newest)
+        instant = read_at
+        for parsed, host in arrived:
+            instant = read_at if host is None else self._host_clock.instant(host, read_at)
+            self._row(parsed, instant)
+        self.last_row_at = at if instant == read_at else datetime.fromtimestamp(instant, UTC)
+
+    def _row(self, parsed: _ParsedLine, at: float) -> None:
         gpu = parsed.gpu
         self._seen_gpus.add(gpu)
         processes = None if self._processes is None else self._processes.get(gpu, 0)
@@ -153,11 +198,8 @@ class StreamReader:
             verdict = parsed.verdicts[processes] = row_verdict(
                 parsed.row, threshold=self._threshold, processes=processes
             )
-        self.buffer.add_row(gpu, at.timestamp(), verdict, parsed.metrics)
+        self.buffer.add_row(gpu, at, verdict, parsed.metrics)
         self.rows += 1
-        self.garbage = 0
-        self.error = None
-        self.last_row_at = at
 
     def _aux(self, sections: ProbeSections, at: datetime) -> None:
         try:

@@ -15,8 +15,11 @@
 
 A session is closed and the host reconnected with exponential backoff (1 s doubling to
 ``max_backoff``, ±20 % jitter) when its stream **stops** (EOF, connection dropped, dmon exited),
-**stalls** (no output for ``stall_after``, or :data:`START_ALLOWANCE` before a session's first
-row; the host shows ``stalled`` when rows stop for ``stall_after / 2``) or
+**stalls** (no output for ``stall_after`` beyond the host's batch interval — the host sends its
+rows every ``batch_seconds``, so a healthy stream is silent for up to ``batch_seconds + 1`` s
+between packets — or for :data:`START_ALLOWANCE` before a session's first row, which the host
+sends at once; the host shows ``stalled`` when rows stop for ``stall_after / 2`` beyond the batch
+interval) or
 prints **garbage** (``garbage_lines`` lines in a row that are no dmon rows, or an nvidia-smi
 error text). The rows simply stop meanwhile: the gap is blind time, never idle. A host whose
 sessions end ``fallback_after`` times in a row without a single row (a host that does not allow a
@@ -99,7 +102,9 @@ class _Host:
     stdout: Any = None  # incremental UTF-8 decoders of the open session
     stderr: Any = None
     opened_at: float = 0.0
-    last_data: float = 0.0
+    last_data: float = (
+        0.0  # when dmon's stdout last brought anything (the aux block does not count)
+    )
     attempts: int = 0
     rowless_sessions: int = 0
     next_attempt: float = 0.0
@@ -123,6 +128,8 @@ class StreamManager:
         self._clock = clock
         self._settings = settings or StreamSettings()
         self._command = build_stream_command(self._settings.command)
+        # A healthy host is silent for up to this long between two packets of rows.
+        self._quiet = float(self._settings.command.batch_seconds + 1)
         self._rng = rng
         self._state_log = StateChangeLog(logger, what="probe stream")
         self._hosts: dict[InstanceRef, _Host] = {}
@@ -225,8 +232,7 @@ class StreamManager:
             got = True
         while channel.recv_stderr_ready():
             reader.feed_stderr(host.stderr.decode(channel.recv_stderr(_READ_BYTES)), at)
-            got = True
-        if got:
+        if got:  # only dmon's side proves the rows flow: a stalled dmon's aux loop goes on
             host.last_data = self._clock.monotonic()
         if channel.eof_received or channel.closed:
             self._end(host, self._end_reason(host), ProbeStatus.UNREACHABLE)
@@ -288,13 +294,12 @@ class StreamManager:
             self._end(
                 host, f"{reader.garbage} lines that are no dmon rows", ProbeStatus.UNPARSEABLE
             )
-        elif now - host.last_data > self._stall_limit(host):
-            self._end(
-                host,
-                f"no output for {settings.stall_after.total_seconds():g} s",
-                ProbeStatus.TIMEOUT,
-            )
-        elif reader.rows and now - host.last_data > settings.stall_after.total_seconds() / 2:
+        elif now - host.last_data > (limit := self._stall_limit(host)):
+            self._end(host, f"no output for {limit:g} s", ProbeStatus.TIMEOUT)
+        elif (
+            reader.rows
+            and now - host.last_data > settings.stall_after.total_seconds() / 2 + self._quiet
+        ):
             self._set(host, StreamState.STALLED, ProbeStatus.TIMEOUT, "rows stopped")
         elif reader.rows and (
             host.attempts or host.buffer.health().state is not StreamState.STREAMING
@@ -304,14 +309,15 @@ class StreamManager:
             self._set(host, StreamState.STREAMING, ProbeStatus.OK, "")
 
     def _stall_limit(self, host: _Host) -> float:
-        """``stall_after``; before a session's first row, at least :data:`START_ALLOWANCE`
-        (a loaded host may take a while to start the shell and nvidia-smi). The aux block and
-        dmon's header come at once and prove nothing about the rows: dmon initialising NVML on
-        a busy host may print its first row seconds later."""
+        """``stall_after`` beyond the quiet time between two batches; before a session's first
+        row, at least :data:`START_ALLOWANCE` (a loaded host may take a while to start the shell
+        and nvidia-smi). The aux block and dmon's header come at once and prove nothing about
+        the rows: dmon initialising NVML on a busy host may print its first row seconds later
+        (the host sends that row at once, not with the next batch)."""
         limit = self._settings.stall_after.total_seconds()
         if host.reader is None or host.reader.rows == 0:
             return max(limit, START_ALLOWANCE)
-        return limit
+        return limit + self._quiet
 
     # -- sessions -----------------------------------------------------------------------------
 

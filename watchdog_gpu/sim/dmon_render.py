@@ -7,8 +7,9 @@ and the demo is the one that runs against real hosts:
   then one row per GPU per sampling cycle, GPUs in ascending index order. The default layout is
   the ≥ R530 one (columns ``sm mem enc dec jpg ofa``, every field 7 wide after the index column,
   every line ending in a space); ``legacy=True`` gives the ≤ R470 layout (``sm mem enc dec``,
-  width 6, no trailing space); ``date_time=True`` prepends ``-o DT`` columns. On a MIG GPU every
-  utilisation is ``-``.
+  width 6, no trailing space); ``date_time`` prepends the ``-o DT`` columns. On a MIG GPU every
+  utilisation is ``-``. :func:`render_dmon_header` and :func:`render_dmon_rows` are its two
+  parts, for the simulator's live stream.
 - :func:`render_compute_apps` — ``--query-compute-apps=… --format=csv[,noheader][,nounits]``;
 - :func:`render_gpu_list` — ``nvidia-smi -L`` (MIG devices indented under their GPU), with the
   same GPU UUIDs as the compute-apps rows so processes can be placed on their GPU.
@@ -42,37 +43,63 @@ def render_dmon(
     """
     if date_time is not None and len(date_time) != len(frames):
         raise ValueError("one instant per frame is needed for the date/time columns")
+    text = [render_dmon_header(legacy=legacy, dated=date_time is not None)]
+    for number, frame in enumerate(frames):
+        stamp = None if date_time is None else dmon_stamp(date_time[number])
+        text.append(render_dmon_rows(frame, stamp, legacy=legacy))
+    return "".join(text)
+
+
+def render_dmon_header(*, legacy: bool = False, dated: bool = False) -> str:
+    """dmon's two ``#`` header lines (names, units); ``dated``: with the ``-o DT`` columns."""
     columns = LEGACY_COLUMNS if legacy else UTILISATION_COLUMNS
     width = 6 if legacy else 7
     tail = "" if legacy else " "
-    if date_time is not None:
+    if dated:
         # "#Date       Time        gpu": the '#' is glued to the first token.
         names = f"{'#Date':<12}{'Time':<12}{'gpu':>3}"
         units = f"{'#YYYYMMDD':<12}{'HH:MM:SS':<12}{'Idx':>3}"
     else:
         names, units = "# gpu", "# Idx"
-    lines = [
-        names + "".join(f"{column:>{width}}" for column in columns) + tail,
-        units + "".join(f"{'%':>{width}}" for _ in columns) + tail,
-    ]
-    for number, frame in enumerate(frames):
-        for reading in frame.gpus:
-            values = {
-                "sm": reading.sm,
-                "mem": reading.mem,
-                "enc": reading.enc,
-                "dec": reading.dec,
-                "jpg": 0,
-                "ofa": 0,
-            }
-            fields = ["-" if frame.mig else str(values[column]) for column in columns]
-            if date_time is not None:
-                instant = date_time[number].astimezone(UTC)
-                prefix = f" {instant:%Y%m%d}   {instant:%H:%M:%S}{reading.index:>7}"
-            else:
-                prefix = f"{reading.index:>5}"
-            lines.append(prefix + "".join(f"{field:>{width}}" for field in fields) + tail)
-    return "\n".join(lines) + "\n"
+    return (
+        names
+        + "".join(f"{column:>{width}}" for column in columns)
+        + tail
+        + "\n"
+        + units
+        + "".join(f"{'%':>{width}}" for _ in columns)
+        + tail
+        + "\n"
+    )
+
+
+def dmon_stamp(instant: datetime) -> str:
+    """The ``-o DT`` columns of a row sampled at ``instant``, in UTC (the streaming command
+    runs dmon under ``TZ=UTC``)."""
+    instant = instant.astimezone(UTC)
+    return f" {instant:%Y%m%d}   {instant:%H:%M:%S}"
+
+
+def render_dmon_rows(frame: GpuState, stamp: str | None = None, *, legacy: bool = False) -> str:
+    """The rows of one sample (a line per GPU), led by ``stamp`` (:func:`dmon_stamp`) in the
+    ``-o DT`` layout."""
+    columns = LEGACY_COLUMNS if legacy else UTILISATION_COLUMNS
+    width = 6 if legacy else 7
+    tail = "" if legacy else " "
+    lines = []
+    for reading in frame.gpus:
+        values = {
+            "sm": reading.sm,
+            "mem": reading.mem,
+            "enc": reading.enc,
+            "dec": reading.dec,
+            "jpg": 0,
+            "ofa": 0,
+        }
+        fields = ["-" if frame.mig else str(values[column]) for column in columns]
+        prefix = f"{reading.index:>5}" if stamp is None else f"{stamp}{reading.index:>7}"
+        lines.append(prefix + "".join(f"{field:>{width}}" for field in fields) + tail + "\n")
+    return "".join(lines)
 
 
 def render_compute_apps(

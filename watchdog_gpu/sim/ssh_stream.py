@@ -1,18 +1,23 @@
 """The streaming probe's view of simulated hosts: a dmon row per GPU per second, from the world.
 
 It implements :class:`watchdog_gpu.probe.runner.StreamSource` on the virtual clock. At each take
-it renders, for every second since the previous take, what a live ``nvidia-smi dmon -s u -d 1``
-would have printed then (:func:`~watchdog_gpu.sim.dmon_render.render_dmon`), and every minute
-the aux block (compute apps, ``nvidia-smi -L``, terminals) of the real streaming command, and
-feeds that text, stamped with its second, to the real
-:class:`~watchdog_gpu.probe.stream_reader.StreamReader` — the parser, the verdicts and the
-buffer are the production ones.
+it renders, for every second since the previous take, what the real streaming command would have
+sent then: a live ``nvidia-smi dmon -s u -d 1 -o DT`` (rows led by their date and time, UTC;
+:func:`~watchdog_gpu.sim.dmon_render.render_dmon_rows`) whose rows the host sends in batches —
+the header and the first second at once, then ``batch_seconds`` seconds together when the next
+second begins (the rows of the last seconds wait on the host until then) — and every minute the
+aux block (compute apps, ``nvidia-smi -L``, terminals) on stderr at once. It feeds that text,
+with the second it would arrive, to the real
+:class:`~watchdog_gpu.probe.stream_reader.StreamReader`: the parser, the row instants from the
+date/time columns, the verdicts and the buffer are the production ones.
 
 The scenario's ``ssh`` modes: ``down``/``refused`` and a non-running instance print nothing for
 those seconds (blind time; the health says unreachable), ``hostkey_changed`` prints nothing (host
 key changed), ``garbage`` prints lines that are no dmon rows (unparseable). Hosts listed in
 ``burst`` are not streamed (``take`` returns ``None``): the prober falls back to the burst
-command, as for a host that refuses a long-running session.
+command, as for a host that refuses a long-running session. A blind second ends the session:
+the rows the host kept are lost, and the next session starts with a header and a prompt first
+row, as a reconnection does.
 """
 
 from __future__ import annotations
@@ -35,8 +40,15 @@ from watchdog_gpu.probe.stream_buffer import (
     StreamState,
     starting,
 )
+from watchdog_gpu.probe.stream_command import StreamCommandSpec
 from watchdog_gpu.probe.stream_reader import StreamReader
-from watchdog_gpu.sim.dmon_render import render_compute_apps, render_dmon, render_gpu_list
+from watchdog_gpu.sim.dmon_render import (
+    dmon_stamp,
+    render_compute_apps,
+    render_dmon_header,
+    render_dmon_rows,
+    render_gpu_list,
+)
 from watchdog_gpu.sim.gpu import GpuState
 from watchdog_gpu.sim.records import UnknownInstanceError
 from watchdog_gpu.sim.world import SimulatedWorld
@@ -44,6 +56,7 @@ from watchdog_gpu.sim.world import SimulatedWorld
 _SECOND = timedelta(seconds=1)
 _COMPUTE_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 _GARBAGE = "Segmentation fault (core dumped)\n"
+_HEADER = render_dmon_header(dated=True)
 _BLIND = {
     "down": (ProbeStatus.UNREACHABLE, "timed out"),
     "refused": (ProbeStatus.UNREACHABLE, "connection refused"),
@@ -59,6 +72,9 @@ class _Host:
     reader: StreamReader
     read_until: datetime
     next_aux: datetime
+    session: bool = False  # a session is streaming (its header was sent)
+    kept: list[str] | None = None  # rows the host keeps until the next batch
+    seconds_kept: int = 0  # new seconds since the last batch was sent
 
 
 class SimulatedStreams:
@@ -73,6 +89,7 @@ class SimulatedStreams:
         aux_interval: timedelta = timedelta(seconds=60),
         burst: Collection[InstanceRef] = (),
         capacity: int = DEFAULT_CAPACITY,
+        batch_seconds: int = StreamCommandSpec().batch_seconds,
     ) -> None:
         self.world = world
         self._threshold = threshold_percent
@@ -80,6 +97,8 @@ class SimulatedStreams:
         self._aux_interval = aux_interval
         self._burst = frozenset(burst)
         self._capacity = capacity
+        self._batch = batch_seconds
+        self._stamps: dict[datetime, str] = {}  # every host prints the same second's stamp
         self._hosts: dict[InstanceRef, _Host] = {}
         self._rendered: dict[GpuState, str] = {}  # the same state prints the same text
         self._lock = threading.Lock()
@@ -125,19 +144,38 @@ class SimulatedStreams:
 
     def _second(self, host: _Host, at: datetime) -> None:
         state = self._state(host, at)
-        if state is None or not state.running or state.ssh in ("down", "refused"):
-            return
-        if state.ssh == "hostkey_changed":
+        if (
+            state is None
+            or not state.running
+            or state.ssh in ("down", "refused", "hostkey_changed")
+        ):
+            host.session, host.kept = False, None  # the session ends with what the host kept
             return
         if state.ssh == "garbage":
             host.reader.feed_stdout(_GARBAGE, at)
+            host.session, host.kept = False, None  # the watchdog replaces such a session
             return
-        text = self._rendered.get(state)
-        if text is None:
+        rows = self._rendered.get(state)
+        if rows is None:
             if len(self._rendered) >= 1024:
                 self._rendered.clear()
-            text = self._rendered[state] = render_dmon([state])
-        host.reader.feed_stdout(text, at)
+            rows = self._rendered[state] = render_dmon_rows(state, "\0")
+        stamp = self._stamps.get(at)
+        if stamp is None:
+            if len(self._stamps) >= 64:
+                self._stamps.clear()
+            stamp = self._stamps[at] = dmon_stamp(at)
+        text = rows.replace("\0", stamp)
+        if not host.session or host.kept is None:
+            host.session, host.kept, host.seconds_kept = True, [], 0
+            host.reader.feed_stdout(_HEADER + text, at)  # the header and first row: at once
+        else:
+            host.seconds_kept += 1
+            if host.seconds_kept >= self._batch:
+                host.reader.feed_stdout("".join(host.kept), at)
+                host.kept.clear()
+                host.seconds_kept = 0
+            host.kept.append(text)
         if at >= host.next_aux:
             host.reader.feed_stderr(_aux_block(state, at), at)
             host.next_aux = at + self._aux_interval

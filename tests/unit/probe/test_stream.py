@@ -20,7 +20,9 @@ from watchdog_gpu.probe.stream_buffer import (
     StreamState,
 )
 from watchdog_gpu.probe.stream_command import (
+    DMON_EXIT_PREFIX,
     StreamCommandSpec,
+    batch_loop,
     build_stream_command,
     split_aux,
 )
@@ -76,8 +78,11 @@ def test_the_command_is_one_fixed_text_whose_processes_die_with_the_channel() ->
     assert command.endswith("'")
     body = command[len("sh -c '") : -1]
     assert "'" not in body
-    assert "nvidia-smi dmon -s u -d 1" in body
+    assert "TZ=UTC NVSMI_SHOW_ALL_DEVICES=1 $L nvidia-smi dmon -s u -d 1 -o DT 2>&1" in body
     assert " -c " not in body.split("dmon", 1)[1].split(";", 1)[0]  # no sample count: live
+    # dmon's status is echoed on the pipe's left side (sh reports only the last command's),
+    # then its rows go through the batching loop.
+    assert f"2>&1; echo {DMON_EXIT_PREFIX}$?=== >&2; }} | {batch_loop(5)}; kill 0" in body
     assert body.endswith("cat >/dev/null; kill 0")  # stdin EOF (channel gone) kills the group
     assert "sleep 60" in body
 
@@ -339,11 +344,13 @@ def test_a_round_without_rows_is_a_failed_probe_without_samples(
 
 
 def test_a_round_right_after_the_previous_one_is_ok_without_samples() -> None:
-    # Two rounds within the same second (an accelerated demo, a restart): nothing new yet.
+    # Two rounds within one batch interval of the host (an accelerated demo, a restart): the
+    # host sends its rows every 5 s, so nothing new yet is no failure.
     read = StreamRead({}, 0, None, health(), last_row_at=T0)
     prober = Prober(BurstOnly(), clock=VirtualClock(T0))
-    outcome = prober.stream_outcome(snapshot("1"), read, T0 + SECOND)
-    assert outcome.status is ProbeStatus.OK
-    assert outcome.samples == ()
-    later = prober.stream_outcome(snapshot("1"), read, T0 + 5 * SECOND)
+    for seconds in (1, 7):
+        outcome = prober.stream_outcome(snapshot("1"), read, T0 + seconds * SECOND)
+        assert outcome.status is ProbeStatus.OK
+        assert outcome.samples == ()
+    later = prober.stream_outcome(snapshot("1"), read, T0 + 8 * SECOND)
     assert later.status is ProbeStatus.TIMEOUT

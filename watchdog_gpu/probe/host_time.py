@@ -1,0 +1,73 @@
+"""A streamed row's own time: dmon's ``-o DT`` columns, mapped to the watchdog's clock (pure).
+
+The streaming command makes dmon print each row's date and time (``YYYYMMDD``, ``HH:MM:SS``,
+under ``TZ=UTC``) and the host sends the rows a few seconds at a time (``docs/probe.md``). So a
+row's instant cannot be when it was read: it is its host time plus a per-session *offset*, the
+smallest ``read instant − newest host time in the read`` seen so far in the session. That offset
+absorbs the host clock's skew (either way) and its time zone, and keeps the smallest network and
+batching delay seen, so a slow packet does not shift its rows late; a row's instant is never
+after the read that brought it, and never before an earlier row's of the session.
+
+If the host's clock steps back mid-session (an NTP correction), every later read lags more than
+the offset; a read that lags more than :data:`REANCHOR_SECONDS` beyond it re-anchors the offset
+on that read: rows are then stamped later, never earlier, than they happened.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+REANCHOR_SECONDS = 5.0
+_DATES = 64  # distinct dates remembered (a session sees one a day)
+_midnights: dict[str, float] = {}
+
+
+def host_seconds(date: str, time: str) -> float | None:
+    """Epoch seconds of dmon's ``date`` (``YYYYMMDD``) and ``time`` (``HH:MM:SS``) read as UTC;
+    ``None`` when either is not a valid date or time of day (such a row is garbage)."""
+    midnight = _midnights.get(date)
+    if midnight is None:
+        if len(date) != 8 or not (date.isascii() and date.isdigit()):
+            return None
+        try:
+            day = datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=UTC)
+        except ValueError:
+            return None
+        if len(_midnights) >= _DATES:
+            _midnights.clear()
+        midnight = _midnights[date] = day.timestamp()
+    if len(time) != 8 or time[2] != ":" or time[5] != ":":
+        return None
+    digits = time[:2] + time[3:5] + time[6:]
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    hours, minutes, seconds = int(digits[:2]), int(digits[2:4]), int(digits[4:])
+    if hours > 23 or minutes > 59 or seconds > 59:
+        return None
+    return midnight + hours * 3600 + minutes * 60 + seconds
+
+
+class HostClockMap:
+    """One session's mapping of host times to our clock (see the module docstring)."""
+
+    __slots__ = ("_last", "offset")
+
+    def __init__(self) -> None:
+        self.offset: float | None = None
+        self._last = float("-inf")
+
+    def observe(self, read_at: float, newest: float) -> None:
+        """A read at ``read_at`` (epoch seconds) whose newest row has host time ``newest``."""
+        lag = read_at - newest
+        offset = self.offset
+        if offset is None or lag < offset or lag > offset + REANCHOR_SECONDS:
+            self.offset = lag
+
+    def instant(self, host: float, read_at: float) -> float:
+        """The instant (epoch seconds) of a row with host time ``host`` read at ``read_at``
+        (after :meth:`observe` of that read)."""
+        offset = self.offset if self.offset is not None else read_at - host
+        instant = min(host + offset, read_at)
+        instant = max(instant, self._last)
+        self._last = instant
+        return instant
