@@ -20,7 +20,9 @@ Format facts this parser relies on (``docs/nvidia-smi.md`` in the research notes
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -66,6 +68,9 @@ _MAX_SNIPPET = 80
 _MAX_MESSAGE = 300
 
 
+_PERCENTS = tuple(float(value) for value in range(101))
+
+
 @dataclass(frozen=True, slots=True)
 class DmonRow:
     """One data row: ``values`` maps each lowercase column name (in header order) to an ``int``
@@ -84,6 +89,8 @@ class DmonRow:
     def metric(self, name: str) -> float | None:
         """A numeric column as float; ``None`` when printed ``-`` or when the column is absent."""
         value = self.values.get(name)
+        if type(value) is int and 0 <= value <= 100:
+            return _PERCENTS[value]  # shared: every streamed line keeps its metric values
         return float(value) if isinstance(value, int | float) else None
 
 
@@ -196,7 +203,7 @@ def parse_dmon(text: str) -> DmonTable:
 
 def _header_columns(line: str, number: int) -> tuple[str, ...] | None:
     """The column names of a ``#`` header line; ``None`` for the units line or a comment."""
-    names = tuple(token.lower() for token in line.strip().lstrip("#").split())
+    names = _header_names(line)
     if "gpu" not in names:
         return None  # the units line (``# Idx W C …``) or a comment
     if "pid" in names:
@@ -204,6 +211,13 @@ def _header_columns(line: str, number: int) -> tuple[str, ...] | None:
     if len(set(names)) != len(names):
         raise DmonError("unparseable", f"duplicate column names in header line {number}")
     return names
+
+
+@functools.lru_cache(maxsize=64)
+def _header_names(line: str) -> tuple[str, ...]:
+    # One tuple of interned names per header text, however many streams print it: each
+    # streaming session keeps its columns for as long as it runs (thousands of hosts).
+    return tuple(sys.intern(token.lower()) for token in line.strip().lstrip("#").split())
 
 
 def _read_header(state: _State, line: str, number: int) -> None:
