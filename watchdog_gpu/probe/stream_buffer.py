@@ -178,7 +178,7 @@ class _GpuRuns:
     newest: float | None = None  # the newest row's instant, kept across takes
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class HostBuffer:
     """One host's runs, aux reading and health (see the module docstring)."""
 
