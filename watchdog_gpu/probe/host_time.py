@@ -11,6 +11,13 @@ after the read that brought it, and never before an earlier row's of the session
 If the host's clock steps back mid-session (an NTP correction), every later read lags more than
 the offset; a read that lags more than :data:`REANCHOR_SECONDS` beyond it re-anchors the offset
 on that read: rows are then stamped later, never earlier, than they happened.
+
+A read whose newest row lags *less* than any before lowers the offset for the reads after it,
+but its own rows are stamped with the larger of the offsets before and after it: its lag may be
+low because the host's clock stepped forward *inside* the batch, and the rows written before the
+step would then be stamped as much before they happened — a busy second placed early moves the
+idle clock's start early. With the larger offset they keep their place and the rows after the
+step are held at the read's instant (later, never earlier; ``docs/probe.md``).
 """
 
 from __future__ import annotations
@@ -50,23 +57,26 @@ def host_seconds(date: str, time: str) -> float | None:
 class HostClockMap:
     """One session's mapping of host times to our clock (see the module docstring)."""
 
-    __slots__ = ("_last", "offset")
+    __slots__ = ("_last", "_stamping", "offset")
 
     def __init__(self) -> None:
         self.offset: float | None = None
+        self._stamping: float | None = None  # the offset this read's rows are stamped with
         self._last = float("-inf")
 
     def observe(self, read_at: float, newest: float) -> None:
         """A read at ``read_at`` (epoch seconds) whose newest row has host time ``newest``."""
         lag = read_at - newest
-        offset = self.offset
-        if offset is None or lag < offset or lag > offset + REANCHOR_SECONDS:
-            self.offset = lag
+        before = self.offset
+        after = lag if before is None or lag < before or lag > before + REANCHOR_SECONDS else before
+        self.offset = after
+        # The larger of the offsets before and after this read (see the module docstring).
+        self._stamping = after if before is None else max(before, after)
 
     def instant(self, host: float, read_at: float) -> float:
         """The instant (epoch seconds) of a row with host time ``host`` read at ``read_at``
         (after :meth:`observe` of that read)."""
-        offset = self.offset if self.offset is not None else read_at - host
+        offset = self._stamping if self._stamping is not None else read_at - host
         instant = min(host + offset, read_at)
         instant = max(instant, self._last)
         self._last = instant

@@ -141,8 +141,8 @@ def test_a_slow_packet_does_not_shift_its_rows_late_and_none_is_after_its_read()
     # The next batch is 3 s late on the network: its rows keep their own seconds.
     stream.feed_stdout(seconds(T0 + 6 * SECOND, 5), T0 + 14.2 * SECOND)
     assert instants(stream) == [(T0 + (n + 0.2) * SECOND).timestamp() for n in range(11)]
-    # A later read that lags less lowers the offset: the rows move earlier, never after the
-    # read that brought them, and never before an earlier row.
+    # A later read that lags less lowers the offset for the reads after it; its own rows keep
+    # the earlier offset, capped at the read that brought them, never before an earlier row.
     stream.feed_stdout(seconds(T0 + 11 * SECOND, 5), T0 + 15.05 * SECOND)
     stamps = instants(stream)
     assert stamps[-1] == (T0 + 15.05 * SECOND).timestamp()
@@ -206,3 +206,29 @@ def test_the_offset_re_anchors_when_the_host_clock_steps_back() -> None:
     assert clock.instant(45.0, 106.0) == 106.0
     clock.observe(106.0 + REANCHOR_SECONDS, 46.0)  # within the allowance: keeps the offset
     assert clock.offset == 61.0
+
+
+def test_a_host_clock_stepping_forward_inside_a_batch_never_moves_a_busy_row_earlier() -> None:
+    stream = reader()
+    stream.feed_stdout(DATED_HEADER + dated(T0, 0), T0 + 0.2 * SECOND)
+    stream.feed_stdout(seconds(T0 + SECOND, 5), T0 + 6.2 * SECOND)
+    # Busy at 6 and 7 s, idle from 8 s; between 8 and 9 s the host's clock jumps a minute
+    # ahead (an NTP step), all inside one batch read at 11.2 s.
+    batch = (
+        dated(T0 + 6 * SECOND, 0, sm=90)
+        + dated(T0 + 7 * SECOND, 0, sm=90)
+        + dated(T0 + 8 * SECOND, 0)
+        + seconds(T0 + 69 * SECOND, 3)
+    )
+    stream.feed_stdout(batch, T0 + 11.2 * SECOND)
+    added = rows(stream)[6:]
+    truth = [T0 + (n + 0.2) * SECOND for n in (6, 7, 8, 9, 10, 11)]
+    # No row is stamped before it happened (the busy ones keep their seconds: the idle clock
+    # cannot start early), none after its read.
+    assert [row[2] for row in added[:2]] == [Verdict.BUSY, Verdict.BUSY]
+    assert all(row[1] >= real.timestamp() for row, real in zip(added, truth, strict=True))
+    assert [row[1] for row in added[:3]] == [real.timestamp() for real in truth[:3]]
+    assert all(row[1] <= (T0 + 11.2 * SECOND).timestamp() for row in added)
+    # The next batch is stamped with the new offset: its own seconds again.
+    stream.feed_stdout(seconds(T0 + 72 * SECOND, 5), T0 + 16.2 * SECOND)
+    assert instants(stream)[-5:] == [(T0 + (n + 0.2) * SECOND).timestamp() for n in range(12, 17)]
