@@ -51,6 +51,7 @@ from watchdog_gpu.probe.hostkeys import MemoryHostKeyStore
 from watchdog_gpu.probe.prober import DEFAULT_WORKERS, Prober
 from watchdog_gpu.probe.ssh import ParamikoRunner
 from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
+from watchdog_gpu.probe.stream_command import StreamCommandSpec
 
 SSHD = "/usr/sbin/sshd"
 IDLE_DMON = "nvidia-smi/dmon_default_1gpu_idle_h100_590.48.01.txt"
@@ -136,6 +137,12 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=2, help="GPUs per host (--stream)")
     parser.add_argument("--seconds", type=float, default=60, help="window (--stream)")
     parser.add_argument("--tick", type=float, default=15, help="seconds between ticks (--stream)")
+    parser.add_argument(
+        "--batch-seconds",
+        type=int,
+        default=StreamCommandSpec().batch_seconds,
+        help="seconds of rows the host sends at once (--stream; 1: about a packet a second)",
+    )
     parser.add_argument(
         "--trace-memory", action="store_true", help="tracemalloc the stream code (--stream)"
     )

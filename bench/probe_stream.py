@@ -1,7 +1,8 @@
 """The streaming probe's benchmark (``bench_probe.py --stream``; figures in ``bench/README.md``).
 
 Every host is one instance id pointing at the loopback sshd, whose fake ``nvidia-smi dmon``
-prints a row per GPU per second for as long as the session lasts (one perl process per host).
+prints a row per GPU per second, with its date and time (``-o DT``), for as long as the session
+lasts (one perl process per host); the production command batches the rows on the "host".
 The sshd gives the sessions an empty ``HOME`` (``SshServer(light_home=True)``) so root's login
 shell reads no ``~/.bashrc``: on a rented GPU host the login shell runs on the host's own CPU,
 here every session shares the watchdog's cores (``--root-home`` keeps root's real rc files).
@@ -22,7 +23,8 @@ what streaming added on top of them, the Python memory of the stream code per ho
 (``--trace-memory``: ``tracemalloc`` from before the streams open, measured just before the
 last tick when the buffers hold a full tick of rows; tracing slows the process, so the CPU of
 that run is not comparable), the coverage (the seconds of the window each GPU was observed, as
-the idle clock counts them, and the rows per GPU-second) and the load average.
+the idle clock counts them — up to the last tick minus the batch interval, whose rows are still
+on the host — and the rows per GPU-second) and the load average.
 
 Not a test: nothing here asserts a speed.
 """
@@ -54,7 +56,8 @@ from watchdog_gpu.probe.runner import SshTarget
 from watchdog_gpu.probe.ssh import ParamikoRunner
 from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
 from watchdog_gpu.probe.stream_buffer import StreamHealth, StreamRead, StreamState
-from watchdog_gpu.probe.streams import StreamManager
+from watchdog_gpu.probe.stream_command import StreamCommandSpec
+from watchdog_gpu.probe.streams import StreamManager, StreamSettings
 from watchdog_gpu.rules.idle_clock import gpu_observed_spans
 
 _START_LIMIT_SECONDS = 600.0
@@ -191,7 +194,8 @@ def run(arguments: argparse.Namespace, server: SshServer, fleet: list[InstanceSn
         )
         if arguments.trace_memory:
             tracemalloc.start()
-        with StreamManager(runner, clock=clock) as manager:
+        settings = StreamSettings(command=StreamCommandSpec(batch_seconds=arguments.batch_seconds))
+        with StreamManager(runner, clock=clock, settings=settings) as manager:
             streams = CountingStreams(manager)
             prober = Prober(runner, clock=clock, host_key_store=pins, streams=streams)
             started = clock.monotonic()
@@ -269,7 +273,7 @@ def window(
         )
 
     rss_streams = proc_status("VmRSS")
-    fractions = coverage(samples, first, now)
+    fractions = coverage(samples, first, now - timedelta(seconds=arguments.batch_seconds + 1))
     expected_rows = hosts * arguments.gpus * (now - first).total_seconds()
     phases.sort()
     print(

@@ -6,8 +6,9 @@ One long-lived session per host (``docs/probe.md``):
   one row per GPU per second, each with its own date and time (``-o DT``, under ``TZ=UTC``),
   passed through a small batching loop (below) so the rows cross the network a few seconds at a
   time instead of one SSH packet a second;
-- **stderr** carries, every ``aux_interval_seconds`` (and once at the start), an *aux block*: the
-  burst probe's output without its dmon part — the compute-apps CSV, ``nvidia-smi -L``, the
+- **stderr** carries, every ``aux_interval_seconds`` (and once at the start), an *aux block*
+  (collected, then written at once: one SSH packet, not one per line): the burst probe's output
+  without its dmon part — the compute-apps CSV, ``nvidia-smi -L``, the
   remote clock and the last-input times of the pseudo-terminals — between the same markers, so
   :func:`~watchdog_gpu.probe.command.split_probe_output` and
   :func:`~watchdog_gpu.probe.command.interactive_login` read it unchanged;
@@ -100,9 +101,12 @@ def build_stream_command(spec: StreamCommandSpec) -> str:
         f" -o DT 2>&1; echo {DMON_EXIT_PREFIX}$?=== >&2; }} | {batch_loop(spec.batch_seconds)};"
         " kill 0"
     )
+    # The aux block is collected and written at once: echoed line by line it was a dozen SSH
+    # packets a minute per host, as many as the batched rows.
     body = (
         f"{{ {dmon}; }} & "
-        f"{{ while :; do {{ {aux}; }} >&2; sleep {spec.aux_interval_seconds}; done; }} & "
+        f'{{ while :; do a=$({{ {aux}; }}); printf "%s\\n" "$a" >&2; '
+        f"sleep {spec.aux_interval_seconds}; done; }} & "
         "cat >/dev/null; kill 0"
     )
     return f"sh -c '{body}'"
