@@ -84,15 +84,16 @@ def proc_status(field: str) -> int:
 
 
 def thread_cpu() -> dict[int, float]:
-    """CPU seconds (user + system) of every thread of this process, by native thread id."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    """CPU seconds of every thread of this process, by native thread id: the scheduler's exact
+    run time (``/proc/…/schedstat``, ns). Not ``stat``'s utime + stime: those are sampled at
+    each clock tick, and paramiko's transport threads, waking every 0.1 s in step with the
+    100 Hz tick, read there as anything from 0 to twice their real cost."""
     found: dict[int, float] = {}
     for task in Path("/proc/self/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            found[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
         except OSError:
             continue  # the thread ended
-        found[int(task.name)] = (int(fields[11]) + int(fields[12])) / ticks
     return found
 
 
