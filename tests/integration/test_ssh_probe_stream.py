@@ -48,6 +48,7 @@ SETTINGS = StreamSettings(
     max_backoff=timedelta(seconds=2),
     command=StreamCommandSpec(aux_interval_seconds=5, query_timeout_seconds=5, batch_seconds=2),
 )
+BATCH = SETTINGS.command.batch_seconds  # a healthy host's rows come this many seconds at a time
 CLOCK = SystemClock()
 
 
@@ -186,7 +187,7 @@ def test_a_dmon_slow_to_print_its_first_row_is_not_a_stall(
             lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
         )
         assert manager.health()[target.ref].attempts == 0
-        CLOCK.sleep(SETTINGS.command.batch_seconds + 2)  # the first row came alone: one batch
+        CLOCK.sleep(BATCH + 2)  # the first row came alone: one batch
         assert len([call for call in fake_gpu.calls() if call.startswith("dmon")]) == 1
         read = manager.take(target.ref)
         assert read is not None
@@ -325,12 +326,13 @@ def test_rows_buffered_at_a_restart_die_with_the_process_and_the_gap_is_blind(
     with make_runner(ssh_server, MemoryHostKeyStore()) as runner, manager_for(runner) as before:
         before.sync([target])
         assert wait_for(lambda: before.health()[target.ref].state is StreamState.STREAMING)
-        CLOCK.sleep(2)
+        # The first row comes alone, the next ones a batch later: wait for a batch.
+        CLOCK.sleep(BATCH + 2)
         last_tick = before.take(target.ref)
         taken_at = CLOCK.now()
         assert last_tick is not None
         recorded = Prober(runner, clock=CLOCK).stream_outcome(instance, last_tick, NOW).samples
-        CLOCK.sleep(3)  # rows arrive and wait for the next tick, which never comes
+        CLOCK.sleep(BATCH + 2)  # rows arrive and wait for the next tick, which never comes
         buffered = before.take(target.ref)  # (only to show they were there; never recorded)
         stopped_at = CLOCK.now()
     assert buffered is not None
@@ -338,7 +340,7 @@ def test_rows_buffered_at_a_restart_die_with_the_process_and_the_gap_is_blind(
     with make_runner(ssh_server, MemoryHostKeyStore()) as runner, manager_for(runner) as after:
         after.sync([target])
         assert wait_for(lambda: after.health()[target.ref].state is StreamState.STREAMING)
-        CLOCK.sleep(2)
+        CLOCK.sleep(BATCH + 2)
         first_tick = after.take(target.ref)
         assert first_tick is not None
         resumed = Prober(runner, clock=CLOCK).stream_outcome(instance, first_tick, NOW).samples
