@@ -54,6 +54,7 @@ from watchdog_gpu.sim.records import UnknownInstanceError
 from watchdog_gpu.sim.world import SimulatedWorld
 
 _SECOND = timedelta(seconds=1)
+_CATCH_UP = timedelta(days=1)
 _COMPUTE_FIELDS = ("gpu_uuid", "pid", "process_name", "used_gpu_memory")
 _GARBAGE = "Segmentation fault (core dumped)\n"
 _HEADER = render_dmon_header(dated=True)
@@ -123,7 +124,10 @@ class SimulatedStreams:
         if host is None:
             return None
         now = self.world.now()
-        moment = max(host.read_until, now - self._capacity * _SECOND)
+        # Every second since the previous take, as a real reader thread reads them while the
+        # tick is late (its buffer keeps runs, not seconds: a steady GPU is one run however
+        # late); only a take more than a day late starts from a day ago (that much is blind).
+        moment = max(host.read_until, now - _CATCH_UP)
         while moment + _SECOND <= now:
             moment += _SECOND
             self._second(host, moment)

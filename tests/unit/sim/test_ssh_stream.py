@@ -63,3 +63,20 @@ def test_a_blind_second_ends_the_session_and_loses_what_the_host_kept() -> None:
     # Second 1 came at once; 2-3 were kept on the host and died with the session; the new
     # session's first row (6 s) came at once; 7-8 wait for its next batch.
     assert spans(read) == [(1, 1, 1), (6, 6, 1)]
+
+
+def test_a_take_far_later_than_the_buffer_capacity_still_sees_every_second() -> None:
+    # A real reader thread keeps reading while the tick is late, and a steady GPU is one run
+    # however long: the simulated stream must not turn the seconds beyond the buffer's
+    # capacity (300 runs) into blind time.
+    world, clock = world_of(
+        one_instance(events='{ at = "0s", state = "running", gpu_util = 0 }'), "2h"
+    )
+    streams = SimulatedStreams(world, batch_seconds=5)
+    streams.sync([TARGET])
+    clock.advance(timedelta(minutes=20))
+    read = streams.take(TARGET.ref)
+    assert read is not None
+    assert read.dropped == 0
+    # One run from the first second to the last batch sent (the host keeps the rest).
+    assert spans(read) == [(1, 1195, 1195)]
