@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.unit.sim.test_world import START, one_instance, world_of
+from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.runner import SshTarget
 from watchdog_gpu.probe.stream_buffer import StreamRead
@@ -22,12 +23,18 @@ def spans(read: StreamRead | None) -> list[tuple[float, float, int]]:
     ]
 
 
-def test_rows_come_in_batches_each_at_its_own_second() -> None:
+def idle_host_streams(horizon: str) -> tuple[SimulatedStreams, VirtualClock]:
+    """Streams (5 s batches) of one host whose GPU is idle from the start, and the clock."""
     world, clock = world_of(
-        one_instance(events='{ at = "0s", state = "running", gpu_util = 0 }'), "1h"
+        one_instance(events='{ at = "0s", state = "running", gpu_util = 0 }'), horizon
     )
     streams = SimulatedStreams(world, batch_seconds=5)
     streams.sync([TARGET])
+    return streams, clock
+
+
+def test_rows_come_in_batches_each_at_its_own_second() -> None:
+    streams, clock = idle_host_streams("1h")
     clock.advance(timedelta(seconds=1))
     first = streams.take(TARGET.ref)
     assert first is not None
@@ -69,11 +76,7 @@ def test_a_take_far_later_than_the_buffer_capacity_still_sees_every_second() -> 
     # A real reader thread keeps reading while the tick is late, and a steady GPU is one run
     # however long: the simulated stream must not turn the seconds beyond the buffer's
     # capacity (300 runs) into blind time.
-    world, clock = world_of(
-        one_instance(events='{ at = "0s", state = "running", gpu_util = 0 }'), "2h"
-    )
-    streams = SimulatedStreams(world, batch_seconds=5)
-    streams.sync([TARGET])
+    streams, clock = idle_host_streams("2h")
     clock.advance(timedelta(minutes=20))
     read = streams.take(TARGET.ref)
     assert read is not None
