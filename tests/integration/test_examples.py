@@ -18,12 +18,12 @@ SCENARIOS = sorted((EXAMPLES / "scenarios").glob("*.toml"))
 
 # Scenario → (rule, instance, destroy time) the scenario's comment promises.
 PROMISED = {
-    "forgotten-idle.toml": ("idle_gpu", "vast-main/9001", "2026-03-02T21:00:00Z"),
+    "forgotten-idle.toml": ("idle_gpu", "vast-main/9001", "2026-03-02T21:01:00Z"),
     "outbid-interruptible.toml": ("paused_interruptible", "vast-bids/9101", "2026-03-02T20:45:00Z"),
     "lambda-night.toml": (
         "idle_gpu",
         "lambda-research/5c1e0d2b8a7f4e3c9b6a1d0e2f3a4b5c",
-        "2026-03-02T20:50:00Z",
+        "2026-03-02T20:51:00Z",
     ),
 }
 
