@@ -12,7 +12,7 @@ accounts, hosts, rules and notifiers carry on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -28,6 +28,7 @@ from watchdog_gpu.model import (
     ActionStatus,
     Finding,
     GpuSample,
+    InstanceRef,
     InstanceSnapshot,
     InstanceState,
     PlannedAction,
@@ -59,7 +60,10 @@ log = logging.getLogger(__name__)
 
 class ProbeRunner(Protocol):
     def probe_all(
-        self, instances: Sequence[InstanceSnapshot], now: datetime
+        self,
+        instances: Sequence[InstanceSnapshot],
+        now: datetime,
+        leaving: Callable[[], Collection[InstanceRef]] | None = None,
     ) -> list[ProbeOutcome]: ...
 
     def provider_samples(self, instances: Sequence[InstanceSnapshot]) -> list[GpuSample]: ...
@@ -212,6 +216,35 @@ class Watchdog:
         store's snapshot says so, and an "unreachable" outcome there is noise, not news."""
         if self.prober is None:
             return []
+        leaving = self._leaving(now)
+        running = [
+            record.snapshot
+            for record in self.store.latest_instances()
+            if record.snapshot.state is InstanceState.RUNNING
+            and record.snapshot.account in self.providers
+            and not _leaving(record.snapshot, leaving)
+        ]
+
+        def left_meanwhile() -> set[InstanceRef]:
+            # The act job runs in its own thread: a call made while this round read the
+            # streams (or ran burst probes) makes the host vanish mid-round.
+            now_leaving = self._leaving(now)
+            return {s.ref for s in running if _leaving(s, now_leaving)}
+
+        outcomes = [
+            replace(outcome, samples=condense_samples(outcome.samples))
+            for outcome in self.prober.probe_all(running, now, left_meanwhile)
+        ]
+        api_samples = self.prober.provider_samples(running)
+        with self.store.batch():  # one commit for the round
+            self.store.record_probes(outcomes)
+            if api_samples:
+                self.store.record_samples(api_samples)
+        return outcomes
+
+    def _leaving(self, now: datetime) -> dict[tuple[str, str], datetime]:
+        """Instances whose stop or destroy went out, and until which listing they are left
+        alone (see :meth:`probe`)."""
         leaving: dict[tuple[str, str], datetime] = {}
         recent = self.store.list_actions(
             statuses=[ActionStatus.CLAIMED, ActionStatus.CALLED, ActionStatus.VERIFIED],
@@ -227,23 +260,7 @@ class Watchdog:
             called = action.status != ActionStatus.VERIFIED
             until = datetime.max.replace(tzinfo=now.tzinfo) if called else action.updated_at
             leaving[(action.account, action.instance_id)] = until
-        running = [
-            record.snapshot
-            for record in self.store.latest_instances()
-            if record.snapshot.state is InstanceState.RUNNING
-            and record.snapshot.account in self.providers
-            and not _leaving(record.snapshot, leaving)
-        ]
-        outcomes = [
-            replace(outcome, samples=condense_samples(outcome.samples))
-            for outcome in self.prober.probe_all(running, now)
-        ]
-        api_samples = self.prober.provider_samples(running)
-        with self.store.batch():  # one commit for the round
-            self.store.record_probes(outcomes)
-            if api_samples:
-                self.store.record_samples(api_samples)
-        return outcomes
+        return leaving
 
     # -- decide and enqueue -----------------------------------------------------------------
 

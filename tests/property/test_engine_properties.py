@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,6 +48,7 @@ from watchdog_gpu.model import (
     AccountSnapshot,
     ActionStatus,
     GpuSample,
+    InstanceRef,
     InstanceSnapshot,
     InstanceState,
     PlannedNotification,
@@ -170,7 +171,12 @@ class FakeAccount:
 class FakeProber:
     account: FakeAccount
 
-    def probe_all(self, instances: Sequence[InstanceSnapshot], now: datetime) -> list[ProbeOutcome]:
+    def probe_all(
+        self,
+        instances: Sequence[InstanceSnapshot],
+        now: datetime,
+        leaving: Callable[[], Collection[InstanceRef]] | None = None,
+    ) -> list[ProbeOutcome]:
         outcomes = []
         for snapshot in instances:
             instance = self.account.instances[snapshot.instance_id]

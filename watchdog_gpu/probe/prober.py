@@ -21,7 +21,7 @@ RunPod also reports a per-GPU utilisation in its API: :func:`provider_api_sample
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -132,30 +132,48 @@ class Prober:
         """The exact remote command every probe runs."""
         return self._command
 
-    def probe_all(self, instances: Sequence[InstanceSnapshot], now: datetime) -> list[ProbeOutcome]:
+    def probe_all(
+        self,
+        instances: Sequence[InstanceSnapshot],
+        now: datetime,
+        leaving: Callable[[], Collection[InstanceRef]] | None = None,
+    ) -> list[ProbeOutcome]:
         """Probe every RUNNING instance with an SSH endpoint, ``workers`` at a time.
 
         Returns one outcome per probed instance (in the order of :func:`probe_targets`), each
-        stamped ``now``; never raises for a single instance's failure. Afterwards closes the kept
-        connections of instances not probed this round, and forgets connection and host-key pin
-        of every instance listed as GONE.
+        stamped ``now``; never raises for a single instance's failure. ``leaving``, asked once
+        the rows are taken and the burst probes done, names instances whose stop or destroy
+        went out meanwhile: they get no outcome and no log line (their SSH going away is no
+        news). Afterwards closes the kept connections of instances not probed this round, and
+        forgets connection and host-key pin of every instance listed as GONE.
         """
         targets = probe_targets(instances)
-        streamed: dict[InstanceRef, ProbeOutcome] = {}
+        reads: dict[InstanceRef, StreamRead] = {}
         if self._streams is not None:
             self._streams.sync([self._target(target) for target in targets])
             for target in targets:
                 read = self._streams.take(target.ref)
                 if read is not None:
-                    streamed[target.ref] = self.stream_outcome(target, read, now)
-        burst = [target for target in targets if target.ref not in streamed]
+                    reads[target.ref] = read
+        burst = [target for target in targets if target.ref not in reads]
+        probed: dict[InstanceRef, ProbeOutcome] = {}
         if burst:
             with ThreadPoolExecutor(
                 max_workers=min(self._workers, len(burst)), thread_name_prefix="probe"
             ) as pool:
-                for outcome in pool.map(lambda item: self.probe_one(item, now), burst):
-                    streamed[InstanceRef(outcome.account, outcome.instance_id)] = outcome
-        outcomes = [streamed[target.ref] for target in targets]
+                for outcome in pool.map(lambda item: self.probe_one(item, now, log=False), burst):
+                    probed[InstanceRef(outcome.account, outcome.instance_id)] = outcome
+        gone = frozenset(leaving()) if leaving is not None else frozenset()
+        outcomes = []
+        for target in targets:
+            if target.ref in gone:
+                continue
+            read = reads.get(target.ref)
+            if read is not None:
+                outcomes.append(self.stream_outcome(target, read, now))
+            else:
+                self._log(probed[target.ref])
+                outcomes.append(probed[target.ref])
         if isinstance(self._runner, ConnectionKeeper):
             self._runner.close_except({target.ref for target in targets})
         for instance in instances:
@@ -163,8 +181,11 @@ class Prober:
                 self.forget_instance(instance.account, instance.instance_id)
         return outcomes
 
-    def probe_one(self, instance: InstanceSnapshot, now: datetime) -> ProbeOutcome:
-        """Probe one instance; every failure becomes a non-OK outcome without samples."""
+    def probe_one(
+        self, instance: InstanceSnapshot, now: datetime, *, log: bool = True
+    ) -> ProbeOutcome:
+        """Probe one instance; every failure becomes a non-OK outcome without samples
+        (logged on a change of state unless ``log`` is False: the caller logs it)."""
         started_at = self._clock.now()
         started = self._clock.monotonic()
 
@@ -194,7 +215,8 @@ class Prober:
             outcome = failed(
                 context(), ProbeStatus.UNREACHABLE, f"unexpected {type(error).__name__}: {error}"
             )
-        self._log(outcome)
+        if log:
+            self._log(outcome)
         return _clip_detail(replace(outcome, mode=ProbeMode.BURST.value))
 
     def stream_outcome(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import replace
@@ -416,3 +417,27 @@ def test_the_deadline_given_to_the_runner_covers_the_remote_timeouts() -> None:
     ((_, _, deadline),) = runner.calls
     assert deadline == spec.deadline_seconds
     assert deadline > spec.dmon_timeout_seconds + 2 * spec.query_timeout_seconds
+
+
+def test_an_instance_whose_destroy_went_out_during_the_round_gets_no_outcome_and_no_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The act job runs in its own thread: the host of an instance destroyed while the round
+    # probed it vanishes mid-round. The round asks who is leaving once its probes are done.
+    runner = FakeRunner(
+        answers={"dying": ProbeError("timed out", status=ProbeStatus.UNREACHABLE.value)}
+    )
+    asked: list[int] = []
+
+    def leaving() -> set[InstanceRef]:
+        asked.append(len(runner.calls))
+        return {InstanceRef("acct", "dying")}
+
+    with caplog.at_level(logging.INFO, logger="watchdog_gpu.probe.prober"):
+        outcomes = make_prober(runner).probe_all(
+            [instance("dying"), instance("alive")], NOW, leaving
+        )
+
+    assert asked == [2]  # after both hosts were probed
+    assert [outcome.instance_id for outcome in outcomes] == ["alive"]
+    assert "dying" not in caplog.text
