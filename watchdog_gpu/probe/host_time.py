@@ -85,8 +85,19 @@ class HostClockMap:
     def instant(self, host: float, read_at: float) -> float:
         """The instant (epoch seconds) of a row with host time ``host`` read at ``read_at``
         (after :meth:`observe` of that read)."""
-        offset = self._stamping if self._stamping is not None else read_at - host
-        instant = min(host + offset, read_at)
-        instant = max(instant, self._last)
-        self._last = instant
-        return instant
+        return self.instants([host], read_at)[0]
+
+    def instants(self, hosts: list[float | None], read_at: float) -> list[float]:
+        """:meth:`instant` of each row of one read in order (after :meth:`observe` of that
+        read); a row without a host time (``None``) is at ``read_at`` and moves nothing."""
+        stamping, last = self._stamping, self._last
+        instants: list[float] = []
+        for host in hosts:
+            if host is None:
+                instants.append(read_at)
+                continue
+            offset = stamping if stamping is not None else read_at - host
+            last = max(min(host + offset, read_at), last)
+            instants.append(last)
+        self._last = last
+        return instants

@@ -35,7 +35,7 @@ runs between ticks, at most ``2 × capacity`` (see ``bench/README.md``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -197,32 +197,40 @@ class HostBuffer:
     def add_row(self, gpu: int, at: float, verdict: Verdict, metrics: Metrics) -> None:
         """One row of ``gpu`` at ``at`` (epoch seconds), judged ``verdict``, with its six
         metrics (the reader shares one tuple among the rows that repeat a line)."""
+        self.add_rows(((gpu, at, verdict, metrics),))
+
+    def add_rows(self, rows: Iterable[tuple[int, float, Verdict, Metrics]]) -> None:
+        """Rows as :meth:`add_row` takes them, in order, under one acquisition of the lock (a
+        read of a host brings a few seconds of rows of every GPU at once)."""
+        gpus = self._gpus
         with self._lock:
-            state = self._gpus.get(gpu)
-            if state is None:
-                if not 0 <= gpu <= MAX_GPU_INDEX:
-                    raise ValueError(f"GPU index out of range: {gpu}")
-                state = self._gpus[gpu] = _GpuRuns()
-            newest = state.newest
-            if newest is not None and at < newest:
-                at = newest  # the clock stepped back (see the module docstring)
-            state.newest = self._last_row_at = at
-            runs = state.runs
-            if runs:
-                run = runs[-1]
-                if run.verdict is verdict and (
-                    at - run.last < _SURELY_CONTIGUOUS or _contiguous(run.last, at)
-                ):
-                    # Every streamed row of a steady GPU ends here: kept inline.
-                    run.last = at
-                    run.rows += 1
-                    if metrics is not run.merged:
-                        run.merged = metrics
-                        run.metrics = _maximum(run.metrics, metrics)
-                    return
-                if len(runs) >= self.capacity:
-                    self._dropped += runs.pop(0).rows
-            runs.append(Run(at, verdict, metrics))
+            for gpu, row_at, verdict, metrics in rows:
+                state = gpus.get(gpu)
+                if state is None:
+                    if not 0 <= gpu <= MAX_GPU_INDEX:
+                        raise ValueError(f"GPU index out of range: {gpu}")
+                    state = gpus[gpu] = _GpuRuns()
+                newest = state.newest
+                # A row before the newest (the clock stepped back) is at the newest: see the
+                # module docstring.
+                at = newest if newest is not None and row_at < newest else row_at
+                state.newest = self._last_row_at = at
+                runs = state.runs
+                if runs:
+                    run = runs[-1]
+                    if run.verdict is verdict and (
+                        at - run.last < _SURELY_CONTIGUOUS or _contiguous(run.last, at)
+                    ):
+                        # Every streamed row of a steady GPU ends here: kept inline.
+                        run.last = at
+                        run.rows += 1
+                        if metrics is not run.merged:
+                            run.merged = metrics
+                            run.metrics = _maximum(run.metrics, metrics)
+                        continue
+                    if len(runs) >= self.capacity:
+                        self._dropped += runs.pop(0).rows
+                runs.append(Run(at, verdict, metrics))
 
     def add_aux(self, aux: AuxReading) -> None:
         with self._lock:

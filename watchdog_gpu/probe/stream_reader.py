@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import cast
 
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
@@ -44,9 +45,11 @@ _DATED = ("date", "time")
 
 class _ParsedLine:
     """A data line read once: its row, GPU and metric values, and its verdict per process
-    count on the GPU (the threshold is the reader's; judging a row was most of its cost)."""
+    count on the GPU (the threshold is the reader's; judging a row was most of its cost). The
+    verdict under the newest aux reading's process counts (``judged_under``, that mapping
+    itself: a new reading is a new mapping) is kept apart: every row of a minute asks for it."""
 
-    __slots__ = ("gpu", "metrics", "row", "verdicts")
+    __slots__ = ("gpu", "judged", "judged_under", "metrics", "row", "verdicts")
 
     def __init__(self, row: DmonRow) -> None:
         self.row = row
@@ -60,6 +63,11 @@ class _ParsedLine:
             row.metric("ofa"),
         )
         self.verdicts: dict[int | None, Verdict] = {}
+        self.judged_under: object = _NOT_JUDGED
+        self.judged = Verdict.UNKNOWN
+
+
+_NOT_JUDGED = object()
 
 
 class StreamReader:
@@ -97,14 +105,37 @@ class StreamReader:
 
     def feed_stdout(self, text: str, at: datetime) -> None:
         """Text read from dmon's stdout at ``at`` (any piece: lines are cut here)."""
-        lines = (self._pending + text).replace("\r\n", "\n").split("\n")
+        text = (self._pending + text).replace("\r\n", "\n")
+        lines = text.split("\n")
         self._pending = lines.pop()
         if len(self._pending) > MAX_LINE:
             self._pending = ""
             self.garbage += 1
+        if "\r" in text:
+            lines = [line.rstrip("\r") for line in lines]
+        # Every row of a steady stream is a dated line read before (``_line`` does the rest):
+        # this loop is the reader's cost per row (``bench/README.md``, cycle).
+        reader, parsed_lines, arrived = self._lines, self._parsed, self._arrived
+        last_date = last_time = ""
+        last_host: float | None = None
         for line in lines:
-            self._line(line.rstrip("\r"))
-        if self._arrived:
+            if self._dated and reader.columns is self._parsed_columns:
+                parts = line.split(None, 2)
+                if len(parts) == 3:
+                    parsed = parsed_lines.get(parts[2])
+                    if parsed is not None:
+                        date, time = parts[0], parts[1]
+                        if time != last_time or date != last_date:
+                            last_date, last_time = date, time
+                            last_host = host_seconds(date, time)
+                        if last_host is not None:
+                            reader.line_number += 1
+                            arrived.append((parsed, last_host))
+                            self.garbage = 0
+                            self.error = None
+                            continue
+            self._line(line)
+        if arrived:
             self._stamp(at)
 
     def feed_stderr(self, text: str, at: datetime) -> None:
@@ -159,6 +190,7 @@ class StreamReader:
         if len(self._parsed) >= _PARSED_LINES:
             self._parsed.clear()
         parsed = self._parsed[key] = _ParsedLine(row)
+        self._seen_gpus.add(parsed.gpu)  # every parsed line arrives as a row, now
         self._arrive(parsed, host)
 
     def _key(self, line: str) -> tuple[str, float | None]:
@@ -180,26 +212,36 @@ class StreamReader:
         ``at`` without date/time columns)."""
         arrived, self._arrived = self._arrived, []
         read_at = at.timestamp()
-        newest = max((host for _, host in arrived if host is not None), default=None)
+        hosts = [host for _, host in arrived]
+        if None in hosts:
+            newest = max((host for host in hosts if host is not None), default=None)
+        else:
+            newest = max(cast(list[float], hosts))
         if newest is not None:
             self._host_clock.observe(read_at, newest)
-        instant = read_at
-        for parsed, host in arrived:
-            instant = read_at if host is None else self._host_clock.instant(host, read_at)
-            self._row(parsed, instant)
+        instants = self._host_clock.instants(hosts, read_at)
+        processes = self._processes
+        rows: list[tuple[int, float, Verdict, Metrics]] = []
+        for (parsed, _), instant in zip(arrived, instants, strict=True):
+            if parsed.judged_under is processes:
+                verdict = parsed.judged
+            else:
+                verdict = self._verdict(parsed, processes)
+                parsed.judged_under, parsed.judged = processes, verdict
+            rows.append((parsed.gpu, instant, verdict, parsed.metrics))
+        self.buffer.add_rows(rows)
+        self.rows += len(rows)
+        instant = instants[-1]
         self.last_row_at = at if instant == read_at else datetime.fromtimestamp(instant, UTC)
 
-    def _row(self, parsed: _ParsedLine, at: float) -> None:
-        gpu = parsed.gpu
-        self._seen_gpus.add(gpu)
-        processes = None if self._processes is None else self._processes.get(gpu, 0)
-        verdict = parsed.verdicts.get(processes)
+    def _verdict(self, parsed: _ParsedLine, processes: Mapping[int, int] | None) -> Verdict:
+        count = None if processes is None else processes.get(parsed.gpu, 0)
+        verdict = parsed.verdicts.get(count)
         if verdict is None:
-            verdict = parsed.verdicts[processes] = row_verdict(
-                parsed.row, threshold=self._threshold, processes=processes
+            verdict = parsed.verdicts[count] = row_verdict(
+                parsed.row, threshold=self._threshold, processes=count
             )
-        self.buffer.add_row(gpu, at, verdict, parsed.metrics)
-        self.rows += 1
+        return verdict
 
     def _aux(self, sections: ProbeSections, at: datetime) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
@@ -46,9 +47,10 @@ class RecordingBuffer(HostBuffer):
         super().__init__(health)
         self.added: list[tuple[int, float, Verdict, Metrics]] = []
 
-    def add_row(self, gpu: int, at: float, verdict: Verdict, metrics: Metrics) -> None:
-        self.added.append((gpu, at, verdict, metrics))
-        super().add_row(gpu, at, verdict, metrics)
+    def add_rows(self, rows: Iterable[tuple[int, float, Verdict, Metrics]]) -> None:
+        rows = list(rows)
+        self.added.extend(rows)
+        super().add_rows(rows)
 
 
 def reader() -> StreamReader:
