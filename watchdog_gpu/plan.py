@@ -42,7 +42,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from watchdog_gpu.fleet import ActionRecord, FleetView, InstanceView, Protection, ProtectionKind
 from watchdog_gpu.model import (
@@ -63,9 +63,11 @@ from watchdog_gpu.notices import (
     index_notices,
     next_notice_key,
 )
-from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleConfig
-from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.sample_history import sample_history
+
+if TYPE_CHECKING:  # pydantic models: ≈ 0.3 s to build, which `status --db` does without
+    from watchdog_gpu.rules.base import RuleConfig
+    from watchdog_gpu.safety import SafetyConfig
 
 GlobalMode = Literal["monitor", "enforce"]
 
@@ -163,8 +165,10 @@ def warn_before(rule: str, context: PlanContext) -> timedelta:
     """How long a standing warning must precede the rule's actions (zero: none is needed, e.g.
     the budget rule with ``skip_grace``)."""
     config = context.rules.get(rule)
-    if getattr(config, "skip_grace", False):
+    if config is None or getattr(config, "skip_grace", False):
         return timedelta(0)
+    from watchdog_gpu.rules.base import DestructiveRuleConfig  # loaded with any rule config
+
     if isinstance(config, DestructiveRuleConfig):
         return config.warn_before
     return timedelta(0)
@@ -185,10 +189,18 @@ def protection_for(
     for entry in safety.protect_ids:
         if entry in (snapshot.instance_id, f"{snapshot.account}/{snapshot.instance_id}"):
             return f"id {entry} is protected"
-    names = (snapshot.name, *snapshot.labels.values())
     for pattern in safety.protect_names:
-        if _glob_matches(pattern, names):
+        if _glob_matches(pattern, (snapshot.name, *snapshot.labels.values())):
             return f"name matches protected pattern {pattern!r}"
+    return recorded_protection(snapshot, protections)
+
+
+def recorded_protection(
+    snapshot: InstanceSnapshot, protections: Iterable[Protection]
+) -> str | None:
+    """Why ``snapshot`` is protected by one of the ``protections`` kept in the database
+    (``watchdog-gpu protect``), or None; the configured ones are :func:`protection_for`'s."""
+    names = (snapshot.name, *snapshot.labels.values())
     for protection in protections:
         if protection.account is not None and protection.account != snapshot.account:
             continue
@@ -243,8 +255,15 @@ def planned_due(
     rule: str, episode_key: str, due_at: datetime, view: FleetView, context: PlanContext
 ) -> datetime:
     """When the planner will act on an episode as of ``view.now`` (what ``status`` shows)."""
+    return due_after_warning(episode_key, due_at, view, warn_before(rule, context))
+
+
+def due_after_warning(
+    episode_key: str, due_at: datetime, view: FleetView, lead: timedelta
+) -> datetime:
+    """:func:`planned_due` for a rule whose warning must stand ``lead`` before it acts."""
     notices = index_notices(view.notice_times).get(episode_key)
-    return due_time(due_at, notices, warn_before(rule, context), view.now)[0]
+    return due_time(due_at, notices, lead, view.now)[0]
 
 
 def _decide(

@@ -52,8 +52,8 @@ from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.store import Store
-from watchdog_gpu.store.decisions import ACTIONS_DEFERRED
 from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR
+from watchdog_gpu.store.values import ACTIONS_DEFERRED
 
 log = logging.getLogger(__name__)
 

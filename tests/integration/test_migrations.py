@@ -19,12 +19,10 @@ from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.migrate import (
     alembic_config,
     current_revision,
-    head_of_scripts,
     head_revision,
-    migrations_directory,
     revision_if_at_head,
-    shipped_head,
 )
+from watchdog_gpu.store.revisions import head_of_scripts, migrations_directory, shipped_head
 from watchdog_gpu.store.schema import metadata
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -30,7 +30,8 @@ from tests.integration.test_daemon_run import child_environment as daemon_enviro
 from tests.support.databases import postgres_server
 from tests.support.http_receiver import free_port
 from watchdog_gpu.store import create_engine_for
-from watchdog_gpu.store.leadership import Leader, read_leader
+from watchdog_gpu.store.leadership import read_leader
+from watchdog_gpu.store.rows import Leader
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -66,7 +66,7 @@ def test_the_installed_package_migrates_from_its_own_copy_of_the_migrations(
     result = _run(
         installed / "python",
         "-c",
-        "from watchdog_gpu.store.migrate import migrations_directory as m; print(m())",
+        "from watchdog_gpu.store.revisions import migrations_directory as m; print(m())",
         cwd=tmp_path,
     )
 

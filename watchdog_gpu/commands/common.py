@@ -14,6 +14,11 @@ The database must exist: these commands never create one (a typo in a path would
 create an empty database and report an empty fleet). An older schema is migrated first, as the
 daemon does at start-up.
 
+The read-only commands (``status``) open a SQLite file at the current schema through the
+standard library's ``sqlite3``, read-only (:func:`opened_reader`, ``store/sqlite_reader.py``):
+SQLAlchemy's import alone cost more than their start-up budget. Any other database — PostgreSQL,
+a SQLite file to migrate first — goes through the SQLAlchemy store as the other commands do.
+
 An instance is named ``ACCOUNT/INSTANCE_ID`` or by its bare id when that is unique among the
 recorded instances; anything else is a usage error (exit 2) listing what is known.
 """
@@ -36,14 +41,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_USAGE
 from watchdog_gpu.clock import Clock, SystemClock
-from watchdog_gpu.durations import parse_duration
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.model import InstanceState
-from watchdog_gpu.safety import SafetyConfig
-from watchdog_gpu.store import InstanceRecord, Store
 
+# Only what they name: the durations parser (pydantic), the safety model (pydantic) and the
+# store (SQLAlchemy) are imported where they are used, so `status --db` loads none of them.
 if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
+    from watchdog_gpu.safety import SafetyConfig
+    from watchdog_gpu.store import InstanceRecord, Store
+    from watchdog_gpu.store.reader import StoreReader
 
 # The commands read "now" here once per run; tests replace it with a VirtualClock.
 clock: Clock = SystemClock()
@@ -119,7 +126,21 @@ class Source:
     @property
     def safety(self) -> SafetyConfig:
         """The configured ``[safety]``, or its defaults when no configuration was read."""
-        return self.settings.safety if self.settings is not None else SafetyConfig()
+        if self.settings is not None:
+            return self.settings.safety
+        from watchdog_gpu.safety import SafetyConfig
+
+        return SafetyConfig()
+
+
+@dataclass(frozen=True)
+class ReadSource:
+    """What a read-only command reads: a store reader (:func:`opened_reader`), the settings when
+    a configuration was read, and the database's name."""
+
+    store: StoreReader
+    settings: Settings | None
+    database: str
 
 
 @contextmanager
@@ -133,7 +154,39 @@ def opened_source(
     """
     env = os.environ if environ is None else environ
     settings, url = _choose_database(getattr(args, "config", None), getattr(args, "db", None), env)
-    from watchdog_gpu.store import create_engine_for, display_url, upgrade_to_head
+    with _opened_store(settings, url) as source:
+        yield source
+
+
+@contextmanager
+def opened_reader(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> Iterator[ReadSource]:
+    """:func:`opened_source` for a command that only reads: a SQLite file at the current
+    schema is read through ``sqlite3``, read-only, without SQLAlchemy
+    (``store/sqlite_reader.py``); anything else (PostgreSQL, a file to migrate first) through
+    the Store as :func:`opened_source` opens it. Same errors."""
+    env = os.environ if environ is None else environ
+    settings, url = _choose_database(getattr(args, "config", None), getattr(args, "db", None), env)
+    from watchdog_gpu.store.urls import sqlite_file
+
+    path = sqlite_file(url)
+    if path is not None:
+        from watchdog_gpu.store.sqlite_reader import open_sqlite_reader
+
+        _require_file(path, url)
+        reader = open_sqlite_reader(path, url)
+        if reader is not None:
+            with reader:
+                yield ReadSource(reader, settings, url)
+            return
+    with _opened_store(settings, url) as source:
+        yield ReadSource(source.store, source.settings, source.database)
+
+
+@contextmanager
+def _opened_store(settings: Settings | None, url: str) -> Iterator[Source]:
+    from watchdog_gpu.store import Store, create_engine_for, display_url, upgrade_to_head
 
     shown = display_url(url)
     _require_existing(url, shown)
@@ -216,7 +269,10 @@ def _require_existing(url: str, shown: str) -> None:
         raise CommandError("--db: not a database path or URL") from None
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return
-    path = Path(parsed.database).expanduser()
+    _require_file(Path(parsed.database).expanduser(), shown)
+
+
+def _require_file(path: Path, shown: str) -> None:
     if not path.is_file():
         raise CommandError(
             f"database {shown} does not exist",
@@ -286,6 +342,8 @@ def known_instances(records: Sequence[InstanceRecord]) -> list[str]:
 
 def positive_duration(text: str) -> timedelta:
     """argparse type: ``"2h"`` → 2 hours; longer than zero."""
+    from watchdog_gpu.durations import parse_duration
+
     try:
         value = parse_duration(text)
     except ValueError as error:
@@ -298,6 +356,8 @@ def positive_duration(text: str) -> timedelta:
 def parse_since(text: str, now: datetime) -> datetime:
     """``2h`` (that long before ``now``) or an ISO 8601 time (UTC when it has no offset).
     Raises CommandError (exit 2) otherwise."""
+    from watchdog_gpu.durations import parse_duration
+
     try:
         return now - parse_duration(text)
     except ValueError:

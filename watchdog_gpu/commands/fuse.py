@@ -33,7 +33,7 @@ from watchdog_gpu.commands.common import (
 )
 from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.store import AuditEvent, Store
-from watchdog_gpu.store.decisions import FUSE_TRIPPED
+from watchdog_gpu.store.values import FUSE_TRIPPED
 
 # Outbox statuses that count as "acted" for the hourly limit (as the planner counts them).
 _NOT_ACTED = (ActionStatus.BLOCKED, ActionStatus.CANCELLED, ActionStatus.HELD)

@@ -46,19 +46,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
+from watchdog_gpu.commands import status_defaults
 from watchdog_gpu.commands.colour import colour_enabled, paint
 from watchdog_gpu.commands.common import (
+    ReadSource,
     Source,
     add_source_arguments,
     current_time,
     json_time,
-    opened_source,
+    opened_reader,
     print_json,
     print_lines,
     ref,
@@ -67,16 +69,15 @@ from watchdog_gpu.commands.common import (
     timestamp,
 )
 from watchdog_gpu.commands.gpu_activity import GpuActivity, gpu_activity
-from watchdog_gpu.config import WatchdogSection
 from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
-from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
+from watchdog_gpu.model import ActionKind, ActionStatus, InstanceSnapshot, InstanceState
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
-from watchdog_gpu.plan import PlanContext, planned_due, protection_for
-from watchdog_gpu.rules import default_configs, lookback_for
-from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.plan import due_after_warning, recorded_protection
 from watchdog_gpu.rules.windows import billed_rate, state_since
-from watchdog_gpu.store import AccountRecord, FindingRecord
-from watchdog_gpu.store.leadership import Leader
+from watchdog_gpu.store.rows import AccountRecord, FindingRecord, Leader
+
+if TYPE_CHECKING:
+    from watchdog_gpu.config import Settings
 
 # Outbox statuses of an action that is not finished (shown as "pending").
 OPEN_STATUSES = frozenset(
@@ -137,10 +138,57 @@ class FleetStatus:
     leader: Leader | None = None  # PostgreSQL teams: who leads (store/leadership.py)
 
 
+@dataclass(frozen=True)
+class Policy:
+    """What the tables need of the configuration: the sample window, the idle threshold, the
+    poll interval, how long a rule's warning stands before it acts, and what protects an
+    instance (the planner's own checks)."""
+
+    lookback: timedelta
+    idle_threshold_percent: float
+    poll_interval: timedelta
+    warn_before: Callable[[str], timedelta]
+    protection: Callable[[InstanceSnapshot, Iterable[Protection]], str | None]
+
+
+def policy_of(settings: Settings | None) -> Policy:
+    """The policy of ``settings``; without a configuration the defaults, as plain values
+    (``status_defaults``: no pydantic model is built)."""
+    if settings is None:
+        return Policy(
+            lookback=status_defaults.LOOKBACK,
+            idle_threshold_percent=status_defaults.IDLE_THRESHOLD_PERCENT,
+            poll_interval=status_defaults.POLL_INTERVAL,
+            warn_before=lambda rule: status_defaults.WARN_BEFORE.get(rule, timedelta(0)),
+            protection=recorded_protection,
+        )
+    from watchdog_gpu.plan import PlanContext, protection_for, warn_before
+    from watchdog_gpu.rules import lookback_for
+    from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+
+    rules = dict(settings.rules.by_name())
+    context = PlanContext(
+        mode=settings.watchdog.mode,
+        rules=rules,
+        safety=settings.safety,
+        protected_accounts=frozenset(a.name for a in settings.accounts if a.protect),
+    )
+    idle = rules.get("idle_gpu")
+    return Policy(
+        lookback=lookback_for(rules),
+        idle_threshold_percent=(
+            idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()
+        ).threshold_percent,
+        poll_interval=settings.watchdog.poll_interval,
+        warn_before=lambda rule: warn_before(rule, context),
+        protection=lambda snapshot, protections: protection_for(snapshot, protections, context),
+    )
+
+
 @reports_errors
 def run_status(args: argparse.Namespace) -> int:
     """Print the tables (or the JSON object)."""
-    with opened_source(args) as source:
+    with opened_reader(args) as source:
         status = collect(source, current_time())
     if args.json:
         print_json(status_json(status))
@@ -152,7 +200,7 @@ def run_status(args: argparse.Namespace) -> int:
 # -- collecting -------------------------------------------------------------------------------
 
 
-def collect(source: Source, now: datetime) -> FleetStatus:
+def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
     """Everything the tables show, read from the store as of ``now`` (or of the latest record
     when the database is ahead of ``now``)."""
     store = source.store
@@ -170,31 +218,12 @@ def collect(source: Source, now: datetime) -> FleetStatus:
             f"the database holds records up to {timestamp(latest)}, after this machine's clock "
             f"({timestamp(now)}): shown as of its latest record (a demo or simulation wrote it)"
         )
-    settings = source.settings
-    rules = dict(settings.rules.by_name()) if settings is not None else default_configs()
-    lookback = lookback_for(rules)
+    policy = policy_of(source.settings)
+    lookback = policy.lookback
     view = store.load_fleet_view(as_of, lookback, as_of - lookback)
-    context = PlanContext(
-        mode=settings.watchdog.mode if settings is not None else "monitor",
-        rules=rules,
-        safety=source.safety,
-        protected_accounts=frozenset(
-            account.name for account in (settings.accounts if settings else []) if account.protect
-        ),
-    )
-    idle = rules.get("idle_gpu")
-    threshold = (idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()).threshold_percent
-    poll_interval = (settings.watchdog if settings else WatchdogSection()).poll_interval
     findings = store.list_findings(seen_since=as_of - lookback)
     instances = [
-        _instance_status(
-            instance,
-            view,
-            context=context,
-            findings=findings,
-            threshold=threshold,
-            poll_interval=poll_interval,
-        )
+        _instance_status(instance, view, policy=policy, findings=findings)
         for instance in _ordered(view.instances.values())
     ]
     accounts = [_account_status(record, view) for record in records]
@@ -245,10 +274,8 @@ def _instance_status(
     instance: InstanceView,
     view: FleetView,
     *,
-    context: PlanContext,
+    policy: Policy,
     findings: Sequence[FindingRecord],
-    threshold: float,
-    poll_interval: timedelta,
 ) -> InstanceStatus:
     latest = instance.latest
     mine = (latest.account, latest.instance_id)
@@ -259,15 +286,15 @@ def _instance_status(
     )
     snoozes = [s.until for s in view.snoozes if (s.account, s.instance_id) == mine]
     gone = instance.state is InstanceState.GONE
-    protected = None if gone else protection_for(latest, view.protections, context)
+    protected = None if gone else policy.protection(latest, view.protections)
     return InstanceStatus(
         view=instance,
         since=state_since(instance),
         usd_per_hour=0.0 if gone else billed_rate(instance),
-        gpu=gpu_activity(instance, threshold),
+        gpu=gpu_activity(instance, policy.idle_threshold_percent),
         pending=pending,
         # A protected instance has nothing due: the planner never acts on it.
-        due=() if gone or protected else _due(instance, view, findings, poll_interval, context),
+        due=() if gone or protected else _due(instance, view, findings, policy),
         snoozed_until=max(snoozes, default=None),
         protected=protected,
     )
@@ -277,8 +304,7 @@ def _due(
     instance: InstanceView,
     view: FleetView,
     findings: Sequence[FindingRecord],
-    poll_interval: timedelta,
-    context: PlanContext,
+    policy: Policy,
 ) -> tuple[FindingRecord, ...]:
     """Destructive findings the latest evaluation still had for the instance and that have no
     action in the outbox yet, each due when the planner will act (``plan.planned_due``: not
@@ -295,12 +321,14 @@ def _due(
     return tuple(
         replace(
             finding,
-            due_at=planned_due(finding.rule, finding.episode_key, finding.due_at, view, context),
+            due_at=due_after_warning(
+                finding.episode_key, finding.due_at, view, policy.warn_before(finding.rule)
+            ),
         )
         for finding in findings
         if (finding.account, finding.instance_id) == (latest.account, latest.instance_id)
         and finding.action is not ActionKind.NOTIFY
-        and (last_poll is None or finding.last_seen + poll_interval > last_poll)
+        and (last_poll is None or finding.last_seen + policy.poll_interval > last_poll)
         and f"{finding.episode_key}:{finding.action.value}" not in in_outbox
     )
 

@@ -26,8 +26,7 @@ from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.metrics import gauges
 from watchdog_gpu.model import ActionStatus
-from watchdog_gpu.store.leadership import Leader
-from watchdog_gpu.store.rows import ActionRow
+from watchdog_gpu.store.rows import ActionRow, Leader
 
 log = logging.getLogger(__name__)
 

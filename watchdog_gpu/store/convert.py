@@ -1,17 +1,25 @@
 """Conversions between table rows and the domain's frozen values.
 
 Each converter reads its row by attribute name, so it takes an ORM object or a Core ``Row`` of the
-same table's columns alike (the hot read paths select columns: building ORM objects costs more).
+same table's columns alike (the hot read paths select columns: building ORM objects costs more),
+or a row of ``sqlite_reader`` (the same columns through the standard library's ``sqlite3``, with
+the values SQLAlchemy would return): both read paths build their values here. No database
+library is imported at run time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Row
-
-from watchdog_gpu.fleet import Protection, ProtectionKind, Snooze
+from watchdog_gpu.fleet import (
+    AccountView,
+    InstanceView,
+    Protection,
+    ProtectionKind,
+    Snooze,
+    VolumeView,
+)
 from watchdog_gpu.model import (
     AccountSnapshot,
     ActionKind,
@@ -28,23 +36,36 @@ from watchdog_gpu.model import (
     Verdict,
     VolumeSnapshot,
 )
-from watchdog_gpu.store.rows import ActionRow, AuditEvent, FindingRecord, NotificationRow
-from watchdog_gpu.store.schema import (
-    AccountSnapshotRow,
-    ActionOutboxRow,
-    AuditEventRow,
-    FindingRow,
-    GpuSampleRow,
-    Instance,
-    InstanceSpan,
-    NotificationOutboxRow,
-    ProbeOutcomeRow,
-    ProtectionRow,
-    SnoozeRow,
-    SshKey,
-    Volume,
+from watchdog_gpu.store.rows import (
+    ActionRow,
+    AuditEvent,
+    FindingRecord,
+    InstanceRecord,
+    Leader,
+    NotificationRow,
 )
-from watchdog_gpu.store.types import JsonScalar
+from watchdog_gpu.store.values import JsonScalar
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
+
+    from watchdog_gpu.store.schema import (
+        Account,
+        AccountSnapshotRow,
+        ActionOutboxRow,
+        AuditEventRow,
+        FindingRow,
+        GpuSampleRow,
+        Instance,
+        InstanceSpan,
+        LeadershipRow,
+        NotificationOutboxRow,
+        ProbeOutcomeRow,
+        ProtectionRow,
+        SnoozeRow,
+        SshKey,
+        Volume,
+    )
 
 _STATES = {state.value: state for state in InstanceState}
 
@@ -83,6 +104,30 @@ def instance_snapshot(row: Instance | Row[Any]) -> InstanceSnapshot:
     )
 
 
+def instance_record(row: Instance | Row[Any]) -> InstanceRecord:
+    return InstanceRecord(
+        snapshot=instance_snapshot(row),
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        state_since=row.state_since,
+    )
+
+
+def instance_view(
+    row: Instance | Row[Any],
+    spans: Sequence[StateSpan],
+    samples: Sequence[GpuSample],
+    probes: Sequence[ProbeOutcome],
+) -> InstanceView:
+    return InstanceView(
+        latest=instance_snapshot(row),
+        first_seen=row.first_seen,
+        spans=tuple(spans),
+        samples=samples,
+        probes=tuple(probes),
+    )
+
+
 def state_span(row: InstanceSpan | Row[Any]) -> StateSpan:
     return StateSpan(
         state=instance_state(row.state),
@@ -103,6 +148,31 @@ def account_snapshot(row: AccountSnapshotRow | Row[Any]) -> AccountSnapshot:
         spend_usd_per_hour=row.spend_usd_per_hour,
         spend_limit_usd_per_hour=row.spend_limit_usd_per_hour,
         autopay_enabled=row.autopay_enabled,
+    )
+
+
+def account_view(
+    account: Account | Row[Any] | None,
+    name: str,
+    provider: str,
+    snapshot: AccountSnapshotRow | Row[Any] | None,
+) -> AccountView:
+    return AccountView(
+        account=name,
+        provider=provider,
+        latest=account_snapshot(snapshot) if snapshot is not None else None,
+        last_poll_ok_at=account.last_poll_ok_at if account else None,
+        last_poll_error_kind=account.last_poll_error_kind if account else None,
+        last_poll_error_at=account.last_poll_error_at if account else None,
+        first_seen=account.first_seen if account else None,
+    )
+
+
+def volume_view(row: Volume | Row[Any]) -> VolumeView:
+    return VolumeView(
+        latest=volume_snapshot(row),
+        first_seen=row.first_seen,
+        detached_since=row.detached_since,
     )
 
 
@@ -153,6 +223,8 @@ def gpu_sample(row: GpuSampleRow | Row[Any]) -> GpuSample:
 
 
 def gpu_sample_row(sample: GpuSample) -> GpuSampleRow:
+    from watchdog_gpu.store.schema import GpuSampleRow
+
     return GpuSampleRow(
         account=sample.account,
         instance_id=sample.instance_id,
@@ -285,3 +357,7 @@ def snooze(row: SnoozeRow | Row[Any]) -> Snooze:
         created_at=row.created_at,
         reason=row.reason,
     )
+
+
+def leader(row: LeadershipRow | Row[Any]) -> Leader:
+    return Leader(node=row.node, epoch=row.epoch, since=row.since, renewed_at=row.renewed_at)

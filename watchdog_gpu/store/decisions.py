@@ -19,10 +19,7 @@ from watchdog_gpu.model import ActionStatus, PlannedAction, PlannedNotification
 from watchdog_gpu.store import outbox
 from watchdog_gpu.store.schema import AuditEventRow
 from watchdog_gpu.store.types import JsonValue
-
-FUSE_TRIPPED = "fuse_tripped"
-FUSE_RESET = "fuse_reset"
-ACTIONS_DEFERRED = "actions_deferred"
+from watchdog_gpu.store.values import FUSE_RESET, FUSE_TRIPPED
 
 
 def append_audit(

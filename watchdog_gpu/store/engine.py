@@ -21,6 +21,18 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import StaticPool
 
+from watchdog_gpu.store.urls import sqlite_url
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "SQLITE_BEGIN_OPTION",
+    "create_engine_for",
+    "create_private_file",
+    "display_url",
+    "sqlite_url",
+    "writing",
+]
+
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
 
 # Execution option read by the BEGIN hook below: "IMMEDIATE" for write transactions.
@@ -95,11 +107,6 @@ def _install_sqlite_hooks(engine: Engine, *, busy_timeout_ms: int, wal: bool) ->
     def _on_begin(connection: Connection) -> None:
         mode = connection.get_execution_options().get(SQLITE_BEGIN_OPTION)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
-
-
-def sqlite_url(path: Path) -> str:
-    """The SQLAlchemy URL of the SQLite file at ``path``."""
-    return f"sqlite:///{path}"
 
 
 def display_url(engine_or_url: Engine | str | URL) -> str:

@@ -26,16 +26,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeView
-from watchdog_gpu.model import ActionStatus, InstanceState, StateSpan
+from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
+from watchdog_gpu.model import InstanceState, StateSpan
 from watchdog_gpu.store import convert
-from watchdog_gpu.store.decisions import ACTIONS_DEFERRED, FUSE_RESET, FUSE_TRIPPED
 from watchdog_gpu.store.history import FleetHistory, NewestIds
+from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
 from watchdog_gpu.store.history_rows import (
-    PROBES_QUERY,
-    SAMPLES_QUERY,
-    Entry,
-    InstanceKey,
+    by_instance,
     probes_from,
     sample_histories,
 )
@@ -56,19 +53,15 @@ from watchdog_gpu.store.schema import (
     SshKey,
     Volume,
 )
+from watchdog_gpu.store.values import (
+    ACTIONS_DEFERRED,
+    FUSE_RESET,
+    FUSE_TRIPPED,
+    OPEN_ACTION_STATUSES,
+    RECENT_ACTIONS,
+)
 
 T = TypeVar("T")
-
-RECENT_ACTIONS = timedelta(hours=24)
-# Actions in these statuses are still in flight: the planner sees them whatever their age.
-OPEN_ACTION_STATUSES = (
-    ActionStatus.PENDING.value,
-    ActionStatus.CLAIMED.value,
-    ActionStatus.CALLED.value,
-    ActionStatus.UNVERIFIED.value,
-    ActionStatus.HELD.value,
-    ActionStatus.BLOCKED.value,
-)
 
 # The statements are built once: building one and computing its cache key cost more than
 # running it (SQLAlchemy caches the compiled SQL by that key).
@@ -185,14 +178,7 @@ def load_fleet_view(
         now=now,
         instances=instances,
         accounts=account_views,
-        volumes=tuple(
-            VolumeView(
-                latest=convert.volume_snapshot(row),
-                first_seen=row.first_seen,
-                detached_since=row.detached_since,
-            )
-            for row in conn.execute(_VOLUMES, {"names": names})
-        ),
+        volumes=tuple(convert.volume_view(row) for row in conn.execute(_VOLUMES, {"names": names})),
         ssh_keys=tuple(convert.ssh_key(row) for row in conn.execute(_SSH_KEYS, {"names": names})),
         protections=tuple(convert.protection(row) for row in conn.execute(_PROTECTIONS)),
         snoozes=tuple(convert.snooze(row) for row in conn.execute(_SNOOZES, {"now": now})),
@@ -218,15 +204,7 @@ def fuse_state(conn: Connection) -> FuseState:
 def instance_records(conn: Connection, *, include_gone: bool) -> list[InstanceRecord]:
     """See ``Store.latest_instances``."""
     query = _ALL_INSTANCES if include_gone else _PRESENT_INSTANCES
-    return [
-        InstanceRecord(
-            snapshot=convert.instance_snapshot(row),
-            first_seen=row.first_seen,
-            last_seen=row.last_seen,
-            state_since=row.state_since,
-        )
-        for row in conn.execute(query)
-    ]
+    return [convert.instance_record(row) for row in conn.execute(query)]
 
 
 def finding_records(conn: Connection, seen_since: datetime | None) -> list[FindingRecord]:
@@ -251,23 +229,6 @@ def latest_account_snapshots(
     return {row.account: row for row in rows}
 
 
-def account_view(
-    account: Account | Row[Any] | None,
-    name: str,
-    provider: str,
-    snapshot: AccountSnapshotRow | Row[Any] | None,
-) -> AccountView:
-    return AccountView(
-        account=name,
-        provider=provider,
-        latest=convert.account_snapshot(snapshot) if snapshot is not None else None,
-        last_poll_ok_at=account.last_poll_ok_at if account else None,
-        last_poll_error_kind=account.last_poll_error_kind if account else None,
-        last_poll_error_at=account.last_poll_error_at if account else None,
-        first_seen=account.first_seen if account else None,
-    )
-
-
 def _account_views(
     conn: Connection,
     accounts: Mapping[str, str] | None,
@@ -286,7 +247,7 @@ def _account_views(
     if snapshots is None:
         snapshots = latest_account_snapshots(conn, list(wanted))
     return {
-        name: account_view(rows.get(name), name, provider, snapshots.get(name))
+        name: convert.account_view(rows.get(name), name, provider, snapshots.get(name))
         for name, provider in sorted(wanted.items())
     }
 
@@ -312,22 +273,11 @@ def _instance_views(
     else:
         window = {"names": names, "since": samples_since, "now": now}
         samples = sample_histories(conn.execute(_WINDOW_SAMPLES, window))
-        probes = _by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
+        probes = by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
     views: dict[str, InstanceView] = {}
     for row in rows:
         key = (row.account, row.instance_id)
-        views[f"{row.account}/{row.instance_id}"] = InstanceView(
-            latest=convert.instance_snapshot(row),
-            first_seen=row.first_seen,
-            spans=tuple(spans.get(row.id, ())),
-            samples=samples.get(key) or (),
-            probes=probes.get(key, ()),
+        views[f"{row.account}/{row.instance_id}"] = convert.instance_view(
+            row, spans.get(row.id, ()), samples.get(key) or (), probes.get(key, ())
         )
     return views
-
-
-def _by_instance(entries: list[Entry[T]]) -> dict[InstanceKey, tuple[T, ...]]:
-    grouped: dict[InstanceKey, list[T]] = defaultdict(list)
-    for key, _at, _order, item in entries:
-        grouped[key].append(item)
-    return {key: tuple(items) for key, items in grouped.items()}

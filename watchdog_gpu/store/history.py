@@ -36,9 +36,8 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.sample_history import SampleHistory
+from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
 from watchdog_gpu.store.history_rows import (
-    PROBES_QUERY,
-    SAMPLES_QUERY,
     Entry,
     InstanceKey,
     SampleSeries,

@@ -1,15 +1,16 @@
 """The rows the fleet view reads from the two append-only history tables — GPU samples and probe
-outcomes — and the domain values built from them (used by ``history`` and ``fleet_loader``)."""
+outcomes — and the domain values built from them (used by ``history``, ``fleet_loader`` and
+``sqlite_reader``: no database library here). ``SAMPLES_QUERY`` / ``PROBES_QUERY`` (in
+``history_queries``) select :data:`SAMPLE_COLUMNS` / :data:`PROBE_COLUMNS`."""
 
 from __future__ import annotations
 
 import sys
 from bisect import bisect_left, bisect_right
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar, cast
-
-from sqlalchemy import select
 
 from watchdog_gpu.model import ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.sample_history import (
@@ -21,7 +22,6 @@ from watchdog_gpu.sample_history import (
     SampleHistory,
     micros,
 )
-from watchdog_gpu.store.schema import GpuSampleRow, ProbeOutcomeRow
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -33,37 +33,41 @@ _VERDICTS = {verdict.value: verdict for verdict in Verdict}
 _SOURCES = {source.value: source for source in SampleSource}
 _STATUSES = {status.value: status for status in ProbeStatus}
 
-# Columns, not ORM entities: a tick may read thousands of samples, and building ORM objects for
-# each was most of a tick's time (see bench/).
-SAMPLES_QUERY = select(
-    GpuSampleRow.id,
-    GpuSampleRow.account,
-    GpuSampleRow.instance_id,
-    GpuSampleRow.at,
-    GpuSampleRow.gpu_index,
-    GpuSampleRow.verdict,
-    GpuSampleRow.source,
-    GpuSampleRow.sm,
-    GpuSampleRow.mem,
-    GpuSampleRow.enc,
-    GpuSampleRow.dec,
-    GpuSampleRow.jpg,
-    GpuSampleRow.ofa,
-    GpuSampleRow.covers_from,
-).order_by(GpuSampleRow.at, GpuSampleRow.gpu_index, GpuSampleRow.id)
-PROBES_QUERY = select(
-    ProbeOutcomeRow.id,
-    ProbeOutcomeRow.account,
-    ProbeOutcomeRow.instance_id,
-    ProbeOutcomeRow.at,
-    ProbeOutcomeRow.status,
-    ProbeOutcomeRow.duration_seconds,
-    ProbeOutcomeRow.detail,
-    ProbeOutcomeRow.interactive_login,
-    ProbeOutcomeRow.first_at,
-    ProbeOutcomeRow.repeats,
-    ProbeOutcomeRow.mode,
-).order_by(ProbeOutcomeRow.at, ProbeOutcomeRow.id)
+# The columns the fleet view reads from each history table, in this order (the row unpacking
+# below relies on it): ``history_queries`` selects them with SQLAlchemy, ``sqlite_reader`` with
+# the standard library. Columns, not ORM entities: a tick may read thousands of samples, and
+# building ORM objects for each was most of a tick's time (see bench/).
+SAMPLE_COLUMNS = (
+    "id",
+    "account",
+    "instance_id",
+    "at",
+    "gpu_index",
+    "verdict",
+    "source",
+    "sm",
+    "mem",
+    "enc",
+    "dec",
+    "jpg",
+    "ofa",
+    "covers_from",
+)
+SAMPLE_ORDER = ("at", "gpu_index", "id")
+PROBE_COLUMNS = (
+    "id",
+    "account",
+    "instance_id",
+    "at",
+    "status",
+    "duration_seconds",
+    "detail",
+    "interactive_login",
+    "first_at",
+    "repeats",
+    "mode",
+)
+PROBE_ORDER = ("at", "id")
 
 
 _VERDICT_CODES = {verdict.value: code for verdict, code in VERDICT_CODES.items()}
@@ -222,3 +226,11 @@ def probes_from(rows: Iterable[Any]) -> list[Entry[ProbeOutcome]]:
             mode,
         ) in _shared_keys(rows, shared())
     ]
+
+
+def by_instance(entries: list[Entry[T]]) -> dict[InstanceKey, tuple[T, ...]]:
+    """The entries' items grouped by instance, in the entries' order."""
+    grouped: dict[InstanceKey, list[T]] = defaultdict(list)
+    for key, _at, _order, item in entries:
+        grouped[key].append(item)
+    return {key: tuple(items) for key, items in grouped.items()}

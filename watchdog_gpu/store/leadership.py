@@ -25,8 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import Connection, Engine, create_engine, insert, select, text, update
 from sqlalchemy.engine import make_url
@@ -36,8 +34,10 @@ from sqlalchemy.pool import NullPool
 
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import StoreError
+from watchdog_gpu.store import convert
 from watchdog_gpu.store.lock import LockHeldError, LockHolder
 from watchdog_gpu.store.migrate import upgrade_to_head
+from watchdog_gpu.store.rows import Leader
 from watchdog_gpu.store.schema import LeadershipRow
 
 log = logging.getLogger(__name__)
@@ -53,25 +53,13 @@ class LeadershipLostError(StoreError):
     """This process no longer leads: another node took over (its epoch is newer)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """Who leads, as the leadership row says."""
-
-    node: str
-    epoch: int
-    since: datetime
-    renewed_at: datetime
-
-
 def read_leader(engine: Engine) -> Leader | None:
     """The leadership row of the database behind ``engine`` (``None``: nobody ever led)."""
     with engine.connect() as connection:
         row = connection.execute(
             select(LeadershipRow.__table__).where(LeadershipRow.id == LEADERSHIP_ROW)
         ).first()
-    if row is None:
-        return None
-    return Leader(node=row.node, epoch=row.epoch, since=row.since, renewed_at=row.renewed_at)
+    return None if row is None else convert.leader(row)
 
 
 def check_fence(session_or_connection: Session | Connection, epoch: int) -> None:

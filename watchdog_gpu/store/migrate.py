@@ -6,19 +6,16 @@ read at run time, and the migration environment does not touch logging.
 
 A database already at head (every start but the first after an upgrade) is recognised without
 importing Alembic (≈ 11 MiB of resident memory and a tenth of a second): the head is read from the
-scripts' ``revision``/``down_revision`` lines and compared with the ``alembic_version`` row. Any
+scripts' ``revision``/``down_revision`` lines (``store.revisions``) and compared with the
+``alembic_version`` row. Any
 other case — an empty database, one behind, one written by a newer watchdog-gpu, scripts that do
 not form one chain — goes through Alembic as before.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, text
@@ -26,27 +23,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from watchdog_gpu.errors import SchemaTooNewError, StoreError
 from watchdog_gpu.store.engine import display_url
+from watchdog_gpu.store.revisions import migrations_directory, shipped_head
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 logger = logging.getLogger(__name__)
-
-_SOURCE_CHECKOUT_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
-
-
-def migrations_directory() -> Path:
-    """The directory holding ``env.py`` and ``versions/``: the installed copy inside the package
-    when there is one, else the source checkout's top-level ``migrations/``.
-
-    Raises StoreError when neither exists (a broken install).
-    """
-    packaged = resources.files("watchdog_gpu") / "migrations"
-    if packaged.is_dir() and (packaged / "env.py").is_file():
-        return Path(str(packaged))
-    if (_SOURCE_CHECKOUT_MIGRATIONS / "env.py").is_file():
-        return _SOURCE_CHECKOUT_MIGRATIONS
-    raise StoreError("the database migrations are missing from this installation")
 
 
 def alembic_config() -> Config:
@@ -88,40 +70,6 @@ def current_revision(engine: Engine) -> str | None:
             return revision
     except SQLAlchemyError as error:
         raise StoreError(f"cannot read the database revision: {_reason(error)}") from error
-
-
-_SCRIPT_REVISION = re.compile(
-    r"^(?P<name>down_revision|revision)\b[^=\n]*=\s*(?P<value>.+)$", re.MULTILINE
-)
-_QUOTED = re.compile(r"[\"']([^\"']+)[\"']")
-
-
-@functools.cache
-def shipped_head() -> str | None:
-    """The head revision of the shipped scripts, read without importing Alembic (see
-    :func:`head_of_scripts`); a test keeps it equal to Alembic's head."""
-    try:
-        return head_of_scripts(migrations_directory() / "versions")
-    except (StoreError, OSError):
-        return None
-
-
-def head_of_scripts(versions: Path) -> str | None:
-    """The one ``revision`` in the scripts under ``versions`` that no script names as its
-    ``down_revision``, read from their text. ``None`` when they do not read as a history with a
-    single head (a merge not yet merged, a script this reading does not understand): then only
-    Alembic decides."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for script in sorted(versions.glob("*.py")):
-        matches = list(_SCRIPT_REVISION.finditer(script.read_text(encoding="utf-8")))
-        found = {match["name"]: _QUOTED.findall(match["value"]) for match in matches}
-        if len(matches) != 2 or len(found.get("revision", ())) != 1 or len(found) != 2:
-            return None
-        revisions.update(found["revision"])
-        parents.update(found["down_revision"])
-    heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
 
 
 def revision_if_at_head(engine: Engine) -> str | None:

@@ -37,7 +37,7 @@ from watchdog_gpu.model import (
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox, rollup
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
-from watchdog_gpu.store.leadership import Leader, check_fence, read_leader
+from watchdog_gpu.store.leadership import check_fence, read_leader
 from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR, Deleted, GpuHour, hour_of
 from watchdog_gpu.store.rows import (
     AccountRecord,
@@ -45,6 +45,7 @@ from watchdog_gpu.store.rows import (
     AuditEvent,
     FindingRecord,
     InstanceRecord,
+    Leader,
     NotificationRow,
 )
 from watchdog_gpu.store.schema import (
@@ -61,13 +62,13 @@ from watchdog_gpu.store.schema import (
     SnoozeRow,
 )
 from watchdog_gpu.store.types import JsonValue, NaiveDatetimeError
+from watchdog_gpu.store.values import DEFAULT_NOTIFICATION_LOOKBACK, FUSE_RESET, FUSE_TRIPPED
 
 logger = logging.getLogger(__name__)
 
 PROBES = cast(Table, ProbeOutcomeRow.__table__)
 
 DEFAULT_SAMPLE_RETENTION = timedelta(days=7)
-DEFAULT_NOTIFICATION_LOOKBACK = timedelta(days=30)
 DEFAULT_NOTIFICATION_LEASE = timedelta(minutes=5)
 
 
@@ -251,9 +252,7 @@ class Store:
             snapshots = fleet_loader.latest_account_snapshots(session)
             return [
                 AccountRecord(
-                    view=fleet_loader.account_view(
-                        row, row.name, row.provider, snapshots.get(row.name)
-                    ),
+                    view=convert.account_view(row, row.name, row.provider, snapshots.get(row.name)),
                     last_poll_error_message=row.last_poll_error_message,
                 )
                 for row in session.scalars(select(Account).order_by(Account.name))
@@ -650,7 +649,7 @@ class Store:
             decisions.append_audit(
                 session,
                 now,
-                decisions.FUSE_TRIPPED,
+                FUSE_TRIPPED,
                 reason,
                 account=None,
                 instance_id=None,
@@ -667,7 +666,7 @@ class Store:
             decisions.append_audit(
                 session,
                 now,
-                decisions.FUSE_RESET,
+                FUSE_RESET,
                 f"fuse reset by {who}; {cancelled} blocked actions cancelled",
                 account=None,
                 instance_id=None,

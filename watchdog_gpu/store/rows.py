@@ -15,7 +15,7 @@ from watchdog_gpu.model import (
     PlannedNotification,
     Severity,
 )
-from watchdog_gpu.store.types import JsonScalar, JsonValue
+from watchdog_gpu.store.values import JsonScalar, JsonValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +158,14 @@ class FindingRecord:
     last_seen: datetime
     evidence: Mapping[str, JsonScalar] = field(default_factory=dict)
     usd_per_hour_at_stake: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Who leads the watchdogs sharing a PostgreSQL database, as the leadership row says
+    (store/leadership.py)."""
+
+    node: str
+    epoch: int
+    since: datetime
+    renewed_at: datetime

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TypeAlias
 
 from sqlalchemy import DateTime, Dialect
 from sqlalchemy.types import TypeDecorator
 
-# What a JSON column holds. Evidence mappings (str -> scalar) are a special case of it.
-JsonScalar: TypeAlias = str | int | float | bool | None
-JsonValue: TypeAlias = JsonScalar | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
+from watchdog_gpu.store.values import JsonScalar, JsonValue, NaiveDatetimeError
 
-
-class NaiveDatetimeError(ValueError):
-    """A naive datetime reached the store: every instant must be timezone-aware."""
+__all__ = ["JsonScalar", "JsonValue", "NaiveDatetimeError", "UtcDateTime"]
 
 
 class UtcDateTime(TypeDecorator[datetime]):

@@ -52,25 +52,36 @@ def test_dmon_help_imports_neither_the_database_nor_the_network() -> None:
     assert not loaded & {"sqlalchemy", "alembic", "apprise", "paramiko", "httpx"}
 
 
-def test_status_does_not_import_the_daemon_the_network_or_apprise(tmp_path: object) -> None:
-    # status reads the database: SQLAlchemy yes; providers (httpx), SSH, Apprise no.
+def test_status_of_a_missing_file_imports_nothing_heavy() -> None:
+    # The missing file is reported before any database library is needed.
     loaded = imported_after(["status", "--db", "/nonexistent/watchdog-gpu.db"])
-    assert "sqlalchemy" in loaded
-    assert not loaded & {"apprise", "paramiko", "httpx", "rich"}
+    assert not loaded & set(HEAVY)
 
 
-def test_status_on_a_database_at_head_imports_neither_alembic_nor_the_config_loader(
+def test_status_on_a_sqlite_file_at_head_reads_it_without_sqlalchemy_or_pydantic(
     tmp_path: Path,
 ) -> None:
-    # The head fast path (store/migrate.py) reads alembic_version; --db reads no configuration,
-    # so pydantic-settings stays out (the lazy watchdog_gpu.config package).
+    # The standard library's sqlite3 reads it (store/sqlite_reader.py), --db reads no
+    # configuration and the rules' defaults are plain values (commands/status_defaults.py):
+    # neither SQLAlchemy nor Alembic nor pydantic (bench/README.md, "Command-line start-up").
     database = tmp_path / "wd.db"
     engine = create_engine_for(sqlite_url(database))
     upgrade_to_head(engine)
     engine.dispose()
     loaded = imported_after(["status", "--db", str(database)])
-    assert "sqlalchemy" in loaded
-    assert not loaded & {"alembic", "pydantic_settings", "apprise", "paramiko", "httpx", "rich"}
+    assert "sqlite3" in loaded
+    assert not loaded & set(HEAVY)
+    assert "pydantic_settings" not in loaded
+
+
+def test_status_on_a_sqlite_file_behind_head_migrates_it_through_the_store(
+    tmp_path: Path,
+) -> None:
+    # A file never migrated is the Store's to migrate first (as before): SQLAlchemy and Alembic.
+    database = tmp_path / "empty.db"
+    database.touch()
+    loaded = imported_after(["status", "--db", str(database)])
+    assert {"sqlalchemy", "alembic"} <= loaded
 
 
 def test_the_daemon_loads_no_migration_notification_or_terminal_library() -> None:

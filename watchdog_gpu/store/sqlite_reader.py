@@ -1,0 +1,387 @@
+"""The store's reads on a SQLite file through the standard library's ``sqlite3``, read-only.
+
+``status`` opens a SQLite database with this instead of the SQLAlchemy ``Store``: importing
+SQLAlchemy (and its ORM, the schema) alone cost more than the command's whole budget of 0.5 s CPU
+(bench/README.md, "Command-line start-up"). It implements
+:class:`~watchdog_gpu.store.reader.StoreReader` and returns the very same values as ``Store`` for
+the same database — same SQL conditions and order as ``fleet_loader``, the same converters
+(``store.convert``), the same row grouping (``store.history_rows``); a test reads demo,
+simulated and randomized databases both ways and compares.
+
+Only a database at the shipped head is read this way (:func:`open_sqlite_reader`): its
+``alembic_version`` is compared with the head read from the migration scripts
+(``store.revisions``). A database behind head (or empty) is the SQLAlchemy path's to migrate; one
+written by a newer watchdog-gpu raises SchemaTooNewError, as there.
+
+How values come back as SQLAlchemy returns them: the connection parses declared column types
+(``detect_types=PARSE_DECLTYPES``) with converters registered for the schema's ``DATETIME``
+(naive UTC text → aware UTC), ``BOOLEAN`` and ``JSON``; ``FLOAT`` columns have REAL affinity, so
+SQLite returns floats already. Instants are bound as SQLAlchemy writes them (naive UTC,
+``YYYY-MM-DD HH:MM:SS.ffffff``), so text comparisons in SQL agree.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict, namedtuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from watchdog_gpu.errors import SchemaTooNewError, StoreError
+from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
+from watchdog_gpu.model import ActionStatus, InstanceState, StateSpan
+from watchdog_gpu.store import convert
+from watchdog_gpu.store.history_rows import (
+    PROBE_COLUMNS,
+    PROBE_ORDER,
+    SAMPLE_COLUMNS,
+    SAMPLE_ORDER,
+    by_instance,
+    probes_from,
+    sample_histories,
+)
+from watchdog_gpu.store.revisions import shipped_history
+from watchdog_gpu.store.rows import AccountRecord, ActionRow, FindingRecord, InstanceRecord, Leader
+from watchdog_gpu.store.values import (
+    ACTIONS_DEFERRED,
+    DEFAULT_NOTIFICATION_LOOKBACK,
+    FUSE_RESET,
+    FUSE_TRIPPED,
+    OPEN_ACTION_STATUSES,
+    RECENT_ACTIONS,
+    NaiveDatetimeError,
+)
+
+BUSY_TIMEOUT_SECONDS = 10.0  # as the engine's busy_timeout (store/engine.py)
+LEADERSHIP_ROW = 1  # store/leadership.py
+
+
+def _read_time(value: bytes) -> datetime:
+    # Naive UTC text as stored; parsed with its offset in one call (a third of the time of
+    # parsing, then replacing tzinfo: tens of thousands of samples per read).
+    return datetime.fromisoformat(value.decode() + "+00:00")
+
+
+def _read_bool(value: bytes) -> bool:
+    return bool(int(value))
+
+
+def _read_json(value: bytes) -> Any:
+    return json.loads(value)
+
+
+# Process-wide, but only connections opened with PARSE_DECLTYPES use them (this module's).
+sqlite3.register_converter("DATETIME", _read_time)
+sqlite3.register_converter("BOOLEAN", _read_bool)
+sqlite3.register_converter("JSON", _read_json)
+
+
+def bind_time(moment: datetime) -> str:
+    """``moment`` as SQLAlchemy's SQLite dialect stores a UtcDateTime (naive UTC text)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise NaiveDatetimeError(f"naive datetime refused by the store: {moment.isoformat()}")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def _marks(values: Sequence[object]) -> str:
+    """``?, ?, ?`` for an ``IN (...)`` of ``values``."""
+    return ", ".join("?" * len(values))
+
+
+@cache
+def _record(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
+    """A named tuple's constructor for a result's columns: the converters read by name."""
+    row: Any = namedtuple("Row", columns)  # type: ignore[misc]
+    make: Callable[[Sequence[Any]], Any] = row._make
+    return make
+
+
+# -- the SQL (fleet_loader's statements, written out; same conditions, same order) ------------
+# Built from this module's constants and ``?`` marks only (S608): every value is a parameter.
+
+_IN_VIEW = "i.account IN ({names}) AND (i.state != ? OR i.last_seen >= ?)"
+_INSTANCES = f"SELECT i.* FROM instances AS i WHERE {_IN_VIEW} ORDER BY i.id"  # noqa: S608
+_SPANS = (
+    "SELECT s.* FROM instance_spans AS s JOIN instances AS i ON i.id = s.instance_pk "  # noqa: S608
+    f"WHERE {_IN_VIEW} AND s.first_seen <= ? "
+    "AND (s.last_seen >= ? OR s.first_seen >= i.state_since) "
+    "ORDER BY s.instance_pk, s.first_seen, s.id"
+)
+_WINDOW_SAMPLES = (
+    f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM gpu_samples "  # noqa: S608
+    "WHERE account IN ({names}) AND at >= ? AND at <= ? "
+    f"ORDER BY {', '.join(SAMPLE_ORDER)}"
+)
+_WINDOW_PROBES = (
+    f"SELECT {', '.join(PROBE_COLUMNS)} FROM probe_outcomes "  # noqa: S608
+    "WHERE account IN ({names}) AND at >= ? AND at <= ? "
+    f"ORDER BY {', '.join(PROBE_ORDER)}"
+)
+_ACCOUNTS = "SELECT * FROM accounts ORDER BY name"
+_LATEST_SNAPSHOTS = (
+    "SELECT * FROM account_snapshots WHERE id IN "
+    "(SELECT max(id) FROM account_snapshots GROUP BY account)"
+)
+_VOLUMES = (
+    "SELECT * FROM volumes WHERE account IN ({names}) AND gone_at IS NULL ORDER BY account, id"
+)
+_SSH_KEYS = "SELECT * FROM ssh_keys WHERE account IN ({names}) ORDER BY account, id"
+_PROTECTIONS = "SELECT * FROM protections ORDER BY id"
+_SNOOZES = "SELECT * FROM snoozes WHERE until > ? ORDER BY id"
+# No ORDER BY (see fleet_loader): sorted in Python.
+_OPEN = _marks(OPEN_ACTION_STATUSES)
+_RECENT_ACTIONS = f"SELECT * FROM actions WHERE created_at >= ? OR status IN ({_OPEN})"  # noqa: S608
+_NOTIFICATION_KEYS = "SELECT idempotency_key, created_at FROM notifications WHERE created_at >= ?"
+_LATEST_FUSE_EVENT = (
+    "SELECT kind FROM audit_events WHERE kind IN (?, ?) ORDER BY at DESC, id DESC LIMIT 1"
+)
+_LAST_DEFERRED = "SELECT max(at) FROM audit_events WHERE kind = ?"
+_ALL_INSTANCES = "SELECT * FROM instances ORDER BY account, instance_id"
+_PRESENT_INSTANCES = "SELECT * FROM instances WHERE state != ? ORDER BY account, instance_id"
+_FINDINGS = "SELECT * FROM findings {where} ORDER BY first_seen, id"
+_ACTIONS = "SELECT * FROM actions {where} ORDER BY created_at, id"
+_LEADER = "SELECT * FROM leadership WHERE id = ?"
+_REVISION = "SELECT version_num FROM alembic_version"
+
+
+def open_sqlite_reader(path: Path, shown: str) -> SqliteReader | None:
+    """A reader of the SQLite file at ``path`` (named ``shown`` in messages) when its schema is
+    the shipped head; None when it is not to be read this way (no schema yet, behind head, or
+    scripts this module cannot read): the caller opens it with the Store, which migrates it.
+    Raises SchemaTooNewError when a newer watchdog-gpu wrote it, StoreError when it cannot be
+    opened."""
+    history = shipped_history()
+    if history is None:
+        return None
+    reader = SqliteReader(path)
+    try:
+        with reader.errors():
+            try:
+                versions = [row[0] for row in reader.connection.execute(_REVISION)]
+            except sqlite3.OperationalError:  # no alembic_version: never migrated
+                versions = []
+        if versions == [history.head]:
+            return reader
+        if len(versions) == 1 and versions[0] not in history.revisions:
+            raise SchemaTooNewError(versions[0], shown)
+    except BaseException:
+        reader.close()
+        raise
+    reader.close()
+    return None
+
+
+class SqliteReader:
+    """:class:`~watchdog_gpu.store.reader.StoreReader` over one read-only ``sqlite3``
+    connection (use :func:`open_sqlite_reader`; close it, or use it as a context manager)."""
+
+    def __init__(self, path: Path) -> None:
+        uri = f"{path.absolute().as_uri()}?mode=ro"
+        try:
+            self.connection = sqlite3.connect(
+                uri,
+                uri=True,
+                timeout=BUSY_TIMEOUT_SECONDS,
+                detect_types=sqlite3.PARSE_DECLTYPES,
+                isolation_level=None,  # transactions only where this module begins them
+            )
+        except sqlite3.Error as error:
+            raise StoreError(f"database error: {error}") from error
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> SqliteReader:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """sqlite3 failures as StoreError (the driver's reason), as ``Store`` reports them."""
+        try:
+            yield
+        except sqlite3.Error as error:
+            raise StoreError(f"database error: {error}") from error
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every statement inside sees the same committed state."""
+        with self.errors():
+            self.connection.execute("BEGIN")
+            try:
+                yield self.connection
+            finally:
+                self.connection.execute("COMMIT")
+
+    def _rows(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        """The rows of ``sql``, each readable by column name."""
+        cursor = self.connection.execute(sql, parameters)
+        make = _record(tuple(column[0] for column in cursor.description))
+        return [make(row) for row in cursor]
+
+    # -- StoreReader ------------------------------------------------------------------------
+
+    def latest_accounts(self) -> list[AccountRecord]:
+        with self._snapshot():
+            snapshots = self._latest_snapshots()
+            return [
+                AccountRecord(
+                    view=convert.account_view(row, row.name, row.provider, snapshots.get(row.name)),
+                    last_poll_error_message=row.last_poll_error_message,
+                )
+                for row in self._rows(_ACCOUNTS)
+            ]
+
+    def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
+        with self.errors():
+            if include_gone:
+                rows = self._rows(_ALL_INSTANCES)
+            else:
+                rows = self._rows(_PRESENT_INSTANCES, (InstanceState.GONE.value,))
+            return [convert.instance_record(row) for row in rows]
+
+    def load_fleet_view(
+        self,
+        now: datetime,
+        lookback: timedelta,
+        spend_since: datetime,
+        accounts: Mapping[str, str] | None = None,
+        *,
+        notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
+    ) -> FleetView:
+        with self._snapshot():
+            account_views = self._account_views(accounts)
+            names = list(account_views)
+            notices = {
+                row.idempotency_key: row.created_at
+                for row in self._rows(_NOTIFICATION_KEYS, (bind_time(now - notification_lookback),))
+            }
+            window_start = min(spend_since, now - lookback)
+            instances = self._instance_views(names, now, window_start, now - lookback)
+            in_names = {"names": _marks(names)}
+            actions = self._rows(
+                _RECENT_ACTIONS, (bind_time(now - RECENT_ACTIONS), *OPEN_ACTION_STATUSES)
+            )
+            return FleetView(
+                now=now,
+                instances=instances,
+                accounts=account_views,
+                volumes=tuple(
+                    convert.volume_view(row)
+                    for row in self._rows(_VOLUMES.format_map(in_names), names)
+                ),
+                ssh_keys=tuple(
+                    convert.ssh_key(row)
+                    for row in self._rows(_SSH_KEYS.format_map(in_names), names)
+                ),
+                protections=tuple(convert.protection(row) for row in self._rows(_PROTECTIONS)),
+                snoozes=tuple(
+                    convert.snooze(row) for row in self._rows(_SNOOZES, (bind_time(now),))
+                ),
+                recent_actions=tuple(
+                    convert.action_row(row).to_record()
+                    for row in sorted(actions, key=lambda row: (row.created_at, row.id))
+                ),
+                notification_keys=frozenset(notices),
+                notice_times=notices,
+                fuse=self._fuse_state(),
+            )
+
+    def list_findings(self, seen_since: datetime | None = None) -> list[FindingRecord]:
+        with self.errors():
+            if seen_since is None:
+                rows = self._rows(_FINDINGS.format(where=""))
+            else:
+                rows = self._rows(
+                    _FINDINGS.format(where="WHERE last_seen >= ?"), (bind_time(seen_since),)
+                )
+            return [convert.finding_record(row) for row in rows]
+
+    def list_actions(
+        self, statuses: Sequence[str] | None = None, since: datetime | None = None
+    ) -> list[ActionRow]:
+        conditions: list[str] = []
+        parameters: list[Any] = []
+        if statuses is not None:
+            wanted = [ActionStatus(status).value for status in statuses]
+            conditions.append(f"status IN ({_marks(wanted)})")
+            parameters += wanted
+        if since is not None:
+            conditions.append("created_at >= ?")
+            parameters.append(bind_time(since))
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        with self.errors():
+            rows = self._rows(_ACTIONS.format(where=where), parameters)
+            return [convert.action_row(row) for row in rows]
+
+    def fuse_latched(self) -> bool:
+        with self._snapshot():
+            return self._fuse_state().latched
+
+    def leader(self) -> Leader | None:
+        with self.errors():
+            rows = self._rows(_LEADER, (LEADERSHIP_ROW,))
+            return convert.leader(rows[0]) if rows else None
+
+    # -- parts --------------------------------------------------------------------------------
+
+    def _latest_snapshots(self) -> dict[str, Any]:
+        return {row.account: row for row in self._rows(_LATEST_SNAPSHOTS)}
+
+    def _account_views(self, accounts: Mapping[str, str] | None) -> dict[str, AccountView]:
+        rows = {row.name: row for row in self._rows(_ACCOUNTS)}
+        if accounts is not None:
+            rows = {name: row for name, row in rows.items() if name in accounts}
+        wanted = (
+            dict(accounts) if accounts is not None else {n: r.provider for n, r in rows.items()}
+        )
+        snapshots = self._latest_snapshots()
+        return {
+            name: convert.account_view(rows.get(name), name, provider, snapshots.get(name))
+            for name, provider in sorted(wanted.items())
+        }
+
+    def _instance_views(
+        self, names: list[str], now: datetime, window_start: datetime, samples_since: datetime
+    ) -> dict[str, InstanceView]:
+        in_view = (*names, InstanceState.GONE.value, bind_time(window_start))
+        marks = {"names": _marks(names)}
+        rows = self._rows(_INSTANCES.format_map(marks), in_view)
+        spans: dict[int, list[StateSpan]] = defaultdict(list)
+        span_sql = _SPANS.format_map(marks)
+        for span in self._rows(span_sql, (*in_view, bind_time(now), bind_time(window_start))):
+            spans[span.instance_pk].append(convert.state_span(span))
+        window = (*names, bind_time(samples_since), bind_time(now))
+        connection = self.connection
+        samples = sample_histories(connection.execute(_WINDOW_SAMPLES.format_map(marks), window))
+        probes = by_instance(
+            probes_from(connection.execute(_WINDOW_PROBES.format_map(marks), window))
+        )
+        views: dict[str, InstanceView] = {}
+        for row in rows:
+            key = (row.account, row.instance_id)
+            views[f"{row.account}/{row.instance_id}"] = convert.instance_view(
+                row, spans.get(row.id, ()), samples.get(key) or (), probes.get(key, ())
+            )
+        return views
+
+    def _fuse_state(self) -> FuseState:
+        latest = self.connection.execute(_LATEST_FUSE_EVENT, (FUSE_TRIPPED, FUSE_RESET)).fetchone()
+        (deferred,) = self.connection.execute(_LAST_DEFERRED, (ACTIONS_DEFERRED,)).fetchone()
+        return FuseState(
+            latched=latest is not None and latest[0] == FUSE_TRIPPED,
+            last_deferred_at=None if deferred is None else _read_time(deferred.encode()),
+        )

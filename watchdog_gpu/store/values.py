@@ -1,0 +1,39 @@
+"""Plain types the store's records share, with no database library behind them (``status``
+reads SQLite without SQLAlchemy, see ``store.sqlite_reader``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TypeAlias
+
+from watchdog_gpu.model import ActionStatus
+
+# What a JSON column holds. Evidence mappings (str -> scalar) are a special case of it.
+JsonScalar: TypeAlias = str | int | float | bool | None
+JsonValue: TypeAlias = JsonScalar | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
+
+
+class NaiveDatetimeError(ValueError):
+    """A naive datetime reached the store: every instant must be timezone-aware."""
+
+
+# Audit event kinds the fleet view's readers look for (the fuse, deferred waves).
+FUSE_TRIPPED = "fuse_tripped"
+FUSE_RESET = "fuse_reset"
+ACTIONS_DEFERRED = "actions_deferred"
+
+# The fleet view holds the actions of this long ago, and those still in flight whatever their
+# age (these statuses).
+RECENT_ACTIONS = timedelta(hours=24)
+OPEN_ACTION_STATUSES = (
+    ActionStatus.PENDING.value,
+    ActionStatus.CLAIMED.value,
+    ActionStatus.CALLED.value,
+    ActionStatus.UNVERIFIED.value,
+    ActionStatus.HELD.value,
+    ActionStatus.BLOCKED.value,
+)
+
+# How far back the fleet view reads the notification keys (warnings standing for an episode).
+DEFAULT_NOTIFICATION_LOOKBACK = timedelta(days=30)
