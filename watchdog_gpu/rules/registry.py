@@ -131,16 +131,3 @@ def evaluate_all(
 ) -> list[Finding]:
     """The findings of :func:`evaluate_rules` (failing rules logged and skipped)."""
     return list(evaluate_rules(view, now, configs).findings)
-
-
-__all__ = [
-    "RULES",
-    "Evaluation",
-    "Rule",
-    "RuleConfig",
-    "cleared_reason",
-    "default_configs",
-    "evaluate_all",
-    "evaluate_rules",
-    "minimum_sample_lookback",
-]

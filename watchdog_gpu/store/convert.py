@@ -9,7 +9,8 @@ library is imported at run time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from watchdog_gpu.fleet import (
@@ -126,6 +127,26 @@ def instance_view(
         samples=samples,
         probes=tuple(probes),
     )
+
+
+def instance_views(
+    rows: Iterable[Instance | Row[Any]],
+    span_rows: Iterable[InstanceSpan | Row[Any]],
+    samples: Mapping[tuple[str, str], Sequence[GpuSample]],
+    probes: Mapping[tuple[str, str], Sequence[ProbeOutcome]],
+) -> dict[str, InstanceView]:
+    """The fleet view's instances ("account/instance_id" → view): each instance row with its
+    spans (rows of ``instance_spans``, in order), samples and probe outcomes (by instance)."""
+    spans: dict[int, list[StateSpan]] = defaultdict(list)
+    for span in span_rows:
+        spans[span.instance_pk].append(state_span(span))
+    views: dict[str, InstanceView] = {}
+    for row in rows:
+        key = (row.account, row.instance_id)
+        views[f"{row.account}/{row.instance_id}"] = instance_view(
+            row, spans.get(row.id, ()), samples.get(key) or (), probes.get(key, ())
+        )
+    return views
 
 
 def state_span(row: InstanceSpan | Row[Any]) -> StateSpan:

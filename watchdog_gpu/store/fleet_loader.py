@@ -8,7 +8,6 @@ from the Store's :class:`~watchdog_gpu.store.history.FleetHistory` when it has o
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -27,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
-from watchdog_gpu.model import InstanceState, StateSpan
+from watchdog_gpu.model import InstanceState
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history import FleetHistory, NewestIds
 from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
@@ -264,9 +263,7 @@ def _instance_views(
 ) -> dict[str, InstanceView]:
     params = {"names": names, "now": now, "window_start": window_start}
     rows = list(conn.execute(_INSTANCES, params))
-    spans: dict[int, list[StateSpan]] = defaultdict(list)
-    for span in conn.execute(_SPANS, params):
-        spans[span.instance_pk].append(convert.state_span(span))
+    spans = list(conn.execute(_SPANS, params))
     if history is not None and newest is not None:
         samples = history.samples.load(conn, samples_since, now, newest.samples)
         probes = history.probes.load(conn, samples_since, now, newest.probes)
@@ -274,10 +271,4 @@ def _instance_views(
         window = {"names": names, "since": samples_since, "now": now}
         samples = sample_histories(conn.execute(_WINDOW_SAMPLES, window))
         probes = by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
-    views: dict[str, InstanceView] = {}
-    for row in rows:
-        key = (row.account, row.instance_id)
-        views[f"{row.account}/{row.instance_id}"] = convert.instance_view(
-            row, spans.get(row.id, ()), samples.get(key) or (), probes.get(key, ())
-        )
-    return views
+    return convert.instance_views(rows, spans, samples, probes)

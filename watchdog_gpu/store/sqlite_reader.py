@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import defaultdict, namedtuple
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -35,7 +35,7 @@ from typing import Any
 
 from watchdog_gpu.errors import SchemaTooNewError, StoreError
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
-from watchdog_gpu.model import ActionStatus, InstanceState, StateSpan
+from watchdog_gpu.model import ActionStatus, InstanceState
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history_rows import (
     PROBE_COLUMNS,
@@ -360,23 +360,15 @@ class SqliteReader:
         in_view = (*names, InstanceState.GONE.value, bind_time(window_start))
         marks = {"names": _marks(names)}
         rows = self._rows(_INSTANCES.format_map(marks), in_view)
-        spans: dict[int, list[StateSpan]] = defaultdict(list)
-        span_sql = _SPANS.format_map(marks)
-        for span in self._rows(span_sql, (*in_view, bind_time(now), bind_time(window_start))):
-            spans[span.instance_pk].append(convert.state_span(span))
+        span_parameters = (*in_view, bind_time(now), bind_time(window_start))
+        spans = self._rows(_SPANS.format_map(marks), span_parameters)
         window = (*names, bind_time(samples_since), bind_time(now))
         connection = self.connection
         samples = sample_histories(connection.execute(_WINDOW_SAMPLES.format_map(marks), window))
         probes = by_instance(
             probes_from(connection.execute(_WINDOW_PROBES.format_map(marks), window))
         )
-        views: dict[str, InstanceView] = {}
-        for row in rows:
-            key = (row.account, row.instance_id)
-            views[f"{row.account}/{row.instance_id}"] = convert.instance_view(
-                row, spans.get(row.id, ()), samples.get(key) or (), probes.get(key, ())
-            )
-        return views
+        return convert.instance_views(rows, spans, samples, probes)
 
     def _fuse_state(self) -> FuseState:
         latest = self.connection.execute(_LATEST_FUSE_EVENT, (FUSE_TRIPPED, FUSE_RESET)).fetchone()
