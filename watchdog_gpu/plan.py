@@ -140,6 +140,25 @@ class Plan:
     def with_status(self, status: PlanStatus) -> tuple[Decision, ...]:
         return tuple(decision for decision in self.decisions if decision.status is status)
 
+    def next_change(self, now: datetime, rules: frozenset[str] = IDLE_RULES) -> datetime | None:
+        """The earliest instant after ``now`` at which a decision of ``rules`` changes by time
+        alone while its finding holds: a waiting episode's warning time, a warned one's due
+        time (later than the rule's own when the warning went out late). With the rules' own
+        ``next_change`` this is when the daemon evaluates again (docs/architecture.md, "Wakes")."""
+        earliest: datetime | None = None
+        for decision in self.decisions:
+            if decision.finding.rule not in rules:
+                continue
+            if decision.status is PlanStatus.WAIT:
+                instant = decision.warn_at
+            elif decision.status is PlanStatus.WARN:
+                instant = decision.due_at
+            else:
+                continue
+            if instant is not None and instant > now and (earliest is None or instant < earliest):
+                earliest = instant
+        return earliest
+
 
 DRY_RUN_SUFFIX = f":{DRY_RUN}"
 
@@ -227,14 +246,20 @@ def plan(
     view: FleetView,
     now: datetime,
     context: PlanContext,
+    *,
+    tick_started: datetime | None = None,
 ) -> Plan:
-    """Decide, for every finding, what happens this tick (see the module docstring)."""
+    """Decide, for every finding, what happens this tick (see the module docstring).
+
+    ``tick_started``: for a wake between two ticks (``wake.py``), when the tick it follows
+    evaluated: the actions since then count against ``max_actions_per_tick`` (a wake shares its
+    tick's allowance: wakes must not multiply the fuse's per-tick limit)."""
     existing = {record.idempotency_key: record for record in view.recent_actions}
     notices = index_notices(view.notice_times)
     decisions = [
         _decide(finding, view, now, context, existing, notices=notices) for finding in findings
     ]
-    return _apply_fuse(decisions, view, now, context)
+    return _apply_fuse(decisions, view, now, context, tick_started)
 
 
 def due_time(
@@ -350,13 +375,22 @@ def _active_snooze(view: FleetView, finding: Finding, now: datetime) -> str | No
 def acted_in_last_hour(view: FleetView, now: datetime) -> int:
     """Ordinary actions that count towards ``max_actions_per_hour``: real (not dry-run),
     not the budget emergency's, and not ended without touching anything."""
+    return acted_since(view, now - HOUR)
+
+
+def acted_since(
+    view: FleetView, since: datetime, *, inclusive: bool = False, budget: bool = False
+) -> int:
+    """Actions that count towards the fuse's limits (real, not ended without touching
+    anything) planned after ``since`` (or at it, when ``inclusive``): the ordinary ones, or
+    with ``budget`` the budget emergency's."""
     return sum(
         1
         for record in view.recent_actions
-        if record.created_at > now - HOUR
+        if (record.created_at >= since if inclusive else record.created_at > since)
         and record.status not in _NOT_ACTED
         and not record.dry_run
-        and record.rule != BUDGET_RULE
+        and (record.rule == BUDGET_RULE) == budget
     )
 
 
@@ -365,6 +399,7 @@ def _apply_fuse(
     view: FleetView,
     now: datetime,
     context: PlanContext,
+    tick_started: datetime | None = None,
 ) -> Plan:
     """Defer executions beyond the rate limits; trip on a wrong-looking pattern (module doc)."""
     safety = context.safety
@@ -379,11 +414,16 @@ def _apply_fuse(
     trip_reasons = [] if latched else _wrong_pattern(ordinary, view, now, context)
     blocked_ids = {id(d) for d in ordinary} if latched or trip_reasons else set()
     hour_allowance = max(0, safety.max_actions_per_hour - acted_in_last_hour(view, now))
-    allowance = min(safety.max_actions_per_tick, hour_allowance)
+    tick_allowance = safety.max_actions_per_tick
+    budget_allowance = safety.budget_emergency_max_actions_per_tick
+    if tick_started is not None:  # a wake: what its tick already did counts
+        tick_allowance -= acted_since(view, tick_started, inclusive=True)
+        budget_allowance -= acted_since(view, tick_started, inclusive=True, budget=True)
+    allowance = min(tick_allowance, hour_allowance)
     deferred_ids: set[int] = set()
     if not blocked_ids:
         deferred_ids |= {id(d) for d in _beyond(ordinary, allowance)}
-    deferred_ids |= {id(d) for d in _beyond(budget, safety.budget_emergency_max_actions_per_tick)}
+    deferred_ids |= {id(d) for d in _beyond(budget, budget_allowance)}
     result: list[Decision] = []
     blocked: list[PlannedAction] = []
     deferred: list[PlannedAction] = []

@@ -99,6 +99,9 @@ class TickReport:
     failed_rules: Mapping[str, str] = field(default_factory=dict)
     executed: ExecutorReport | None = None
     delivered: DeliveryReport | None = None
+    # The earliest instant an idle verdict may change by time alone (the rules' next points and
+    # the plan's warn/due times): when to evaluate again rather than a tick later (wake.py).
+    next_change: datetime | None = None
 
     @property
     def healthy(self) -> bool:
@@ -145,6 +148,7 @@ class Watchdog:
         # When this process last ran the rules: the executor acts only on conditions that still
         # held then (see executor.Executor).
         self.last_evaluated_at: datetime | None = None
+        self._tick_started: datetime | None = None  # the last evaluation that was no wake
 
     # -- the whole tick ---------------------------------------------------------------------
 
@@ -158,6 +162,16 @@ class Watchdog:
         report.delivered = self.deliver(now)
         if self.on_tick is not None:
             self.on_tick(report)
+        return report
+
+    def wake(self, now: datetime) -> TickReport:
+        """A wake (``wake.py``): the phases of a tick but the polls — take the streamed rows
+        that cover a verdict's instant, evaluate, act, tell."""
+        report = TickReport(now)
+        report.probes = self.probe(now)
+        self.evaluate(now, report, wake=True)
+        report.executed = self.act(now)
+        report.delivered = self.deliver(now)
         return report
 
     # -- observe and record -----------------------------------------------------------------
@@ -272,20 +286,27 @@ class Watchdog:
         configured = {name: provider.name for name, provider in self.providers.items()}
         return self.store.load_fleet_view(now, self.settings.lookback, since, configured)
 
-    def evaluate(self, now: datetime, report: TickReport | None = None) -> Plan:
+    def evaluate(
+        self, now: datetime, report: TickReport | None = None, *, wake: bool = False
+    ) -> Plan:
         """Rules → findings → plan; write findings, actions, notifications and audit events,
-        all in one transaction (one commit per evaluation, not one per decision)."""
+        all in one transaction (one commit per evaluation, not one per decision). ``wake``: an
+        evaluation between two ticks (``wake.py``), which shares the fuse's per-tick allowance
+        with the tick before it."""
         with self.store.batch():
-            return self._evaluate(now, report)
+            return self._evaluate(now, report, wake)
 
-    def _evaluate(self, now: datetime, report: TickReport | None) -> Plan:
+    def _evaluate(self, now: datetime, report: TickReport | None, wake: bool) -> Plan:
         view = self.load_view(now)
         evaluation = evaluate_rules(view, now, self.settings.rules)
         recorded = self.store.list_findings(seen_since=now - self.settings.continuity)
         findings = stitch_episodes(evaluation.findings, recorded, now, self.settings.continuity)
         self.store.record_findings(findings, now)
         self.last_evaluated_at = now
-        result = plan(findings, view, now, self.settings.context)
+        if not wake:
+            self._tick_started = now
+        tick_started = self._tick_started if wake else None
+        result = plan(findings, view, now, self.settings.context, tick_started=tick_started)
         self._planned_keys = {
             d.action.idempotency_key for d in result.decisions if d.action is not None
         }
@@ -300,6 +321,7 @@ class Watchdog:
             report.findings = findings
             report.plan = result
             report.failed_rules = evaluation.failed
+            report.next_change = earliest(evaluation.next_change, result.next_change(now))
         return result
 
     def _record(self, decision: Decision, now: datetime) -> None:
@@ -440,6 +462,12 @@ class Watchdog:
         return self.store.prune(
             now, self.settings.sample_retention, raw_samples_for=raw_samples_for
         )
+
+
+def earliest(*instants: datetime | None) -> datetime | None:
+    """The earliest of the instants that are not None (None when there is none)."""
+    known = [instant for instant in instants if instant is not None]
+    return min(known) if known else None
 
 
 def _audit_data(decision: Decision) -> dict[str, str | int | float | bool | None]:

@@ -16,14 +16,15 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIGS = sorted((EXAMPLES / "config").glob("*.toml"))
 SCENARIOS = sorted((EXAMPLES / "scenarios").glob("*.toml"))
 
-# Scenario → (rule, instance, destroy time) the scenario's comment promises.
+# Scenario → (rule, instance, destroy time) the scenario's comment promises (an idle limit: the
+# rows covering it are in batch_seconds + 2 s later, when the watchdog evaluates again).
 PROMISED = {
-    "forgotten-idle.toml": ("idle_gpu", "vast-main/9001", "2026-03-02T21:01:00Z"),
+    "forgotten-idle.toml": ("idle_gpu", "vast-main/9001", "2026-03-02T21:00:07Z"),
     "outbid-interruptible.toml": ("paused_interruptible", "vast-bids/9101", "2026-03-02T20:45:00Z"),
     "lambda-night.toml": (
         "idle_gpu",
         "lambda-research/5c1e0d2b8a7f4e3c9b6a1d0e2f3a4b5c",
-        "2026-03-02T20:51:00Z",
+        "2026-03-02T20:50:07Z",
     ),
 }
 

@@ -59,11 +59,14 @@ def test_one_notification_says_destroys_were_deferred_and_nothing_is_critical(ru
     (deferred,) = fleet_notes
     assert deferred["severity"] == "warning"
     assert "deferred" in deferred["title"]
-    # Deferral begins at the first tick with more destroys due than the per-tick limit (the
-    # streaming probe dates each instance's idleness to its second, so the wave's due times
-    # spread over the minute it went idle).
+    # Deferral begins once a tick's allowance is used up: the streaming probe dates each
+    # instance's idleness to its second, so the wave's due times spread over the minute it went
+    # idle, and the evaluations woken between two ticks as they fall due (wake.py) share their
+    # tick's allowance — the first one after the limit was reached defers, within that tick.
     per_tick = Counter(action["offset_s"] for action in run.actions)
-    assert deferred["offset_s"] == min(at for at, count in per_tick.items() if count == PER_TICK)
+    full = min(at for at, count in per_tick.items() if count == PER_TICK)
+    assert full < deferred["offset_s"] < full + 60
+    assert not [a for a in run.actions if full < a["offset_s"] < full + 53]
     assert [note for note in run.notifications if note["severity"] == "critical"] == []
 
 
@@ -79,12 +82,12 @@ def test_each_destroy_still_follows_its_own_warning(run: Run) -> None:
 
 
 def test_the_warnings_of_one_tick_are_one_push(run: Run) -> None:
-    # The first tick that warns about several instances (the streaming probe dates each one's
-    # idleness to its second: the one idle from the wave's first second is warned a tick ahead).
+    # The first evaluation that warns about several instances (the streaming probe dates each
+    # one's idleness to its second, and an evaluation is woken as their warning points fall
+    # due, a few seconds apart at the least: wake.py) sends them in one push.
     per_tick = Counter(note["offset_s"] for note in run.notifications)
     first = min(at for at, count in per_tick.items() if count > 1)
     pushes = {note["push"] for note in run.notifications if note["offset_s"] == first}
-    assert per_tick[first] > PER_TICK
     assert len(pushes) == 1
 
 

@@ -443,3 +443,49 @@ def test_a_due_action_waits_while_the_accounts_last_listing_failed() -> None:
     assert stale.actions == ()
     assert "stale" in stale.decisions[0].note
     assert statuses(fresh.decisions) == [PlanStatus.EXECUTE]
+
+
+def test_a_wake_shares_the_per_tick_allowance_of_the_tick_before_it() -> None:
+    def record(i: int, created: datetime) -> ActionRecord:
+        return ActionRecord(
+            f"tick-{i}", "vast-main", f"t{i}", "idle_gpu", ActionKind.DESTROY,
+            ActionStatus.CALLED, False, created,
+        )  # fmt: skip
+
+    tick = NOW - timedelta(seconds=20)
+    views = [instance(str(i)) for i in range(6)]
+    findings = [finding(str(i)) for i in range(4)]
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=3))
+    acted = fleet(*views, recent_actions=(record(0, tick), record(1, tick)))
+    ticked = plan(findings, acted, NOW, ctx)
+    assert statuses(ticked.decisions).count(PlanStatus.EXECUTE) == 3  # a tick: its own allowance
+    shared = plan_unwarned(
+        findings,
+        replace(acted, notice_times=warned(findings), notification_keys=frozenset()),
+        NOW,
+        ctx,
+        tick_started=tick,
+    )
+    assert statuses(shared.decisions).count(PlanStatus.EXECUTE) == 1  # 3 - the tick's 2
+    assert len(shared.deferred) == 3
+
+
+def test_the_plan_says_when_an_idle_decision_changes_by_time_alone() -> None:
+    sent = NOW - timedelta(minutes=4)
+    warned_one, due_later, other_rule = finding("1"), finding("2"), finding("3", rule="budget")
+    times = {**warned([warned_one], at=sent), **warned([due_later], at=NOW - timedelta(hours=1))}
+    view = fleet(
+        instance("1"), instance("2"), instance("3"),
+        notice_times=times, notification_keys=frozenset(times),
+    )  # fmt: skip
+    result = plan_unwarned(
+        [warned_one, replace(due_later, due_at=NOW + timedelta(minutes=8)), other_rule],
+        view,
+        NOW,
+        context(),
+    )
+    assert statuses(result.decisions)[:2] == [PlanStatus.WARN, PlanStatus.WARN]
+    # The warning of "1" went out 4 min ago: due 6 min from now, before "2"'s 8 min.
+    assert result.next_change(NOW) == sent + IdleGpuConfig().warn_before
+    assert result.next_change(NOW + timedelta(minutes=7)) == NOW + timedelta(minutes=8)
+    assert result.next_change(NOW + timedelta(minutes=9)) is None

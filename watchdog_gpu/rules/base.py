@@ -153,6 +153,23 @@ class Rule(Protocol):
         """Why an episode of this rule ended (its finding is gone), for the resolution."""
         ...
 
+    def evaluate_timed(self, view: FleetView, now: datetime, config: RuleConfig) -> RuleOutcome:
+        """The findings and the earliest instant the rule's verdicts may change; pure."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuleOutcome:
+    """What one rule found, and ``next_change``: the earliest instant after which one of its
+    verdicts may change by the passing of time alone (a GPU's observed idle time reaching the
+    warning or the action point), assuming what it sees stays as it is and keeps being observed;
+    ``None`` when nothing is timed. The daemon evaluates again then instead of a tick later
+    (``docs/architecture.md``, "Wakes"). A hint, never a verdict: an evaluation at any instant is
+    safe."""
+
+    findings: tuple[Finding, ...]
+    next_change: datetime | None = None
+
 
 ConfigT = TypeVar("ConfigT", bound=RuleConfig)
 
@@ -171,15 +188,29 @@ class RuleSpec(Generic[ConfigT]):
     # Why an episode ended, in the rule's own terms ("GPU busy again"); None: the generic
     # reason (the instance's state now), see :func:`generic_cleared_reason`.
     cleared: Callable[[Finding, FleetView], str] | None = None
+    # The findings and the earliest instant a verdict may change (see RuleOutcome), for a rule
+    # that can tell; None: ``function``'s findings, no instant.
+    timed: Callable[[FleetView, datetime, ConfigT], RuleOutcome] | None = None
 
     def evaluate(self, view: FleetView, now: datetime, config: RuleConfig) -> Iterable[Finding]:
         """Run the rule. Raises TypeError when ``config`` is not this rule's config model."""
+        return self.function(view, now, self._own(config))
+
+    def evaluate_timed(self, view: FleetView, now: datetime, config: RuleConfig) -> RuleOutcome:
+        """Run the rule, with the earliest instant its verdicts may change when it can tell.
+        Raises TypeError when ``config`` is not this rule's config model."""
+        own = self._own(config)
+        if self.timed is None:
+            return RuleOutcome(tuple(self.function(view, now, own)))
+        return self.timed(view, now, own)
+
+    def _own(self, config: RuleConfig) -> ConfigT:
         if not isinstance(config, self.config_model):
             raise TypeError(
                 f"rule {self.name} needs a {self.config_model.__name__}, "
                 f"got {type(config).__name__}"
             )
-        return self.function(view, now, config)
+        return config
 
     def default_config(self) -> ConfigT:
         """The rule's configuration with every documented default."""

@@ -41,6 +41,10 @@ How it decides, for each running instance:
   plus what is missing). So no action comes before ``idle`` of *observed* idleness.
   ``due_at`` is computed from recorded samples: stable across ticks while observation
   continues (within a sample interval), later by the blind time otherwise.
+- **Next point**: for every running idle clock the rule also says when it will reach its next
+  point — the warning point, then the action point — if the GPUs stay idle and observed
+  (:func:`next_point`); the earliest of them is the evaluation's ``next_change``, when the
+  daemon evaluates again once the rows covering it are in, rather than a whole tick later.
 - The rule sees only the samples the fleet view holds (the store's ``lookback``). Give it at
   least :func:`minimum_sample_lookback`; better, the whole current run. When the last activity
   has slid out of the view, the episode is dated by arming (``arm_after`` after the run
@@ -66,7 +70,7 @@ from watchdog_gpu.model import (
     Severity,
     Verdict,
 )
-from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
+from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleOutcome, RuleSpec
 from watchdog_gpu.rules.idle_clock import IdleClock, Span, clock_of, observed_spans
 from watchdog_gpu.rules.windows import (
     expected_gpus,
@@ -132,30 +136,61 @@ class _Episode:
 
 def evaluate(view: FleetView, now: datetime, config: IdleGpuConfig) -> list[Finding]:
     """One finding per running instance whose GPUs are idle (see the module docstring)."""
+    return list(evaluate_timed(view, now, config).findings)
+
+
+def evaluate_timed(view: FleetView, now: datetime, config: IdleGpuConfig) -> RuleOutcome:
+    """:func:`evaluate`, and the earliest instant an idle clock reaches the warning point
+    (``idle − warn_before``) or the action point (``idle``) — see :func:`next_point`."""
     findings: list[Finding] = []
+    earliest: datetime | None = None
     for instance in view.instances.values():
         if instance.state is not InstanceState.RUNNING:
             continue
-        finding = _evaluate_instance(instance, now, config)
+        finding, point = _evaluate_instance(instance, now, config)
         if finding is not None:
             findings.append(finding)
-    return findings
+        if point is not None and (earliest is None or point < earliest):
+            earliest = point
+    return RuleOutcome(tuple(findings), earliest)
+
+
+def next_point(clock: IdleClock, now: datetime, config: IdleGpuConfig) -> datetime | None:
+    """When ``clock`` reaches its next point — the warning point (``idle − warn_before`` of
+    observed idle time), else the action point (``idle``) — if the GPUs stay idle and observed
+    from the newest row on; ``None`` once both are reached, or while the newest row is more than
+    ``max_sample_gap`` old (blind: nothing is due until rows come again).
+
+    Counted from the newest *observed* instant, not from ``now``: with rows sent in batches the
+    point may already have passed on the host while its rows are on the way (then it lies
+    before ``now``). An evaluation once those rows are in decides it (``docs/architecture.md``,
+    "Wakes"); before a warning there is no finding to read a due time from, so the rule says it.
+    """
+    if now - clock.last_observed > config.max_sample_gap:
+        return None
+    observed = clock.observed(now)
+    for point in (max(config.idle - config.warn_before, timedelta(0)), config.idle):
+        if observed < point:
+            return clock.last_observed + (point - observed)
+    return None
 
 
 def _evaluate_instance(
     instance: InstanceView, now: datetime, config: IdleGpuConfig
-) -> Finding | None:
+) -> tuple[Finding | None, datetime | None]:
+    """The instance's finding (if any) and its clock's next point (:func:`next_point`)."""
     since = running_since(instance)
     if since is None:
-        return None
+        return None, None
     episode = _episode(instance, since, now, config)
     if episode is None:
-        return None
+        return None, None
     clock = episode.clock
+    point = next_point(clock, now, config)
     limit = config.idle
     warn_at = limit - config.warn_before
     if clock.observed(now) < warn_at or now - clock.last_observed > config.max_sample_gap:
-        return None
+        return None, point
     first_held = clock.reached(max(warn_at, timedelta(0))) or now
     due_at = max(clock.due(limit, now), first_held + config.warn_before)
     if episode.start < clock.onset and clock.reached(limit) is not None:
@@ -164,7 +199,8 @@ def _evaluate_instance(
         # (which slides with every tick and would push the action ahead forever).
         first_held = episode.start + limit - config.warn_before
         due_at = episode.start + limit
-    return _finding(instance, episode, now, due_at=due_at, first_held=first_held, config=config)
+    finding = _finding(instance, episode, now, due_at=due_at, first_held=first_held, config=config)
+    return finding, point
 
 
 def _episode(
@@ -287,4 +323,4 @@ def cleared_reason(finding: Finding, view: FleetView) -> str:
     return "GPU activity no longer known (samples missing or too sparse); unknown is not idle"
 
 
-RULE = RuleSpec(NAME, IdleGpuConfig, evaluate, cleared=cleared_reason)
+RULE = RuleSpec(NAME, IdleGpuConfig, evaluate, cleared=cleared_reason, timed=evaluate_timed)

@@ -58,6 +58,8 @@ class Evaluation:
 
     findings: tuple[Finding, ...]
     failed: Mapping[str, str]
+    # The earliest instant a rule's verdict may change by time alone (rules.base.RuleOutcome).
+    next_change: datetime | None = None
 
 
 def default_configs() -> dict[str, RuleConfig]:
@@ -98,24 +100,30 @@ def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleCon
     defaults, a rule whose ``enabled`` is false does not run, and a name that is no rule is
     logged and ignored. A rule that raises (including being handed the wrong config type) is
     logged with its traceback and recorded in ``failed``; the other rules still run.
+    ``next_change`` is the earliest instant any rule's verdict may change by time alone.
     """
     for name in configs:
         if name not in RULES:
             logger.warning("unknown rule ignored rule=%s", name)
     findings: list[Finding] = []
     failed: dict[str, str] = {}
+    next_change: datetime | None = None
     for name, rule in RULES.items():
         config = configs.get(name) or rule.config_model()
         if not config.enabled:
             continue
         try:
-            produced = list(rule.evaluate(view, now, config))
+            produced = rule.evaluate_timed(view, now, config)
         except Exception as error:  # a rule bug must not silence the other layers
             logger.exception("rule failed rule=%s error=%s", name, type(error).__name__)
             failed[name] = f"{type(error).__name__}: {error}"
             continue
-        findings.extend(produced)
-    return Evaluation(tuple(findings), failed)
+        findings.extend(produced.findings)
+        if produced.next_change is not None and (
+            next_change is None or produced.next_change < next_change
+        ):
+            next_change = produced.next_change
+    return Evaluation(tuple(findings), failed, next_change)
 
 
 def cleared_reason(finding: Finding, view: FleetView) -> str:

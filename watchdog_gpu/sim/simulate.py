@@ -39,6 +39,8 @@ from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.sim.ssh_stream import simulated_streams
 from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, sqlite_url
+from watchdog_gpu.tick import TickReport
+from watchdog_gpu.wake import Wakes
 from watchdog_gpu.wiring import Assembly, assemble, open_store
 
 SIM_BASE_URLS = {
@@ -226,6 +228,9 @@ class Simulation:
         self.store: Store = open_store(database_url or sqlite_url(database))
         self.assembly = self.build()
         self.next_tick = first_tick or scenario.start
+        # Wakes between ticks (wake.py) with the streaming probe, whose rows come in batches.
+        self.wakes = Wakes() if settings.probe.mode == "stream" else None
+        self.wakes_ran = 0
 
     def build(self) -> Assembly:
         """(Re)build the engine over the same store, world and clock: a restart of the daemon."""
@@ -252,11 +257,36 @@ class Simulation:
         return self.next_tick > self.scenario.end
 
     def step(self) -> None:
-        """Run one tick at the next scheduled instant (later if the last tick overran)."""
+        """Run one tick at the next scheduled instant (later if the last tick overran), then
+        the wakes it calls for before the next one, as the daemon does (``wake.py``)."""
         if self.clock.now() < self.next_tick:
             self.clock.set(self.next_tick)
-        self.assembly.watchdog.tick(self.clock.now())
+        now = self.clock.now()
+        report = self.assembly.watchdog.tick(now)
         self.next_tick += self.scenario.tick
+        self.wakes_ran += self._wake_until(report, now)
+
+    def _wake_until(self, report: TickReport, probed_at: datetime) -> int:
+        """Run the wakes ``report`` calls for before the next tick (and the scenario's end);
+        how many ran."""
+        if self.wakes is None:
+            return 0
+        bound = min(self.next_tick, self.scenario.end + timedelta(microseconds=1))
+        ran = 0
+        wake = self.wakes.after_evaluation(
+            now=report.now, next_change=report.next_change, probed_at=probed_at, next_tick=bound
+        )
+        while wake is not None:
+            if self.clock.now() < wake:
+                self.clock.set(wake)
+            now = self.clock.now()
+            self.wakes.ran(now)
+            report = self.assembly.watchdog.wake(now)
+            ran += 1
+            wake = self.wakes.after_evaluation(
+                now=now, next_change=report.next_change, probed_at=now, next_tick=bound
+            )
+        return ran
 
     def run(self, on_step: Callable[[Simulation], None] | None = None) -> SimulationResult:
         """Tick to the scenario's end (``on_step`` after each tick, e.g. to show progress)."""
