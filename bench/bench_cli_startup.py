@@ -1,9 +1,13 @@
 """Benchmark: the command line's start-up, as a user's shell runs it.
 
-Times ``watchdog-gpu --help`` and ``watchdog-gpu status --db FILE`` as whole processes (start-up,
-imports and work), each run's CPU seconds (user + system) from the OS's accounting of the
-finished child, and prints min / median / max. ``--db`` names a database to read (e.g. the one
-``watchdog-gpu demo`` leaves); without it an empty one is created and migrated first.
+Times ``watchdog-gpu --help``, ``watchdog-gpu status --db FILE`` and ``watchdog-gpu status --config
+FILE`` (a configuration naming that database: the loader, pydantic-settings and the rules'
+models come in) as whole processes (start-up, imports and work), each run's CPU seconds (user +
+system) from the OS's accounting of the finished child, and prints min / median / max. ``--db``
+names a database to read (e.g. the one ``watchdog-gpu demo`` leaves, or a ``bench_daemon --db``
+one: ``python -m bench.bench_daemon --hours 0.3 --speed 15 --db /tmp/status-1k.db`` for 1,000
+instances); without it an empty one is created and migrated first. A SQLite database at head is
+read through the standard library's ``sqlite3`` (``store/sqlite_reader.py``).
 
 Run from the repository root::
 
@@ -74,8 +78,13 @@ def main() -> None:
                 stdout=subprocess.DEVNULL,
                 check=True,
             )
+        config = Path(directory) / "watchdog-gpu.toml"
+        config.write_text(
+            f'[watchdog]\ndatabase_url = "sqlite:///{database.absolute()}"\n', encoding="utf-8"
+        )
         report("watchdog-gpu --help", ["--help"], args.runs)
         report("watchdog-gpu status --db", ["status", "--db", str(database)], args.runs)
+        report("watchdog-gpu status --config", ["status", "--config", str(config)], args.runs)
 
 
 if __name__ == "__main__":

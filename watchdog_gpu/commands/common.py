@@ -14,7 +14,7 @@ The database must exist: these commands never create one (a typo in a path would
 create an empty database and report an empty fleet). An older schema is migrated first, as the
 daemon does at start-up.
 
-The read-only commands (``status``) open a SQLite file at the current schema through the
+The read-only commands (``status``, ``events``) open a SQLite file at the current schema through the
 standard library's ``sqlite3``, read-only (:func:`opened_reader`, ``store/sqlite_reader.py``):
 SQLAlchemy's import alone cost more than their start-up budget. Any other database — PostgreSQL,
 a SQLite file to migrate first — goes through the SQLAlchemy store as the other commands do.

@@ -28,7 +28,7 @@ from watchdog_gpu.commands.common import (
     add_source_arguments,
     current_time,
     json_time,
-    opened_source,
+    opened_reader,
     parse_since,
     print_lines,
     ref,
@@ -38,8 +38,8 @@ from watchdog_gpu.commands.common import (
     timestamp,
 )
 from watchdog_gpu.notify.render import format_rate
-from watchdog_gpu.store import AuditEvent
-from watchdog_gpu.store.types import JsonValue
+from watchdog_gpu.store.rows import AuditEvent
+from watchdog_gpu.store.values import JsonValue
 
 DEFAULT_LIMIT = 50
 EVIDENCE_PREFIX = "evidence."
@@ -81,7 +81,7 @@ def _limit(text: str) -> int:
 def run_events(args: argparse.Namespace) -> int:
     """Print the selected events as a table or JSON Lines."""
     since = parse_since(args.since, current_time()) if args.since else None
-    with opened_source(args) as source:
+    with opened_reader(args) as source:
         account = instance_id = None
         if args.instance is not None:
             instances = source.store.latest_instances(include_gone=True)

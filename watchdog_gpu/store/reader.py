@@ -14,12 +14,19 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from watchdog_gpu.fleet import FleetView
-from watchdog_gpu.store.rows import AccountRecord, ActionRow, FindingRecord, InstanceRecord, Leader
+from watchdog_gpu.store.rows import (
+    AccountRecord,
+    ActionRow,
+    AuditEvent,
+    FindingRecord,
+    InstanceRecord,
+    Leader,
+)
 from watchdog_gpu.store.values import DEFAULT_NOTIFICATION_LOOKBACK
 
 
 class StoreReader(Protocol):
-    """The reads ``status`` makes; each method is documented on ``Store``."""
+    """The reads ``status`` and ``events`` make; each method is documented on ``Store``."""
 
     def latest_accounts(self) -> list[AccountRecord]: ...
 
@@ -40,6 +47,15 @@ class StoreReader(Protocol):
     def list_actions(
         self, statuses: Sequence[str] | None = None, since: datetime | None = None
     ) -> list[ActionRow]: ...
+
+    def list_audit_events(
+        self,
+        since: datetime | None = None,
+        limit: int | None = None,
+        *,
+        account: str | None = None,
+        instance_id: str | None = None,
+    ) -> list[AuditEvent]: ...
 
     def fuse_latched(self) -> bool: ...
 

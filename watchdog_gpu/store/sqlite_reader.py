@@ -1,8 +1,8 @@
 """The store's reads on a SQLite file through the standard library's ``sqlite3``, read-only.
 
-``status`` opens a SQLite database with this instead of the SQLAlchemy ``Store``: importing
-SQLAlchemy (and its ORM, the schema) alone cost more than the command's whole budget of 0.5 s CPU
-(bench/README.md, "Command-line start-up"). It implements
+``status`` and ``events`` open a SQLite database with this instead of the SQLAlchemy ``Store``:
+importing SQLAlchemy (and its ORM, the schema) alone cost more than ``status``'s whole budget of
+0.5 s CPU (bench/README.md, "Command-line start-up"). It implements
 :class:`~watchdog_gpu.store.reader.StoreReader` and returns the very same values as ``Store`` for
 the same database — same SQL conditions and order as ``fleet_loader``, the same converters
 (``store.convert``), the same row grouping (``store.history_rows``); a test reads demo,
@@ -47,7 +47,14 @@ from watchdog_gpu.store.history_rows import (
     sample_histories,
 )
 from watchdog_gpu.store.revisions import shipped_history
-from watchdog_gpu.store.rows import AccountRecord, ActionRow, FindingRecord, InstanceRecord, Leader
+from watchdog_gpu.store.rows import (
+    AccountRecord,
+    ActionRow,
+    AuditEvent,
+    FindingRecord,
+    InstanceRecord,
+    Leader,
+)
 from watchdog_gpu.store.values import (
     ACTIONS_DEFERRED,
     DEFAULT_NOTIFICATION_LOOKBACK,
@@ -147,6 +154,7 @@ _PRESENT_INSTANCES = "SELECT * FROM instances WHERE state != ? ORDER BY account,
 _FINDINGS = "SELECT * FROM findings {where} ORDER BY first_seen, id"
 _ACTIONS = "SELECT * FROM actions {where} ORDER BY created_at, id"
 _LEADER = "SELECT * FROM leadership WHERE id = ?"
+_AUDIT_EVENTS = "SELECT * FROM audit_events {where} ORDER BY at DESC, id DESC {limit}"
 _REVISION = "SELECT version_num FROM alembic_version"
 
 
@@ -326,6 +334,33 @@ class SqliteReader:
         with self.errors():
             rows = self._rows(_ACTIONS.format(where=where), parameters)
             return [convert.action_row(row) for row in rows]
+
+    def list_audit_events(
+        self,
+        since: datetime | None = None,
+        limit: int | None = None,
+        *,
+        account: str | None = None,
+        instance_id: str | None = None,
+    ) -> list[AuditEvent]:
+        conditions: list[str] = []
+        parameters: list[Any] = []
+        for condition, value in (
+            ("at >= ?", None if since is None else bind_time(since)),
+            ("account = ?", account),
+            ("instance_id = ?", instance_id),
+        ):
+            if value is not None:
+                conditions.append(condition)
+                parameters.append(value)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        if limit is not None:
+            parameters.append(limit)
+        sql = _AUDIT_EVENTS.format(where=where, limit="LIMIT ?" if limit is not None else "")
+        with self.errors():
+            events = [convert.audit_event(row) for row in self._rows(sql, parameters)]
+        events.reverse()
+        return events
 
     def fuse_latched(self) -> bool:
         with self._snapshot():

@@ -58,8 +58,9 @@ def test_status_of_a_missing_file_imports_nothing_heavy() -> None:
     assert not loaded & set(HEAVY)
 
 
+@pytest.mark.parametrize("command", ["status", "events"])
 def test_status_on_a_sqlite_file_at_head_reads_it_without_sqlalchemy_or_pydantic(
-    tmp_path: Path,
+    command: str, tmp_path: Path
 ) -> None:
     # The standard library's sqlite3 reads it (store/sqlite_reader.py), --db reads no
     # configuration and the rules' defaults are plain values (commands/status_defaults.py):
@@ -68,7 +69,7 @@ def test_status_on_a_sqlite_file_at_head_reads_it_without_sqlalchemy_or_pydantic
     engine = create_engine_for(sqlite_url(database))
     upgrade_to_head(engine)
     engine.dispose()
-    loaded = imported_after(["status", "--db", str(database)])
+    loaded = imported_after([command, "--db", str(database)])
     assert "sqlite3" in loaded
     assert not loaded & set(HEAVY)
     assert "pydantic_settings" not in loaded
