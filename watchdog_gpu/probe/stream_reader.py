@@ -97,6 +97,8 @@ class StreamReader:
         self._aux_text = ""
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
+        self._processes_key: tuple[str, str, tuple[int, ...]] | None = None
+        self._processes_of_key: Mapping[int, int] | None = None
         self.rows = 0
         self.garbage = 0  # garbage lines since the last good row
         self.error: DmonError | None = None
@@ -234,6 +236,19 @@ class StreamReader:
         instant = instants[-1]
         self.last_row_at = at if instant == read_at else datetime.fromtimestamp(instant, UTC)
 
+    def _count_processes(self, sections: ProbeSections) -> Mapping[int, int] | None:
+        """Compute processes per GPU index from an aux block's lists (``None``: not known)."""
+        try:
+            gpu_ids: Mapping[str, int] | None = parse_gpu_list(sections.gpus_text)
+        except DmonError:
+            gpu_ids = None
+        try:
+            apps = parse_compute_apps(sections.apps_text, COMPUTE_APPS_FIELDS)
+        except DmonError:
+            apps = None
+        indices = sorted(self._seen_gpus | set((gpu_ids or {}).values()))
+        return processes_per_gpu(apps, indices, gpu_ids) if indices else None
+
     def _verdict(self, parsed: _ParsedLine, processes: Mapping[int, int] | None) -> Verdict:
         count = None if processes is None else processes.get(parsed.gpu, 0)
         verdict = parsed.verdicts.get(count)
@@ -244,18 +259,16 @@ class StreamReader:
         return verdict
 
     def _aux(self, sections: ProbeSections, at: datetime) -> None:
-        try:
-            gpu_ids: Mapping[str, int] | None = parse_gpu_list(sections.gpus_text)
-        except DmonError:
-            gpu_ids = None
         processes: Mapping[int, int] | None = None
         if sections.apps_exit == 0:
-            try:
-                apps = parse_compute_apps(sections.apps_text, COMPUTE_APPS_FIELDS)
-            except DmonError:
-                apps = None
-            indices = sorted(self._seen_gpus | set((gpu_ids or {}).values()))
-            processes = processes_per_gpu(apps, indices, gpu_ids) if indices else None
+            # A steady host lists the same processes every minute: the same texts under the
+            # same GPUs give the same mapping object, and the rows' verdicts under it still hold.
+            key = (sections.apps_text, sections.gpus_text, tuple(sorted(self._seen_gpus)))
+            if key == self._processes_key:
+                processes = self._processes_of_key
+            else:
+                processes = self._processes_of_key = self._count_processes(sections)
+                self._processes_key = key
         self._processes = processes
         self.buffer.add_aux(
             AuxReading(

@@ -2,8 +2,9 @@
 
 A steady stream repeats the same few lines, so the reader parses each distinct data line once,
 keeps its verdict under the newest aux reading, reuses the last date and time it parsed, and
-hands a read's rows to the buffer at once. A reader whose line cache never answers parses every
-line afresh and judges every row: for the same text, read in the same pieces with the same aux
+hands a read's rows to the buffer at once; an aux block listing what the previous one listed
+keeps its process counts. A reader whose caches never answer parses every line and every aux
+block afresh and judges every row: for the same text, read in the same pieces with the same aux
 blocks in between, both must hand the buffer the same runs and report the same state.
 """
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.unit.probe.test_stream import HEADER, aux, health, row
 from tests.unit.probe.test_stream_host_time import DATED_HEADER
+from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.stream_buffer import HostBuffer
 from watchdog_gpu.probe.stream_reader import StreamReader
 
@@ -64,8 +66,11 @@ def sessions(draw: st.DrawFn) -> list[tuple[str, str, float]]:
     second, at = 0, 0.5
     for _ in range(draw(st.integers(min_value=1, max_value=25))):
         if draw(st.integers(min_value=0, max_value=5)) == 0:
-            apps = draw(st.sampled_from(["", f"{UUID.format(0)}, 4242, python, 1000\n"]))
-            events.append(("stderr", aux(apps=apps, gpus=GPU_LIST), at))
+            apps = draw(
+                st.sampled_from(["", *(f"{UUID.format(g)}, 42, python, 9\n" for g in (0, 1))])
+            )
+            gpus = draw(st.sampled_from([GPU_LIST, GPU_LIST.splitlines(keepends=True)[0], ""]))
+            events.append(("stderr", aux(apps=apps, gpus=gpus), at))
             continue
         text = ""
         for _ in range(draw(st.integers(min_value=1, max_value=12))):
@@ -101,4 +106,24 @@ def test_the_cached_reader_hands_over_what_a_reader_without_caches_does(
                 target.feed_stdout(text, at)
             else:
                 target.feed_stderr(text, at)
+        fresh._processes_key = None  # the reference keeps no aux reading's processes either
         assert state(cached) == state(fresh)
+
+
+def test_an_aux_block_repeated_after_a_new_gpu_appeared_counts_its_processes_anew() -> None:
+    # No GPU list, one process nobody can place: it belongs to the only GPU seen, then (a
+    # second GPU printed rows) to every GPU — the same aux text, another answer.
+    stream = reader(cached=True)
+    block = aux(apps=f"{UUID.format(7)}, 42, python, 9\n")
+    first = f" {T0:%Y%m%d}   {T0:%H:%M:%S}"
+    stream.feed_stdout(DATED_HEADER + first + f"{0:>7}" + row(0, "-")[5:], T0)
+    stream.feed_stderr(block, T0)
+    stream.feed_stdout(first + f"{1:>7}" + row(1, "-")[5:], T0 + timedelta(seconds=1))
+    stream.feed_stderr(block, T0 + timedelta(seconds=1))
+    later = T0 + timedelta(seconds=2)
+    stream.feed_stdout(f" {later:%Y%m%d}   {later:%H:%M:%S}{1:>7}" + row(1, "-")[5:], later)
+    reading = stream.buffer.aux()
+    assert reading is not None
+    assert reading.processes == {0: 1, 1: 1}
+    verdicts = [run.verdict for run in stream.buffer.take().runs[1]]
+    assert verdicts == [Verdict.UNKNOWN, Verdict.BUSY]  # MIG rows: busy once a process counts
