@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from watchdog_gpu.providers.scrub import REDACTED, scrub_payload, scrub_text, truncate
 
@@ -99,3 +101,47 @@ def test_error_codes_that_mention_keys_stay_readable() -> None:
 def test_truncate_collapses_whitespace_and_marks_the_cut() -> None:
     assert truncate("a  b\n c") == "a b c"
     assert truncate("x" * 500, 10) == "x" * 9 + "…"
+
+
+def _reference_scrub(value: object) -> object:
+    """Scrubbing as one plain recursion, value by value (what the fast path must match)."""
+    if isinstance(value, dict):
+        return {
+            key: (
+                (item if item in (None, "") or isinstance(item, bool) else REDACTED)
+                if isinstance(key, str) and _secret_name(key)
+                else _reference_scrub(item)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_reference_scrub(item) for item in value]
+    if isinstance(value, str):
+        return scrub_payload([value], [KEY])[0]  # type: ignore[index]  # one string alone
+    return value
+
+
+def _secret_name(key: str) -> bool:
+    return scrub_payload({key: "x"}) == {key: REDACTED}
+
+
+_names = st.sampled_from(["id", "api_key", "token", "next_token", "env", "n", "jupyter_url"])
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.sampled_from(["", "plain", f"has {KEY} inside", "DB_PASSWORD=hunter22", "A=b"]),
+)
+_json = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_names, inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@given(_json)
+def test_scrubbing_a_payload_matches_scrubbing_it_value_by_value(payload: object) -> None:
+    assert scrub_payload(payload, [KEY]) == _reference_scrub(payload)
