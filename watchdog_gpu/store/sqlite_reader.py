@@ -27,7 +27,7 @@ import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from types import TracebackType
@@ -62,7 +62,7 @@ from watchdog_gpu.store.values import (
     FUSE_TRIPPED,
     OPEN_ACTION_STATUSES,
     RECENT_ACTIONS,
-    NaiveDatetimeError,
+    bind_time,
 )
 
 BUSY_TIMEOUT_SECONDS = 10.0  # as the engine's busy_timeout (store/engine.py)
@@ -87,13 +87,6 @@ def _read_json(value: bytes) -> Any:
 sqlite3.register_converter("DATETIME", _read_time)
 sqlite3.register_converter("BOOLEAN", _read_bool)
 sqlite3.register_converter("JSON", _read_json)
-
-
-def bind_time(moment: datetime) -> str:
-    """``moment`` as SQLAlchemy's SQLite dialect stores a UtcDateTime (naive UTC text)."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise NaiveDatetimeError(f"naive datetime refused by the store: {moment.isoformat()}")
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def _marks(values: Sequence[object]) -> str:

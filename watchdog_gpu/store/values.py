@@ -4,7 +4,7 @@ reads SQLite without SQLAlchemy, see ``store.sqlite_reader``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
 
 from watchdog_gpu.model import ActionStatus
@@ -16,6 +16,14 @@ JsonValue: TypeAlias = JsonScalar | Sequence["JsonValue"] | Mapping[str, "JsonVa
 
 class NaiveDatetimeError(ValueError):
     """A naive datetime reached the store: every instant must be timezone-aware."""
+
+
+def bind_time(moment: datetime) -> str:
+    """``moment`` as SQLAlchemy's SQLite dialect stores a UtcDateTime: naive UTC text,
+    ``YYYY-MM-DD HH:MM:SS.ffffff`` (its default DATETIME storage format)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise NaiveDatetimeError(f"naive datetime refused by the store: {moment.isoformat()}")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 # Audit event kinds the fleet view's readers look for (the fuse, deferred waves).

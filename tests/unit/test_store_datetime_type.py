@@ -1,0 +1,71 @@
+"""UtcDateTime's one-step SQLite processors against the decorator's generic two steps.
+
+On SQLite the column type binds an instant straight to SQLAlchemy's DATETIME text and reads it
+back in one function (a tick binds and reads tens of thousands). The text written and the
+values read must be those of ``TypeDecorator``'s own path (``process_bind_param`` then the
+dialect's formatting; the dialect's parsing then ``process_result_value``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, cast
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.types import TypeDecorator
+
+from watchdog_gpu.store.types import UtcDateTime
+from watchdog_gpu.store.values import NaiveDatetimeError
+
+DIALECT = sqlite.dialect()
+TYPE = cast(UtcDateTime, UtcDateTime().dialect_impl(DIALECT))
+offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
+    lambda minutes: timezone(timedelta(minutes=minutes))
+)
+instants = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=offsets
+)
+
+
+def _bind(fused: bool) -> Any:
+    processor = (
+        TYPE.bind_processor(DIALECT) if fused else TypeDecorator.bind_processor(TYPE, DIALECT)
+    )
+    assert processor is not None
+    return processor
+
+
+@given(instants)
+def test_an_instant_is_written_as_the_generic_path_writes_it(instant: datetime) -> None:
+    fused, generic = _bind(fused=True), _bind(fused=False)
+    assert fused(instant) == generic(instant)
+
+
+@given(instants)
+def test_the_text_written_is_read_back_as_the_generic_path_reads_it(instant: datetime) -> None:
+    text = _bind(fused=True)(instant)
+    fused = TYPE.result_processor(DIALECT, None)
+    generic: Any = TypeDecorator.result_processor(TYPE, DIALECT, None)
+    assert fused is not None
+    assert generic is not None
+    assert fused(text) == generic(text) == instant.astimezone(UTC)
+    assert fused(text) is not None
+    assert fused(text).tzinfo is UTC
+
+
+def test_none_stays_none_and_what_is_not_an_aware_datetime_is_refused() -> None:
+    bind = _bind(fused=True)
+    read = TYPE.result_processor(DIALECT, None)
+    assert read is not None
+    # The one-step processors are the ones SQLite gets (not the generic fallback).
+    assert bind.__qualname__.startswith("UtcDateTime.bind_processor")
+    assert read.__qualname__.startswith("UtcDateTime.result_processor")
+    assert bind(None) is None
+    assert read(None) is None
+    with pytest.raises(NaiveDatetimeError):
+        bind(datetime(2026, 3, 2, 20, 0))  # naive: the point
+    with pytest.raises(TypeError):
+        bind("2026-03-02 20:00:00")
