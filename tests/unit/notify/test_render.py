@@ -4,7 +4,7 @@ happens next and how to stop it, and carries the episode's idempotency key."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -14,6 +14,7 @@ from watchdog_gpu.model import ActionKind, Finding, PlannedAction, Severity
 from watchdog_gpu.notify.render import (
     MONITOR_MARKER,
     ActionOutcome,
+    format_clock,
     format_duration,
     format_evidence,
     format_rate,
@@ -367,3 +368,12 @@ def test_titles_are_always_one_short_line(summary: str, name: str) -> None:
     for message in messages:
         assert len(message.title) <= 120
         assert message.title.isprintable()
+
+
+def test_a_clock_time_carries_its_date_only_on_another_utc_day() -> None:
+    now = datetime(2026, 12, 3, 23, 59, tzinfo=UTC)
+    assert format_clock(now - timedelta(hours=1, minutes=29), now) == "22:30 UTC"
+    assert format_clock(now + timedelta(minutes=2), now) == "2026-12-04 00:01 UTC"
+    paris = timezone(timedelta(hours=1))
+    assert format_clock(datetime(2026, 12, 4, 0, 5, tzinfo=paris), now) == "23:05 UTC"
+    assert format_clock(datetime(2026, 3, 1, 7, 5, tzinfo=UTC), now) == "2026-03-01 07:05 UTC"
