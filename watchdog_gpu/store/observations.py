@@ -24,6 +24,7 @@ from watchdog_gpu.model import (
     InstanceState,
     ProbeOutcome,
 )
+from watchdog_gpu.store.bulk import insert_rows
 from watchdog_gpu.store.inventory import record_ssh_keys, record_volumes
 from watchdog_gpu.store.outbox import changed_rows
 from watchdog_gpu.store.schema import (
@@ -59,8 +60,6 @@ _BY_PK = INSTANCES.c.id == bindparam("pk")
 _UPDATE_INSTANCES = update(INSTANCES).where(_BY_PK)
 _INSERT_SNAPSHOTS = insert(SNAPSHOTS)
 _INSERT_ACCOUNTS = insert(ACCOUNTS)
-_INSERT_PROBES = insert(PROBES)
-_INSERT_SAMPLES = insert(SAMPLES)
 _INSERT_SPANS = insert(SPANS)
 _INSERT_INSTANCES = insert(INSTANCES)
 _DELETE_PROBE = delete(PROBES).where(PROBES.c.id == bindparam("pk"))
@@ -195,8 +194,7 @@ def record_probes(conn: Connection, outcomes: Iterable[ProbeOutcome]) -> None:
         pending[key] = row
         samples.extend(outcome.samples)
     rows = [row for row in rows if id(row) not in superseded]
-    if rows:
-        conn.execute(_INSERT_PROBES, rows)
+    insert_rows(conn, PROBES, rows)
     if replaced:
         conn.execute(_DELETE_PROBE, replaced)
     record_samples(conn, samples)
@@ -250,8 +248,7 @@ def record_samples(conn: Connection, samples: Iterable[GpuSample]) -> None:
         }
         for sample in samples
     ]
-    if rows:
-        conn.execute(_INSERT_SAMPLES, rows)
+    insert_rows(conn, SAMPLES, rows)
 
 
 def _unique_by_id(

@@ -1,0 +1,123 @@
+"""Inserting many rows on SQLite without SQLAlchemy's per-row parameter processing.
+
+A tick inserts thousands of rows (a probe round's GPU samples and probe outcomes): through
+``conn.execute(insert(table), rows)`` SQLAlchemy runs each column's bind processing for each row
+in Python, which cost more than SQLite's own insert. :func:`insert_rows` hands SQLite tuples
+instead, binding the instants itself with :func:`~watchdog_gpu.store.values.bind_time` (the text
+SQLAlchemy writes), and floats and booleans as they are (what SQLAlchemy binds for a float, a
+bool or ``None``), when every other column needs no bind processing and no column left out has
+a Python-side default. Any other value (an ``int`` for a float, a naive or non-``datetime``
+instant…), other column types and other databases: SQLAlchemy's insert, with its errors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import Boolean, Connection, Dialect, Float, Table, insert
+
+from watchdog_gpu.store.types import UtcDateTime
+from watchdog_gpu.store.values import bind_time
+
+Values = dict[str, Any]
+
+
+class _Plan:
+    __slots__ = ("checked", "get", "sql", "times")
+
+    def __init__(
+        self, sql: str, keys: tuple[str, ...], times: tuple[int, ...], checked: dict[int, type]
+    ) -> None:
+        self.sql = sql
+        self.get = itemgetter(*keys)
+        self.times = times  # positions of the instants (UtcDateTime columns)
+        self.checked = checked  # positions bound as they are when of this type (or None)
+
+
+_plans: dict[tuple[str, tuple[str, ...]], _Plan | None] = {}
+_plans_lock = threading.Lock()
+
+
+def insert_rows(conn: Connection, table: Table, rows: Sequence[Values]) -> None:
+    """Insert ``rows`` (each with the keys of the first) into ``table``, as
+    ``conn.execute(insert(table), rows)`` does."""
+    if not rows:
+        return
+    keys = tuple(rows[0])
+    plan = _plan(conn.dialect, table, keys) if conn.dialect.name == "sqlite" else None
+    if plan is not None:
+        try:
+            params = _tuples(plan, rows, len(keys))
+        except KeyError:
+            params = None  # a row with other keys: SQLAlchemy sorts that out
+        if params is not None:
+            conn.exec_driver_sql(plan.sql, params)
+            return
+    conn.execute(insert(table), list(rows))
+
+
+def _tuples(plan: _Plan, rows: Sequence[Values], width: int) -> list[tuple[Any, ...]] | None:
+    """The rows as parameter tuples; ``None`` when a value needs SQLAlchemy's binding."""
+    get, times, checked = plan.get, plan.times, plan.checked.items()
+    params: list[tuple[Any, ...]] = []
+    for row in rows:
+        if len(row) != width:
+            return None
+        values = get(row) if width > 1 else (get(row),)
+        for index, kind in checked:
+            value = values[index]
+            if value is not None and type(value) is not kind:
+                return None
+        if times:
+            mutable = list(values)
+            for index in times:
+                instant = mutable[index]
+                if instant is not None:
+                    if type(instant) is not datetime or instant.utcoffset() is None:
+                        return None  # SQLAlchemy raises its TypeError or NaiveDatetimeError
+                    mutable[index] = bind_time(instant)
+            values = tuple(mutable)
+        params.append(values)
+    return params
+
+
+def _plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan | None:
+    with _plans_lock:
+        key = (table.name, keys)
+        if key not in _plans:
+            _plans[key] = _make_plan(dialect, table, keys)
+        return _plans[key]
+
+
+def _make_plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan | None:
+    if any(name not in table.c for name in keys):
+        return None
+    for column in table.columns:
+        if column.name not in keys and (column.default is not None or column.onupdate):
+            return None  # SQLAlchemy fills that default in
+    # SQLAlchemy's own statement for these columns; its parameters in its positional order.
+    compiled = insert(table).compile(dialect=dialect, column_keys=list(keys))
+    order = tuple(compiled.positiontup or ())
+    if sorted(order) != sorted(keys):
+        return None
+    times: list[int] = []
+    checked: dict[int, type] = {}
+    for index, name in enumerate(order):
+        column_type = table.c[name].type
+        if isinstance(column_type, UtcDateTime):
+            times.append(index)
+        elif type(column_type) in _AS_THEY_ARE:
+            checked[index] = _AS_THEY_ARE[type(column_type)]
+        elif column_type.dialect_impl(dialect).bind_processor(dialect) is not None:
+            return None  # JSON, … : SQLAlchemy binds those
+    return _Plan(str(compiled), order, tuple(times), checked)
+
+
+# Column types whose values of one Python type SQLAlchemy binds unchanged on SQLite (its float
+# processor is ``float(value)``, its boolean one checks the value and gives 1 or 0, as sqlite3
+# binds a bool).
+_AS_THEY_ARE: dict[type, type] = {Float: float, Boolean: bool}
