@@ -41,7 +41,7 @@ from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
-from watchdog_gpu.jobs import ACT, DELIVER, DaemonObserver, Jobs, Progress
+from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs, phase_intervals
@@ -49,6 +49,7 @@ from watchdog_gpu.store.leadership import PostgresLeadership
 from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.tick import TickReport
+from watchdog_gpu.wake import Wakes
 from watchdog_gpu.wiring import Assembly, assemble
 
 if TYPE_CHECKING:
@@ -123,6 +124,8 @@ class Daemon:
             stop=self.stop,
             wake_act=self.wake_act,
             wake_deliver=self.wake_deliver,
+            wakes=wakes_for(settings, assembly),
+            waker=self,
         )
         self.supervisor = Supervisor(
             self.progress,
@@ -152,6 +155,38 @@ class Daemon:
         messages), unless it is running already."""
         self._wake(DELIVER)
 
+    def next_evaluation(self) -> datetime | None:
+        """When the evaluate job runs next, in the engine's time (None: not scheduled)."""
+        job = self.scheduler.get_job(EVALUATE) if self.scheduler.running else None
+        run_at: datetime | None = getattr(job, "next_run_time", None)
+        if run_at is None:
+            return None
+        return self.clock.now() + (run_at - self.wall_clock.now()) * self.time_scale
+
+    def wake_at(self, at: datetime | None) -> None:
+        """Run :meth:`Jobs.wake` once at ``at`` (the engine's time), replacing the pending
+        wake; ``None`` cancels it (``wake.py``). In the default pool: one evaluation at a time."""
+        if at is None:
+            if self.scheduler.get_job(WAKE) is not None:
+                self.scheduler.remove_job(WAKE)
+            return
+        if not self.scheduler.running or self.stop.is_set():
+            return
+        delay = max(at - self.clock.now(), timedelta(0)) / self.time_scale
+        self.scheduler.add_job(
+            self.jobs.wake,
+            "date",
+            run_date=self.wall_clock.now() + delay,
+            id=WAKE,
+            name=WAKE,
+            executor="default",
+            replace_existing=True,
+            max_instances=1,
+            # A wake made late (a suspended laptop, a busy pool) still runs once: it only
+            # evaluates earlier than the next tick would.
+            misfire_grace_time=max(1, round(self.settings.watchdog.poll_interval.total_seconds())),
+        )
+
     def _wake(self, job_id: str) -> None:
         if self.progress.stats(job_id).running_since_monotonic is not None:
             return
@@ -174,7 +209,9 @@ class Daemon:
             kind = "missed"
             self.progress.missed(job_id)
             log.warning("job run missed (too late to run) job=%s", job_id)
-        elif event.code == EVENT_JOB_MAX_INSTANCES and self._wake_met_a_running_job(job_id, event):
+        elif event.code == EVENT_JOB_MAX_INSTANCES and (
+            job_id == WAKE or self._wake_met_a_running_job(job_id, event)
+        ):
             log.debug("wake-up joined the running job job=%s", job_id)
             return
         elif event.code == EVENT_JOB_MAX_INSTANCES:
@@ -249,6 +286,14 @@ class Daemon:
                 close()
             except Exception:
                 log.exception("closing failed what=%s", what)
+
+
+def wakes_for(settings: Settings, assembly: Assembly) -> Wakes | None:
+    """Wakes between ticks (``wake.py``) when the GPUs are streamed: their rows come in
+    batches. Not with burst probes: a wake would cost an SSH round to every host."""
+    if assembly.prober is None or settings.probe.mode != "stream":
+        return None
+    return Wakes()
 
 
 @contextmanager

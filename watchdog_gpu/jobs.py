@@ -27,6 +27,7 @@ from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.model import ActionStatus, ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.tick import TickReport, Watchdog
+from watchdog_gpu.wake import Wakes
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ EVALUATE = "evaluate"
 ACT = "act"
 DELIVER = "deliver"
 PRUNE = "prune"
+WAKE = "wake"  # a one-shot probe + evaluate between two ticks (wake.py)
 
 # Actions decided but not finished (shown as "pending actions" in the status line).
 OPEN_ACTION_STATUSES = (
@@ -175,6 +177,16 @@ class NullObserver:
         pass
 
 
+class WakeScheduler(Protocol):
+    """Where a wake is scheduled (the daemon's scheduler), in the engine's time."""
+
+    def next_evaluation(self) -> datetime | None:
+        """When the evaluate job runs next (None: unknown)."""
+
+    def wake_at(self, at: datetime | None) -> None:
+        """Run :meth:`Jobs.wake` once at ``at``, replacing the pending wake; None cancels it."""
+
+
 class Pinger(Protocol):
     """The dead-man's switch (:class:`watchdog_gpu.heartbeat.DeadMansSwitch`)."""
 
@@ -194,9 +206,11 @@ class FleetSummary:
 class Jobs:
     """The job functions the scheduler calls. Given the engine, the clock, the progress record,
     the poll interval (to judge stale polls), and optionally an observer (metrics), the
-    dead-man's switch, the stop event, ``wake_act`` (run the act job now) and ``wake_deliver``
+    dead-man's switch, the stop event, ``wake_act`` (run the act job now), ``wake_deliver``
     (run the delivery job now: a warning enqueued by an evaluation must not wait for the delivery
-    job's own interval, or it reaches the user that much less ahead of the action)."""
+    job's own interval, or it reaches the user that much less ahead of the action), and
+    ``wakes`` with the ``waker`` that schedules them: after each evaluation, a wake
+    (:meth:`wake`) when a verdict falls due before the next tick (``wake.py``)."""
 
     def __init__(
         self,
@@ -210,6 +224,8 @@ class Jobs:
         stop: threading.Event | None = None,
         wake_act: Callable[[], None] | None = None,
         wake_deliver: Callable[[], None] | None = None,
+        wakes: Wakes | None = None,
+        waker: WakeScheduler | None = None,
     ) -> None:
         self.watchdog = watchdog
         self.clock = clock
@@ -220,6 +236,11 @@ class Jobs:
         self.stop = stop or threading.Event()
         self.wake_act = wake_act
         self.wake_deliver = wake_deliver
+        self.wakes = wakes if waker is not None else None
+        self.waker = waker
+        # One probe round at a time: the probe job's and a wake's (their pools differ).
+        self._probe_lock = threading.Lock()
+        self.last_probed_at: datetime | None = None  # the engine time of the last round
         self._poll_results: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self.summary = FleetSummary(len(watchdog.providers), 0, 0)
@@ -299,18 +320,37 @@ class Jobs:
 
         def body(now: datetime) -> list[ProbeOutcome]:
             outcomes = self.watchdog.probe(now)
+            self.last_probed_at = now
             self._observe(lambda: self.observer.on_probe(outcomes, now))
             return outcomes
 
-        return self._run(PROBE, body)
+        with self._probe_lock:
+            return self._run(PROBE, body)
 
     def evaluate(self) -> TickReport | None:
         """Rules and planner over the recorded state; then wake the act and delivery jobs,
-        refresh the status summary and, when the tick was healthy, ping the dead-man's switch."""
+        schedule a wake when a verdict falls due before the next tick, refresh the status summary
+        and, when the tick was healthy, ping the dead-man's switch."""
+        return self._evaluate(wake=False)
 
+    def wake(self) -> TickReport | None:
+        """A wake between two ticks (``wake.py``): take the streamed rows (a probe round), then
+        evaluate as :meth:`evaluate` does — sharing the fuse's per-tick allowance with the tick
+        before it."""
+        if self.stop.is_set():
+            return None
+        if self.wakes is not None:
+            self.wakes.ran(self.clock.now())
+        self.probe()
+        return self._evaluate(wake=True)
+
+    def _evaluate(self, *, wake: bool) -> TickReport | None:
         def body(now: datetime) -> TickReport:
             report = TickReport(now, polled=self.polled())
-            self.watchdog.evaluate(now, report)
+            if wake:
+                self.watchdog.evaluate(now, report, wake=True)
+            else:
+                self.watchdog.evaluate(now, report)
             self._observe(lambda: self.observer.on_tick(report))
             log.debug(
                 "evaluated findings=%d healthy=%s",
@@ -324,6 +364,7 @@ class Jobs:
             return None
         self._wake(self.wake_act, ACT)
         self._wake(self.wake_deliver, DELIVER)
+        self._schedule_wake(report)
         self._refresh_summary(report.now)
         if report.healthy and self.dead_mans_switch is not None:
             self.dead_mans_switch.ping()
@@ -343,6 +384,26 @@ class Jobs:
             wake()
         except Exception:  # the woken job still runs on its own interval
             log.exception("waking a job failed job=%s", job_id)
+
+    def _schedule_wake(self, report: TickReport) -> None:
+        """After an evaluation: the wake its ``next_change`` calls for replaces the pending one
+        (or cancels it). A failure only costs the wake: the next tick still evaluates."""
+        if self.wakes is None or self.waker is None or self.stop.is_set():
+            return
+        try:
+            at = self.wakes.after_evaluation(
+                now=report.now,
+                next_change=report.next_change,
+                next_due=report.next_due,
+                probed_at=self.last_probed_at,
+                next_tick=self.waker.next_evaluation(),
+            )
+            self.waker.wake_at(at)
+        except Exception:
+            log.exception("scheduling a wake failed")
+            return
+        if at is not None:
+            log.debug("wake scheduled at=%s for=%s", at.isoformat(), report.next_change)
 
     def _refresh_summary(self, now: datetime) -> None:
         store = self.watchdog.store

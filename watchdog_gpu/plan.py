@@ -140,7 +140,7 @@ class Plan:
     def with_status(self, status: PlanStatus) -> tuple[Decision, ...]:
         return tuple(decision for decision in self.decisions if decision.status is status)
 
-    def next_change(self, now: datetime, rules: frozenset[str] = IDLE_RULES) -> datetime | None:
+    def next_due(self, now: datetime, rules: frozenset[str] = IDLE_RULES) -> datetime | None:
         """The earliest instant after ``now`` at which a decision of ``rules`` changes by time
         alone while its finding holds: a waiting episode's warning time, a warned one's due
         time (later than the rule's own when the warning went out late). With the rules' own

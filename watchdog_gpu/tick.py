@@ -99,9 +99,11 @@ class TickReport:
     failed_rules: Mapping[str, str] = field(default_factory=dict)
     executed: ExecutorReport | None = None
     delivered: DeliveryReport | None = None
-    # The earliest instant an idle verdict may change by time alone (the rules' next points and
-    # the plan's warn/due times): when to evaluate again rather than a tick later (wake.py).
+    # When to evaluate again rather than a tick later (wake.py): the earliest instant an idle
+    # verdict may change as rows come in (an idle clock's next point), and the earliest instant
+    # an idle decision falls due by the clock alone (the plan's warn/due times).
     next_change: datetime | None = None
+    next_due: datetime | None = None
 
     @property
     def healthy(self) -> bool:
@@ -321,7 +323,8 @@ class Watchdog:
             report.findings = findings
             report.plan = result
             report.failed_rules = evaluation.failed
-            report.next_change = earliest(evaluation.next_change, result.next_change(now))
+            report.next_change = evaluation.next_change
+            report.next_due = result.next_due(now)
         return result
 
     def _record(self, decision: Decision, now: datetime) -> None:
@@ -462,12 +465,6 @@ class Watchdog:
         return self.store.prune(
             now, self.settings.sample_retention, raw_samples_for=raw_samples_for
         )
-
-
-def earliest(*instants: datetime | None) -> datetime | None:
-    """The earliest of the instants that are not None (None when there is none)."""
-    known = [instant for instant in instants if instant is not None]
-    return min(known) if known else None
 
 
 def _audit_data(decision: Decision) -> dict[str, str | int | float | bool | None]:

@@ -5,11 +5,13 @@ Why (``docs/architecture.md``, "Wakes"): the streaming probe's rows reach us in 
 ``batch_seconds + 1`` s old, and the idle clock counts only observed time — blind time is never
 idle. A warning or destroy whose instant falls in those seconds would be decided a whole tick
 later. So each evaluation also says the earliest instant an idle verdict may change by time
-alone (:attr:`~watchdog_gpu.tick.TickReport.next_change`: the idle rule's next points and the
-plan's warn/due times), and when that comes before the next tick, the daemon — and
+alone (:attr:`~watchdog_gpu.tick.TickReport.next_change`: when an idle clock reaches its
+warning or action point), and when that comes before the next tick, the daemon — and
 ``simulate`` — takes the streamed rows and evaluates again at that instant + :data:`ROWS_LAG`,
-when the rows covering it are in. Never earlier than the limit: the wake only evaluates, and the
-rules decide on observed rows as at any tick.
+when the rows covering it are in; likewise at a warned action's due time
+(:attr:`~watchdog_gpu.tick.TickReport.next_due`, later than the clock's when the warning went
+out late: nothing to wait for there). Never earlier than the limit: the wake only evaluates,
+and the rules and the planner decide on observed rows as at any tick.
 
 :class:`Wakes` decides when (pure: times are passed in):
 
@@ -56,30 +58,25 @@ class Wakes:
         next_change: datetime | None,
         probed_at: datetime | None,
         next_tick: datetime | None,
+        next_due: datetime | None = None,
     ) -> datetime | None:
         """The wake to schedule after an evaluation at ``now`` (replacing the pending one), or
-        ``None`` (none pending). ``next_change``: the evaluation's earliest verdict change;
-        ``probed_at``: when the rows it read were taken (the last probe round); ``next_tick``:
-        the next scheduled evaluation (None: unknown)."""
-        self.pending = self._wake_for(now, next_change, probed_at, next_tick)
-        return self.pending
-
-    def _wake_for(
-        self,
-        now: datetime,
-        next_change: datetime | None,
-        probed_at: datetime | None,
-        next_tick: datetime | None,
-    ) -> datetime | None:
-        if next_change is None:
-            return None
-        if probed_at is not None and next_change <= probed_at - self.lag:
-            return None  # its rows should be in and did not change the verdict: blind or late
-        at = max(next_change + self.lag, now)
-        if self.last_ran is not None:
+        ``None`` (none pending). ``next_change``: the earliest instant a verdict may change as
+        rows come in (woken :attr:`lag` after it); ``next_due``: the earliest instant a decision
+        falls due by the clock alone (a warned action's due time: woken at it); ``probed_at``:
+        when the rows the evaluation read were taken (the last probe round); ``next_tick``: the
+        next scheduled evaluation (None: unknown)."""
+        candidates = [] if next_due is None else [next_due]
+        if next_change is not None and (probed_at is None or next_change > probed_at - self.lag):
+            # (At or before the last round − lag its rows are in and did not change the verdict:
+            # the host went blind or late, and the ticks take over.)
+            candidates.append(next_change + self.lag)
+        at = max(min(candidates), now) if candidates else None
+        if at is not None and self.last_ran is not None:
             at = max(at, self.last_ran + self.spacing)
-        if next_tick is not None and at >= next_tick:
-            return None
+        if at is not None and next_tick is not None and at >= next_tick:
+            at = None
+        self.pending = at
         return at
 
     def ran(self, at: datetime) -> None:

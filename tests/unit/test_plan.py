@@ -486,6 +486,6 @@ def test_the_plan_says_when_an_idle_decision_changes_by_time_alone() -> None:
     )
     assert statuses(result.decisions)[:2] == [PlanStatus.WARN, PlanStatus.WARN]
     # The warning of "1" went out 4 min ago: due 6 min from now, before "2"'s 8 min.
-    assert result.next_change(NOW) == sent + IdleGpuConfig().warn_before
-    assert result.next_change(NOW + timedelta(minutes=7)) == NOW + timedelta(minutes=8)
-    assert result.next_change(NOW + timedelta(minutes=9)) is None
+    assert result.next_due(NOW) == sent + IdleGpuConfig().warn_before
+    assert result.next_due(NOW + timedelta(minutes=7)) == NOW + timedelta(minutes=8)
+    assert result.next_due(NOW + timedelta(minutes=9)) is None

@@ -68,3 +68,15 @@ def test_wakes_keep_the_minimum_spacing_however_many_limits_are_staggered() -> N
     assert min(b - a for a, b in pairwise(runs)) >= MIN_SPACING
     assert len(runs) <= 60 / 5 + 1
     assert wakes.pending is None
+
+
+def test_a_warned_actions_due_time_wakes_at_it_rows_need_no_waiting_for() -> None:
+    wakes = Wakes()
+    at = wakes.after_evaluation(
+        now=T, next_change=T + 30 * S, next_due=T + 20 * S, probed_at=T, next_tick=TICK
+    )
+    assert at == T + 20 * S
+    at = wakes.after_evaluation(
+        now=T, next_change=T + 10 * S, next_due=T + 20 * S, probed_at=T, next_tick=TICK
+    )
+    assert at == T + 17 * S

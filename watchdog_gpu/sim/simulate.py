@@ -274,7 +274,11 @@ class Simulation:
         bound = min(self.next_tick, self.scenario.end + timedelta(microseconds=1))
         ran = 0
         wake = self.wakes.after_evaluation(
-            now=report.now, next_change=report.next_change, probed_at=probed_at, next_tick=bound
+            now=report.now,
+            next_change=report.next_change,
+            next_due=report.next_due,
+            probed_at=probed_at,
+            next_tick=bound,
         )
         while wake is not None:
             if self.clock.now() < wake:
@@ -284,7 +288,11 @@ class Simulation:
             report = self.assembly.watchdog.wake(now)
             ran += 1
             wake = self.wakes.after_evaluation(
-                now=now, next_change=report.next_change, probed_at=now, next_tick=bound
+                now=now,
+                next_change=report.next_change,
+                next_due=report.next_due,
+                probed_at=now,
+                next_tick=bound,
             )
         return ran
 

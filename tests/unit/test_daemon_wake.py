@@ -1,0 +1,97 @@
+"""The daemon's wakes (wake.py): with the real scheduler over the real engine (loopback
+simulator servers, real SQLite, the simulated hosts' batched dmon streams) on an accelerated
+clock, an idle warning and destroy that fall due between two evaluate ticks are decided by a
+one-shot wake job — once the rows covering them are in — not a tick later, and never before
+their limit. Waits for conditions with a generous bound, never for durations."""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from tests.unit.test_daemon_time_scale import NIGHT, _store, settings_for, wait_until
+from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.config.sections import MetricsSection
+from watchdog_gpu.daemon import Daemon
+from watchdog_gpu.jobs import WAKE
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.sim.clock import AcceleratedClock
+from watchdog_gpu.sim.scenario import parse_scenario
+from watchdog_gpu.sim.servers import start_servers
+from watchdog_gpu.sim.ssh import SimulatedSshRunner
+from watchdog_gpu.sim.ssh_stream import SimulatedStreams
+from watchdog_gpu.sim.world import SimulatedWorld
+from watchdog_gpu.tick import TickReport
+from watchdog_gpu.wake import ROWS_LAG
+from watchdog_gpu.wiring import assemble
+
+BUSY = '{ at = "0s", state = "running", gpu_util = 95 }'
+# The time-scale test's night, with the job ending at 50 s.
+SCENARIO = NIGHT.replace(f"[{BUSY}]", f'[{BUSY}, {{ at = "50s", gpu_util = 0 }}]')
+IDLE = IdleGpuConfig(idle=timedelta(minutes=3), warn_before=timedelta(minutes=1))
+SPEED = 30.0  # a 60 s tick is two seconds of wall time
+SECOND = timedelta(seconds=1)
+
+
+def test_an_idle_limit_between_two_ticks_is_decided_by_a_wake(tmp_path: Path) -> None:
+    assert SCENARIO != NIGHT
+    scenario = parse_scenario(tomllib.loads(SCENARIO))
+    wall = SystemClock()
+    clock = AcceleratedClock(SPEED, start=scenario.start, base=wall)
+    world = SimulatedWorld(scenario, clock)
+    with start_servers(world) as servers:
+        settings = settings_for(timedelta(seconds=60), api_url=servers.urls["vast"])
+        settings = settings.model_copy(
+            update={
+                "metrics": MetricsSection(enabled=False),
+                "rules": settings.rules.model_copy(update={"idle_gpu": IDLE}),
+            }
+        )
+        assembly = assemble(
+            settings,
+            clock,
+            {},
+            store=_store(tmp_path),
+            runner=SimulatedSshRunner(world),
+            streams=SimulatedStreams(world),
+        )
+        daemon = Daemon(settings, assembly, clock, {}, time_scale=SPEED, wall_clock=wall)
+        requested: list[datetime] = []  # the wakes the evaluations asked for (engine time)
+        woken: list[tuple[datetime, datetime]] = []  # each wake job's run, start to end
+        wake, wake_at = daemon.jobs.wake, daemon.wake_at
+
+        def spy_wake() -> TickReport | None:
+            started = clock.now()
+            try:
+                return wake()
+            finally:
+                woken.append((started, clock.now()))
+
+        def spy_wake_at(at: datetime | None) -> None:
+            if at is not None:
+                requested.append(at)
+            wake_at(at)
+
+        daemon.jobs.wake = spy_wake  # type: ignore[method-assign]
+        daemon.wake_at = spy_wake_at  # type: ignore[method-assign]
+        try:
+            daemon.start()
+            wait_until(lambda: bool(assembly.store.list_actions()), "the destroy")
+        finally:
+            daemon.shutdown()
+
+    events = {e.kind: e for e in reversed(assembly.store.list_audit_events()) if e.rule}
+    warning, planned = events["warning"], events["action_planned"]
+    onset = datetime.fromisoformat(str(warning.data["evidence.idle_onset"]))
+    warn_point, limit = onset + IDLE.idle - IDLE.warn_before, onset + IDLE.idle
+    # The evaluations asked for a wake once the rows covering each point are in ...
+    for point in (warn_point, limit):
+        assert any(abs(at - (point + ROWS_LAG)) <= SECOND for at in requested), (point, requested)
+    # ... the wake job ran and decided both, never before their instants (observed idleness) ...
+    for decided, point in ((warning.at, warn_point), (planned.at, limit)):
+        assert decided >= point
+        assert any(start <= decided <= end for start, end in woken), (decided, woken)
+    # ... and the destroy still follows its warning by warn_before.
+    assert planned.at - warning.at >= IDLE.warn_before
+    assert daemon.scheduler.get_job(WAKE) is None  # nothing left pending after the shutdown
