@@ -14,7 +14,6 @@ from tests.unit.test_daemon_time_scale import NIGHT, _store, settings_for, wait_
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.daemon import Daemon
-from watchdog_gpu.jobs import WAKE
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.sim.clock import AcceleratedClock
 from watchdog_gpu.sim.scenario import parse_scenario
@@ -94,4 +93,3 @@ def test_an_idle_limit_between_two_ticks_is_decided_by_a_wake(tmp_path: Path) ->
         assert any(start <= decided <= end for start, end in woken), (decided, woken)
     # ... and the destroy still follows its warning by warn_before.
     assert planned.at - warning.at >= IDLE.warn_before
-    assert daemon.scheduler.get_job(WAKE) is None  # nothing left pending after the shutdown
