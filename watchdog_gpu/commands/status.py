@@ -12,7 +12,9 @@ snoozes and protections (the planner's own check, configuration included when on
 Then the fuse, and the protections kept in the database.
 
 It reads only the database: with ``--db PATH`` no configuration file is needed (the rules'
-defaults then decide the sample window and the idle threshold). A database that holds records
+defaults then decide the sample window and the idle threshold). A SQLite file at the current
+schema is read through the standard library's ``sqlite3``, read-only (see
+``commands/common.py``). A database that holds records
 newer than this machine's clock (an accelerated demo or a simulation wrote it) is shown as of
 its latest record, and says so. A new database prints ``no accounts recorded yet``; a missing
 one is an error (exit 2), never created.
