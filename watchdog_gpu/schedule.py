@@ -14,7 +14,13 @@ evaluate       poll_interval        default   half a poll interval later (at mos
 act            poll_interval        act       woken right after each evaluation
 deliver        15 s                 notify    at start; woken after each evaluate and act
 prune          1 h                  default   5 min after start
+wake           once, when asked     default   scheduled by an evaluation (``wake.py``)
 =============  ===================  ========  ==========================================
+
+``wake`` is no interval job: when an evaluation finds an idle verdict due before the next
+evaluate run, the daemon adds it as a one-shot job (:meth:`~watchdog_gpu.daemon.Daemon.wake_at`)
+that takes the streamed rows and evaluates again (probe job's work first: the evaluate job alone
+sees the rows the probe job took 15 s earlier, their newest up to 6 s older still).
 
 The times are the engine's clock. ``watchdog-gpu demo`` runs the engine on an accelerated clock
 and passes its speed as ``time_scale``: the scheduler then waits every time divided by it.

@@ -155,20 +155,18 @@ def evaluate_timed(view: FleetView, now: datetime, config: IdleGpuConfig) -> Rul
     return RuleOutcome(tuple(findings), earliest)
 
 
-def next_point(clock: IdleClock, now: datetime, config: IdleGpuConfig) -> datetime | None:
-    """When ``clock`` reaches its next point — the warning point (``idle − warn_before`` of
-    observed idle time), else the action point (``idle``) — if the GPUs stay idle and observed
-    from the newest row on; ``None`` once both are reached, or while the newest row is more than
-    ``max_sample_gap`` old (blind: nothing is due until rows come again).
+def next_point(clock: IdleClock, observed: timedelta, config: IdleGpuConfig) -> datetime | None:
+    """When ``clock`` (``observed`` so far) reaches its next point — the warning point
+    (``idle − warn_before`` of observed idle time), else the action point (``idle``) — if the
+    GPUs stay idle and observed from the newest row on; ``None`` once both are reached. (The
+    caller gives none while the newest row is more than ``max_sample_gap`` old: blind, nothing
+    is due until rows come again.)
 
     Counted from the newest *observed* instant, not from ``now``: with rows sent in batches the
     point may already have passed on the host while its rows are on the way (then it lies
     before ``now``). An evaluation once those rows are in decides it (``docs/architecture.md``,
     "Wakes"); before a warning there is no finding to read a due time from, so the rule says it.
     """
-    if now - clock.last_observed > config.max_sample_gap:
-        return None
-    observed = clock.observed(now)
     for point in (max(config.idle - config.warn_before, timedelta(0)), config.idle):
         if observed < point:
             return clock.last_observed + (point - observed)
@@ -186,10 +184,13 @@ def _evaluate_instance(
     if episode is None:
         return None, None
     clock = episode.clock
-    point = next_point(clock, now, config)
     limit = config.idle
     warn_at = limit - config.warn_before
-    if clock.observed(now) < warn_at or now - clock.last_observed > config.max_sample_gap:
+    observed = clock.observed(now)
+    if now - clock.last_observed > config.max_sample_gap:
+        return None, None  # blind: no finding, and nothing due until rows come again
+    point = next_point(clock, observed, config)
+    if observed < warn_at:
         return None, point
     first_held = clock.reached(max(warn_at, timedelta(0))) or now
     due_at = max(clock.due(limit, now), first_held + config.warn_before)
