@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         "default, fills the store's cache first)",
     )
     parser.add_argument("--unreachable", action="store_true", help="no SSH host answers")
+    parser.add_argument(
+        "--no-heap-release",
+        action="store_true",
+        help="the daemon never calls malloc_trim after its jobs (heap_release.py), for an A/B",
+    )
     parser.add_argument("--db", type=Path, help="keep the database here (default: a temp dir)")
     parser.add_argument(
         "--fresh",
@@ -142,6 +147,7 @@ def measure(args: argparse.Namespace, scratch: Path, database: Path) -> Run:
         command = [python, "-m", "bench.bench_daemon", "--child", "--scenario", str(scenario)]
         command += ["--urls", urls, "--speed", str(args.speed), "--db", str(database)]
         command += ["--unreachable"] if args.unreachable else []
+        command += ["--no-heap-release"] if args.no_heap_release else []
         with log_path.open("w", encoding="utf-8") as log:
             daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             try:
@@ -296,7 +302,8 @@ def child(args: argparse.Namespace) -> int:
         Settings,
         WatchdogSection,
     )
-    from watchdog_gpu.daemon import run_daemon
+    from watchdog_gpu.daemon import Daemon, run_daemon
+    from watchdog_gpu.heap_release import HeapRelease
     from watchdog_gpu.secrets import SecretReference
     from watchdog_gpu.sim.clock import AcceleratedClock
     from watchdog_gpu.sim.scenario import load_scenario
@@ -340,6 +347,10 @@ def child(args: argparse.Namespace) -> int:
         world = SimulatedWorld(scenario, clock, origin=clock.now())
         return assemble(settings, clock, environ, runner=SimulatedSshRunner(world))
 
+    def started(daemon: Daemon) -> None:
+        if args.no_heap_release:
+            daemon.heap_release = HeapRelease(time.monotonic, trim=None)
+
     return run_daemon(
         settings,
         clock,
@@ -347,6 +358,7 @@ def child(args: argparse.Namespace) -> int:
         build=build,
         time_scale=args.speed,
         wall_clock=SystemClock(),
+        on_started=started,
     )
 
 

@@ -32,7 +32,12 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_EXECUTED,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+)
 
 from watchdog_gpu import systemd_notify
 from watchdog_gpu.clock import Clock
@@ -40,6 +45,7 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.heap_release import HeapRelease
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
@@ -94,6 +100,7 @@ class Daemon:
         on_close: Callable[[], None] | None = None,
         time_scale: float = 1.0,
         wall_clock: Clock | None = None,
+        heap_release: HeapRelease | None = None,
     ) -> None:
         if not time_scale > 0:
             raise ValueError("time_scale must be greater than 0")
@@ -113,6 +120,8 @@ class Daemon:
         self.progress = Progress(clock)
         self._woken: dict[str, datetime] = {}  # job → the run time its last wake-up asked for
         self.observer = observer
+        # Freed heap back to the OS after the jobs (heap_release.py: why), paced in real time.
+        self.heap_release = heap_release or HeapRelease.from_libc(self.wall_clock.monotonic)
         self.scheduler = build_scheduler(len(assembly.providers))
         self.jobs = Jobs(
             assembly.watchdog,
@@ -140,11 +149,17 @@ class Daemon:
         self.scheduler.add_listener(
             self._on_scheduler_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
         )
+        self.scheduler.add_listener(
+            lambda _event: self.heap_release.after_job(), EVENT_JOB_EXECUTED
+        )
         specs = job_specs(
             self.jobs, self.settings, self.wall_clock.now(), time_scale=self.time_scale
         )
         add_jobs(self.scheduler, specs)
         self.scheduler.start()
+
+    def _after_job(self, _event: Any) -> None:
+        self.heap_release.after_job()
 
     def wake_act(self) -> None:
         """Run the act job now (after an evaluation), unless it is running already."""
