@@ -258,6 +258,66 @@ def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
     assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
 
 
+def batching_loops(server: SshServer) -> list[int]:
+    """The pids of the ``sh`` loops that read dmon's rows (``stream_command.batch_loop``): the
+    ``sh`` processes of ``server``'s sessions whose stdin is the pipe a fake dmon writes to."""
+    processes = remote_processes(server)
+
+    def link(pid: int, fd: int) -> str:
+        try:
+            return os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            return ""
+
+    def cmdline(pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    dmon_pipes = {link(pid, 1) for pid in processes if b"\0dmon\0" in cmdline(pid)}
+    dmon_pipes.discard("")
+    return [
+        pid
+        for pid in processes
+        if link(pid, 0) in dmon_pipes
+        and Path(f"/proc/{pid}/exe").resolve().name in {"sh", "dash", "bash"}
+    ]
+
+
+def test_a_dead_batching_loop_ends_the_session_and_the_gap_is_blind(
+    ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
+) -> None:
+    # The host's sh loop that batches dmon's rows is killed (OOM killer, an admin's pkill)
+    # while dmon runs: dmon's next write gets SIGPIPE, the session's shell kills its group, the
+    # channel closes; the watchdog reconnects, and the rows it never got are blind time.
+    stream_live(fake_gpu)
+    target = target_of(ssh_server)
+    with manager_for(runner) as manager:
+        start_streaming(manager, target)
+        first_session = set(remote_processes(ssh_server).values())
+        loops = batching_loops(ssh_server)
+        assert len(loops) == 1, loops
+        (fake_gpu.state_dir / "dmon.delay").write_text("4\n")  # the next session starts late
+        os.kill(loops[0], signal.SIGKILL)
+        # Nothing of the first session stays on the host, and a second dmon streams.
+        assert wait_for(lambda: not first_session & set(remote_processes(ssh_server).values()))
+        assert wait_for(lambda: len([c for c in fake_gpu_calls(fake_gpu) if "dmon" in c]) >= 2)
+        assert wait_for(
+            lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
+        )
+        CLOCK.sleep(BATCH + 2)
+        read = manager.take(target.ref)
+        assert read is not None
+        outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
+        runs = sorted((s.covers_from, s.at) for s in outcome.samples if s.gpu_index == 0)
+        # A hole between the two sessions' runs: blind, never counted idle.
+        assert len(runs) >= 2
+        assert runs[1][0] is not None
+        assert (runs[1][0] - runs[0][1]).total_seconds() > 2
+    assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
+
+
 def test_a_changed_host_key_stops_the_stream_and_says_so(own_server: SshServer) -> None:
     fake = FakeGpu(own_server.state_dir)
     stream_live(fake)
