@@ -366,6 +366,8 @@ class Jobs:
         self._wake(self.wake_deliver, DELIVER)
         self._schedule_wake(report)
         self._refresh_summary(report.now)
+        if wake:
+            return report  # the dead-man's switch hears from the ticks (once per interval)
         if report.healthy and self.dead_mans_switch is not None:
             self.dead_mans_switch.ping()
         elif not report.healthy:

@@ -7,22 +7,28 @@ their limit. Waits for conditions with a generous bound, never for durations."""
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from tests.unit.test_daemon_jobs import CountingPinger
 from tests.unit.test_daemon_time_scale import NIGHT, _store, settings_for, wait_until
-from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.clock import SystemClock, VirtualClock
+from watchdog_gpu.config import Settings, WatchdogSection
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.daemon import Daemon
+from watchdog_gpu.jobs import Jobs, Progress
+from watchdog_gpu.model import PlanStatus
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.sim.clock import AcceleratedClock
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.servers import start_servers
+from watchdog_gpu.sim.simulate import simulation
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.sim.ssh_stream import SimulatedStreams
 from watchdog_gpu.sim.world import SimulatedWorld
 from watchdog_gpu.tick import TickReport
-from watchdog_gpu.wake import ROWS_LAG
+from watchdog_gpu.wake import ROWS_LAG, Wakes
 from watchdog_gpu.wiring import assemble
 
 BUSY = '{ at = "0s", state = "running", gpu_util = 95 }'
@@ -93,3 +99,58 @@ def test_an_idle_limit_between_two_ticks_is_decided_by_a_wake(tmp_path: Path) ->
         assert any(start <= decided <= end for start, end in woken), (decided, woken)
     # ... and the destroy still follows its warning by warn_before.
     assert planned.at - warning.at >= IDLE.warn_before
+
+
+@dataclass
+class RecordingWaker:
+    """The scheduler's side of wakes: the next evaluate run a tick away; the wakes asked for."""
+
+    clock: VirtualClock
+    asked: list[datetime | None] = field(default_factory=list)
+
+    def next_evaluation(self) -> datetime | None:
+        return self.clock.now() + timedelta(seconds=60)
+
+    def wake_at(self, at: datetime | None) -> None:
+        self.asked.append(at)
+
+
+def test_a_wake_job_takes_the_rows_evaluates_and_wakes_act_but_pings_nothing() -> None:
+    scenario = parse_scenario(tomllib.loads(SCENARIO))
+    base = Settings(watchdog=WatchdogSection(mode="enforce"))
+    base = base.model_copy(update={"rules": base.rules.model_copy(update={"idle_gpu": IDLE})})
+    with simulation(scenario, base) as sim:
+        waker, pinger, acted = RecordingWaker(sim.clock), CountingPinger(), list[datetime]()
+        jobs = Jobs(
+            sim.assembly.watchdog,
+            sim.clock,
+            Progress(sim.clock),
+            poll_interval=timedelta(seconds=60),
+            dead_mans_switch=pinger,
+            wake_act=lambda: acted.append(sim.clock.now()),
+            wakes=Wakes(),
+            waker=waker,
+        )
+        for minute in range(3):  # ticks at 0, 60 and 120 s; idle from 50 s: warned at ~170 s
+            sim.clock.set(scenario.start + minute * timedelta(seconds=60))
+            jobs.poll("vast-main")
+            jobs.probe()
+            jobs.evaluate()
+        wake = waker.asked[-1]
+        assert wake is not None
+        assert waker.asked[:-1] == [None, None]  # nothing due before the tick after them
+        assert scenario.start + timedelta(seconds=170) + ROWS_LAG <= wake
+        assert wake < scenario.start + timedelta(seconds=180)
+        assert not sim.store.list_findings()  # 2 observed idle minutes not reached at 120 s
+
+        sim.clock.set(wake)
+        report = jobs.wake()
+
+    assert report is not None
+    (finding,) = report.findings
+    assert report.plan is not None
+    assert [d.status for d in report.plan.decisions] == [PlanStatus.WARN]
+    assert jobs.last_probed_at == wake  # the rows covering the warning point were taken
+    assert acted[-1] == wake  # the act job is woken as after any evaluation
+    assert pinger.pings == 3  # the dead-man's switch hears from the ticks only
+    assert finding.rule == "idle_gpu"
