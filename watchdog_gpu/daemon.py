@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ from apscheduler.events import (
     EVENT_JOB_MAX_INSTANCES,
     EVENT_JOB_MISSED,
 )
+from apscheduler.jobstores.base import JobLookupError
 
 from watchdog_gpu import systemd_notify
 from watchdog_gpu.clock import Clock
@@ -182,7 +183,7 @@ class Daemon:
         """Run :meth:`Jobs.wake` once at ``at`` (the engine's time), replacing the pending
         wake; ``None`` cancels it (``wake.py``). In the default pool: one evaluation at a time."""
         if at is None:
-            if self.scheduler.get_job(WAKE) is not None:
+            with suppress(JobLookupError):  # none pending, or it just started running
                 self.scheduler.remove_job(WAKE)
             return
         if not self.scheduler.running or self.stop.is_set():
