@@ -18,8 +18,9 @@ import pytest
 from tests.integration.cli_support import freeze_clock, isolate, run
 from tests.integration.store_builders import T0, minutes, planned_notification
 from watchdog_gpu.cli import main
+from watchdog_gpu.commands.gpu_activity import gpu_activity
 from watchdog_gpu.errors import SchemaTooNewError
-from watchdog_gpu.fleet import ProtectionKind
+from watchdog_gpu.fleet import FleetView, ProtectionKind
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -113,6 +114,7 @@ def assert_same_reads(path: Path) -> None:
                 expected = fresh_store(path).load_fleet_view(moment, lookback, moment - lookback)
                 read = reader.load_fleet_view(moment, lookback, moment - lookback)
                 assert_same(read, expected)
+                assert_same_status_views(reader, expected, lookback)
         for edge in edges:  # a window that starts exactly at a recorded sample
             lookback = LOOKBACKS[0]
             expected = fresh_store(path).load_fleet_view(edge + lookback, lookback, edge)
@@ -140,6 +142,33 @@ def assert_same_reads(path: Path) -> None:
         assert_same(
             reader.load_fleet_view(end, LOOKBACKS[1], end - timedelta(days=1), some), expected
         )
+
+
+# Thresholds equal to recorded values (0, 3, 55.5) tell ``>`` from ``>=``; 2 makes the quiet
+# instances' 3 % samples busy.
+STATUS_THRESHOLDS = (0.0, 2.0, 3.0, 55.5)
+
+
+def without_samples(view: FleetView) -> FleetView:
+    instances = {
+        key: dataclasses.replace(instance, samples=()) for key, instance in view.instances.items()
+    }
+    return dataclasses.replace(view, instances=instances)
+
+
+def assert_same_status_views(reader: SqliteReader, full: FleetView, lookback: timedelta) -> None:
+    """``status``'s reduced sample load (``load_status_view``) gives every instance the same
+    ``gpu_activity`` as the whole window, at every threshold; the rest of the view is equal."""
+    now = full.now
+    for threshold in STATUS_THRESHOLDS:
+        reduced = reader.load_status_view(now, lookback, now - lookback, threshold)
+        assert_same(without_samples(reduced), without_samples(full))
+        for key, instance in full.instances.items():
+            assert_same(
+                gpu_activity(reduced.instances[key], threshold),
+                gpu_activity(instance, threshold),
+            )
+            assert len(reduced.instances[key].samples) <= len(instance.samples)
 
 
 def sample_times(path: Path) -> list[datetime]:
@@ -248,9 +277,17 @@ def random_instance(
 def random_samples(
     rng: random.Random, account: str, instance_id: str, at: datetime
 ) -> tuple[GpuSample, ...]:
+    """Random samples; every third instance's are idle or low (recorded busy below some
+    thresholds, never NULL sm), so that windows without a non-idle sample occur."""
     samples = []
+    quiet = int(instance_id.removeprefix("i")) % 3 == 0
     for gpu in range(rng.randint(0, 2)):
-        sm = maybe(rng, rng.choice([0.0, 3.0, 55.5, 100]))
+        if quiet:
+            sm: float | None = rng.choice([0.0, 3.0])
+            verdict = rng.choice([Verdict.IDLE, Verdict.IDLE, Verdict.BUSY])
+        else:
+            sm = maybe(rng, rng.choice([0.0, 3.0, 55.5, 100]))
+            verdict = rng.choice(list(Verdict))
         covered = rng.random() < 0.3
         samples.append(
             GpuSample(
@@ -258,7 +295,7 @@ def random_samples(
                 instance_id=instance_id,
                 at=at,
                 gpu_index=gpu,
-                verdict=rng.choice(list(Verdict)),
+                verdict=verdict,
                 source=rng.choice(list(SampleSource)),
                 sm=sm,
                 mem=maybe(rng, 1.0),
@@ -434,6 +471,116 @@ def test_a_randomized_store_reads_the_same_both_ways(seed: int, tmp_path: Path) 
     engine.dispose()
     write_leader(path, seed)
     assert_same_reads(path)
+
+
+# -- status's reduced sample load -----------------------------------------------------------
+
+MOODS = ("quiet", "wakes", "sleeps", "mixed", "gpu_stops")
+
+
+def status_sample(
+    rng: random.Random, mood: str, instance_id: str, at: datetime, *, gpu: int, minute: int
+) -> GpuSample | None:
+    """One GPU's sample of a ``mood``: quiet (idle or recorded busy at 0 or 3 %, never NULL sm),
+    wakes (idle, then busy from a minute on), sleeps (busy, then idle), mixed (anything: NULL
+    sm, unknown, recorded busy below the thresholds), gpu_stops (GPU 1 stops reporting)."""
+    if mood == "gpu_stops" and gpu == 1 and minute > 60:
+        return None
+    verdict = rng.choice([Verdict.IDLE, Verdict.IDLE, Verdict.BUSY])
+    sm: float | None = rng.choice([0.0, 3.0])
+    if (mood == "wakes" and minute > 85) or (mood == "sleeps" and minute < 40):
+        verdict, sm = Verdict.BUSY, rng.choice([55.5, 100.0])
+    elif mood in ("mixed", "gpu_stops") and rng.random() < 0.3:
+        verdict, sm = rng.choice(list(Verdict)), maybe(rng, rng.choice([0.0, 3.0, 55.5]))
+    return GpuSample(
+        account="vast-a",
+        instance_id=instance_id,
+        at=at,
+        gpu_index=gpu,
+        verdict=verdict,
+        source=SampleSource.DMON,
+        sm=sm,
+        mem=1.0,
+        enc=maybe(rng, rng.choice([0.0, 3.0])),
+        dec=maybe(rng, 0.0),
+        jpg=None,
+        ofa=maybe(rng, 0.0, 0.7),
+    )
+
+
+def write_status_store(path: Path, seed: int) -> None:
+    """Running instances of every mood, sampled each minute for 100 minutes (2 GPUs)."""
+    rng = random.Random(seed)
+    engine = create_engine_for(sqlite_url(path))
+    upgrade_to_head(engine)
+    store = Store(engine)
+    moods = {f"i{n}": MOODS[n % len(MOODS)] for n in range(15)}
+    for minute in range(100):
+        at = T0 + minutes(minute)
+        if minute in (0, 99):
+            snapshots = tuple(
+                dataclasses.replace(
+                    random_instance(rng, "vast-a", "vast", int(name[1:]), at),
+                    state=InstanceState.RUNNING,
+                )
+                for name in moods
+            )
+            store.record_observation(
+                AccountObservation(
+                    account=AccountSnapshot(provider="vast", account="vast-a", observed_at=at),
+                    instances=snapshots,
+                ),
+                at,
+            )
+        samples = [
+            status_sample(rng, mood, name, at + jitter, gpu=gpu, minute=minute)
+            for name, mood in moods.items()
+            for gpu in range(2)
+            for jitter in [timedelta(microseconds=rng.randint(0, 9))]
+        ]
+        store.record_samples(sample for sample in samples if sample is not None)
+    engine.dispose()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_status_reduced_sample_load_gives_the_same_activity(seed: int, tmp_path: Path) -> None:
+    path = tmp_path / "status.db"
+    write_status_store(path, seed)
+    store, reader = open_both(path)
+    shown: set[tuple[str, bool]] = set()
+    with reader:
+        end = latest_moment(store)
+        for moment in (end, end - timedelta(minutes=37), end - timedelta(minutes=80)):
+            for lookback in LOOKBACKS:
+                full = fresh_store(path).load_fleet_view(moment, lookback, moment - lookback)
+                assert_same_status_views(reader, full, lookback)
+                for threshold in STATUS_THRESHOLDS:
+                    shown |= {
+                        (activity.status, activity.idle_at_least)
+                        for activity in (
+                            gpu_activity(instance, threshold)
+                            for instance in full.instances.values()
+                        )
+                    }
+    assert {("busy", False), ("idle", False), ("idle", True), ("unknown", False)} <= shown
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_status_json_on_a_randomized_store_is_the_same_through_either_path(
+    seed: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``status`` through sqlite3 loads only the samples it reads; the Store, the window."""
+    path = tmp_path / "status.db"
+    write_status_store(path, seed)
+    isolate(monkeypatch, tmp_path)
+    freeze_clock(monkeypatch, T0)
+    through_sqlite3 = run(capsys, "status", "--db", str(path), "--json")
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_reader_module, "open_sqlite_reader", lambda path, shown: None)
+        through_store = run(capsys, "status", "--db", str(path), "--json")
+    assert through_sqlite3.code == through_store.code == 0
+    assert through_sqlite3.out == through_store.out
+    assert '"status": "idle"' in through_sqlite3.out
 
 
 # -- which databases the sqlite3 path reads ------------------------------------------------------

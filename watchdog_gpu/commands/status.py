@@ -222,7 +222,7 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
         )
     policy = policy_of(source.settings)
     lookback = policy.lookback
-    view = store.load_fleet_view(as_of, lookback, as_of - lookback)
+    view = store.load_status_view(as_of, lookback, as_of - lookback, policy.idle_threshold_percent)
     findings = store.list_findings(seen_since=as_of - lookback)
     instances = [
         _instance_status(instance, view, policy=policy, findings=findings)

@@ -42,6 +42,14 @@ class StoreReader(Protocol):
         notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
     ) -> FleetView: ...
 
+    def load_status_view(
+        self, now: datetime, lookback: timedelta, spend_since: datetime, threshold_percent: float
+    ) -> FleetView:
+        """``load_fleet_view`` for ``status``: its samples may be only those ``gpu_activity``
+        reads with ``threshold_percent`` (the SQLite reader loads only those; ``Store``, the
+        whole window)."""
+        ...
+
     def list_findings(self, seen_since: datetime | None = None) -> list[FindingRecord]: ...
 
     def list_actions(

@@ -241,6 +241,14 @@ class Store:
                 history=self._history,
             )
 
+    def load_status_view(
+        self, now: datetime, lookback: timedelta, spend_since: datetime, threshold_percent: float
+    ) -> FleetView:
+        """``status``'s view (``StoreReader.load_status_view``): here the whole window, as
+        :meth:`load_fleet_view` (``threshold_percent`` only narrows the SQLite reader's load)."""
+        del threshold_percent
+        return self.load_fleet_view(now, lookback, spend_since)
+
     def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
         """The latest snapshot of every instance (gone ones only when asked), by account and id."""
         with self._connection(write=False, own=True) as connection:

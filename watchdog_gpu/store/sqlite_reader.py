@@ -6,7 +6,9 @@ importing SQLAlchemy (and its ORM, the schema) alone cost more than ``status``'s
 :class:`~watchdog_gpu.store.reader.StoreReader` and returns the very same values as ``Store`` for
 the same database — same SQL conditions and order as ``fleet_loader``, the same converters
 (``store.convert``), the same row grouping (``store.history_rows``); a test reads demo,
-simulated and randomized databases both ways and compares.
+simulated and randomized databases both ways and compares. One exception, by design:
+``load_status_view`` loads only the samples ``status`` reads (the same GPU activity, fewer
+samples; the Store loads the whole window there).
 
 Only a database at the shipped head is read this way (:func:`open_sqlite_reader`): its
 ``alembic_version`` is compared with the head read from the migration scripts
@@ -35,7 +37,7 @@ from typing import Any
 
 from watchdog_gpu.errors import SchemaTooNewError, StoreError
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
-from watchdog_gpu.model import ActionStatus, InstanceState
+from watchdog_gpu.model import ActionStatus, InstanceState, Verdict
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history_rows import (
     PROBE_COLUMNS,
@@ -116,6 +118,49 @@ _SPANS = (
 _WINDOW_SAMPLES = (
     f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM gpu_samples "  # noqa: S608
     "WHERE account IN ({names}) AND at >= ? AND at <= ? "
+    f"ORDER BY {', '.join(SAMPLE_ORDER)}"
+)
+# ``status`` (commands/gpu_activity.py) reads of each instance's window only: each GPU's newest
+# sample, the newest non-idle and the newest busy sample and every sample after them, and the
+# window's first sample when none is non-idle. So it loads each instance's samples from a cutoff
+# (the earliest of those instants but the first; the earliest newest sample of a GPU when no
+# sample is non-idle), and that first sample: at 1,000 steady instances the last minute or so
+# instead of the whole window (bench/README.md, "Command-line start-up").
+# The verdict is SampleHistory.verdict written in SQL: busy when the highest present of
+# sm/enc/dec/jpg/ofa (-1 when none is: ``sample_history.peak``) is above the threshold — that is,
+# when one present value is (``NULL > t`` is NULL, false in a CASE), or none is and -1 is; else,
+# with no sm, busy when recorded busy and unknown otherwise; else unknown when recorded neither
+# busy nor idle (an unreadable recorded verdict is unknown), idle otherwise. So a sample is
+# non-idle when above, or without sm, or recorded neither busy nor idle. (Written out per
+# aggregate: a CASE yielding a code in a subquery was evaluated once per use, and slower.)
+_ABOVE = (
+    "(sm > :threshold OR enc > :threshold OR dec > :threshold OR jpg > :threshold "
+    "OR ofa > :threshold OR (:threshold < -1.0 AND coalesce(sm, enc, dec, jpg, ofa) IS NULL))"
+)
+_STATUS_CUTOFFS = (
+    "WITH per_gpu AS (SELECT account, instance_id, min(at) AS first, max(at) AS newest, "  # noqa: S608
+    f"max(CASE WHEN sm IS NULL OR verdict NOT IN (:busy, :idle) OR {_ABOVE} THEN at END) "
+    "AS active, "
+    f"max(CASE WHEN {_ABOVE} OR (sm IS NULL AND verdict = :busy) THEN at END) AS busy "
+    "FROM gpu_samples WHERE account IN ({names}) AND at >= :since AND at <= :now "
+    "GROUP BY account, instance_id, gpu_index), "
+    "cutoffs AS (SELECT account, instance_id, "
+    "CASE WHEN max(active) IS NULL THEN min(newest) "
+    # min() of several arguments is NULL when one is: no busy sample, the non-idle one.
+    "ELSE min(min(newest), max(active), coalesce(max(busy), max(active))) END AS cutoff, "
+    "CASE WHEN max(active) IS NULL THEN min(first) END AS first_at "
+    "FROM per_gpu GROUP BY account, instance_id) "
+)
+_STATUS_COLUMNS = ", ".join(f"s.{name}" for name in SAMPLE_COLUMNS)
+_STATUS_SAMPLES = (
+    f"{_STATUS_CUTOFFS}"  # noqa: S608
+    f"SELECT {_STATUS_COLUMNS} FROM gpu_samples AS s "
+    "JOIN cutoffs AS c ON c.account = s.account AND c.instance_id = s.instance_id "
+    "WHERE s.at >= (SELECT min(cutoff) FROM cutoffs) AND s.at <= :now AND s.at >= c.cutoff "
+    # The first sample of a window without a non-idle one (an index lookup of its instant).
+    f"UNION ALL SELECT {_STATUS_COLUMNS} FROM gpu_samples AS s "
+    "JOIN cutoffs AS c ON c.account = s.account AND c.instance_id = s.instance_id "
+    "WHERE s.at IN (SELECT first_at FROM cutoffs) AND s.at = c.first_at AND s.at < c.cutoff "
     f"ORDER BY {', '.join(SAMPLE_ORDER)}"
 )
 _WINDOW_PROBES = (
@@ -263,6 +308,30 @@ class SqliteReader:
         *,
         notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
     ) -> FleetView:
+        return self._fleet_view(
+            now, lookback, spend_since, accounts, notification_lookback=notification_lookback
+        )
+
+    def load_status_view(
+        self, now: datetime, lookback: timedelta, spend_since: datetime, threshold_percent: float
+    ) -> FleetView:
+        """:meth:`load_fleet_view` with only the samples ``status`` reads with
+        ``threshold_percent`` (see ``_STATUS_SAMPLES``): the same ``gpu_activity`` of each
+        instance, not the same samples."""
+        return self._fleet_view(
+            now, lookback, spend_since, None, status_threshold=threshold_percent
+        )
+
+    def _fleet_view(
+        self,
+        now: datetime,
+        lookback: timedelta,
+        spend_since: datetime,
+        accounts: Mapping[str, str] | None,
+        *,
+        notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
+        status_threshold: float | None = None,
+    ) -> FleetView:
         with self._snapshot():
             account_views = self._account_views(accounts)
             names = list(account_views)
@@ -271,7 +340,9 @@ class SqliteReader:
                 for row in self._rows(_NOTIFICATION_KEYS, (bind_time(now - notification_lookback),))
             }
             window_start = min(spend_since, now - lookback)
-            instances = self._instance_views(names, now, window_start, now - lookback)
+            instances = self._instance_views(
+                names, now, window_start, now - lookback, status_threshold
+            )
             in_names = {"names": _marks(names)}
             actions = self._rows(
                 _RECENT_ACTIONS, (bind_time(now - RECENT_ACTIONS), *OPEN_ACTION_STATUSES)
@@ -383,7 +454,12 @@ class SqliteReader:
         }
 
     def _instance_views(
-        self, names: list[str], now: datetime, window_start: datetime, samples_since: datetime
+        self,
+        names: list[str],
+        now: datetime,
+        window_start: datetime,
+        samples_since: datetime,
+        status_threshold: float | None,
     ) -> dict[str, InstanceView]:
         in_view = (*names, InstanceState.GONE.value, bind_time(window_start))
         marks = {"names": _marks(names)}
@@ -392,7 +468,21 @@ class SqliteReader:
         spans = self._rows(_SPANS.format_map(marks), span_parameters)
         window = (*names, bind_time(samples_since), bind_time(now))
         connection = self.connection
-        samples = sample_histories(connection.execute(_WINDOW_SAMPLES.format_map(marks), window))
+        if status_threshold is None:
+            sample_rows = connection.execute(_WINDOW_SAMPLES.format_map(marks), window)
+        else:
+            named = {f"name{number}": name for number, name in enumerate(names)}
+            judging = {
+                "threshold": status_threshold,
+                "busy": Verdict.BUSY.value,
+                "idle": Verdict.IDLE.value,
+                "since": bind_time(samples_since),
+                "now": bind_time(now),
+                **named,
+            }
+            sql = _STATUS_SAMPLES.format(names=", ".join(f":{key}" for key in named))
+            sample_rows = connection.execute(sql, judging)
+        samples = sample_histories(sample_rows)
         probes = by_instance(
             probes_from(connection.execute(_WINDOW_PROBES.format_map(marks), window))
         )
