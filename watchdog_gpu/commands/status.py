@@ -223,9 +223,17 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
     policy = policy_of(source.settings)
     lookback = policy.lookback
     view = store.load_status_view(as_of, lookback, as_of - lookback, policy.idle_threshold_percent)
-    findings = store.list_findings(seen_since=as_of - lookback)
+    # Each instance's findings, grouped once (not every finding scanned for each instance).
+    findings: dict[tuple[str, str | None], list[FindingRecord]] = {}
+    for finding in store.list_findings(seen_since=as_of - lookback):
+        findings.setdefault((finding.account, finding.instance_id), []).append(finding)
     instances = [
-        _instance_status(instance, view, policy=policy, findings=findings)
+        _instance_status(
+            instance,
+            view,
+            policy=policy,
+            findings=findings.get((instance.latest.account, instance.latest.instance_id), []),
+        )
         for instance in _ordered(view.instances.values())
     ]
     accounts = [_account_status(record, view) for record in records]
