@@ -117,10 +117,14 @@ def _overlap_seconds(piece: BillingPiece, start: datetime, end: datetime) -> flo
 
 def instance_spend(spans: Sequence[StateSpan], start: datetime, end: datetime) -> SpendFigure:
     """What one instance's ``spans`` billed within ``[start, end]``."""
+    return _pieces_spend(billing_pieces(spans, until=end), start, end)
+
+
+def _pieces_spend(pieces: Iterable[BillingPiece], start: datetime, end: datetime) -> SpendFigure:
     usd = 0.0
     unknown = 0.0
     estimated = 0.0
-    for piece in billing_pieces(spans, until=end):
+    for piece in pieces:
         seconds = _overlap_seconds(piece, start, end)
         if seconds == 0:
             continue
@@ -134,13 +138,38 @@ def instance_spend(spans: Sequence[StateSpan], start: datetime, end: datetime) -
     return SpendFigure(usd, unknown, estimated)
 
 
+def view_billing_pieces(instance: InstanceView, *, until: datetime) -> list[BillingPiece]:
+    """:func:`billing_pieces` of ``instance``'s spans, preceded by what it billed before its
+    first listing when the provider dates its start (``started_at``: Vast.ai's uptime,
+    RunPod's runtime uptime or ``lastStartedAt``) before our first sighting: an instance launched
+    while its account could not be listed (an outage from the start) or before the watchdog ran
+    was billing all along, and a budget that counted it from its first sighting would let it
+    overshoot by that much. That stretch is billed at the rate of the first span (running: the
+    provider says it started and has not restarted since) and counted as estimated. Only for
+    the instance's very first span, and only when it is running (docs/safety.md, "Unknown
+    cost")."""
+    pieces = billing_pieces(instance.spans, until=until)
+    started = instance.latest.started_at
+    spans = instance.spans
+    if (
+        started is not None
+        and spans
+        and spans[0].first_seen == instance.first_seen
+        and spans[0].state is InstanceState.RUNNING
+        and started < instance.first_seen
+    ):
+        before = BillingPiece(started, instance.first_seen, spans[0].billed_usd_per_hour, True)
+        pieces.insert(0, before)
+    return pieces
+
+
 def instances_spend(
     instances: Iterable[InstanceView], start: datetime, end: datetime
 ) -> SpendFigure:
-    """The sum of :func:`instance_spend` over ``instances``."""
+    """What ``instances`` billed within ``[start, end]`` (:func:`view_billing_pieces`)."""
     total = SpendFigure()
     for instance in instances:
-        total += instance_spend(instance.spans, start, end)
+        total += _pieces_spend(view_billing_pieces(instance, until=end), start, end)
     return total
 
 
@@ -183,7 +212,7 @@ def _rate_steps(
     included); unknown rates count as 0."""
     changes: dict[datetime, float] = {}
     for instance in instances:
-        for piece in billing_pieces(instance.spans, until=end):
+        for piece in view_billing_pieces(instance, until=end):
             if piece.usd_per_hour is None or piece.usd_per_hour == 0:
                 continue
             low, high = max(piece.start, start), min(piece.end, end)

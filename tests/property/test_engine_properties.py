@@ -101,6 +101,9 @@ class FakeInstance:
     gone: bool = False
     busy_at: list[datetime] = field(default_factory=list)  # tick instants it was busy
     billing: bool = False  # seen by a tick: bills from then on until gone
+    started_at: datetime | None = (
+        None  # since when it bills, what the listing dates (Vast.ai's uptime)
+    )
 
     @property
     def protected(self) -> bool:
@@ -135,6 +138,7 @@ class FakeAccount:
             ssh_host="127.0.0.1",
             ssh_port=22000,
             ssh_user="root",
+            started_at=instance.started_at,
         )
 
     def _check(self) -> None:
@@ -310,6 +314,8 @@ class EngineMachine(RuleBasedStateMachine):
                 continue
             if instance.billing:  # it existed through the last tick interval
                 self.spend += RATE * TICK.total_seconds() / 3600
+            if not instance.billing:
+                instance.started_at = self.now
             instance.billing = True
             if instance.busy:
                 instance.busy_at.append(self.now)

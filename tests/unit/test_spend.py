@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from watchdog_gpu.spend import (
     current_rate,
     day_start,
     instance_spend,
+    instances_spend,
     month_start,
     next_day_start,
     provider_spend,
@@ -193,3 +195,34 @@ def test_the_month_starts_at_local_midnight_of_the_first() -> None:
     assert month_start(datetime(2026, 3, 31, 21, 30, tzinfo=UTC), "Europe/Berlin") == datetime(
         2026, 2, 28, 23, 0, tzinfo=UTC
     )
+
+
+def test_a_provider_dated_start_before_the_first_listing_is_billed_as_an_estimate() -> None:
+    # Launched at 0 while its account could not be listed; first listed at 60, running at
+    # $1/h: the budget counts the hour before the first sighting (the provider says it ran).
+    view = running(at(60), at(90), compute=1.0, storage=0.0, started_at=at(0))
+    figure = instances_spend([view], at(0), at(90))
+    assert figure.usd == pytest.approx(1.5)
+    assert figure.estimated_usd == pytest.approx(1.0)
+    assert total_spend(fleet(at(90), view), at(30), at(90)).usd == pytest.approx(1.0)
+    # The spend crossed $0.50 half an hour after the launch, before anyone saw the instance.
+    assert spend_crossing_time([view], at(0), at(90), 0.5) == at(30)
+
+
+def test_no_billing_before_the_first_listing_without_a_dated_start_or_a_running_first_span() -> (
+    None
+):
+    later_start = running(at(60), at(90), compute=1.0, storage=0.0, started_at=at(70))
+    undated = running(at(60), at(90), compute=1.0, storage=0.0)
+    stopped_first = instance(
+        span(STOPPED, at(60), at(70), compute=1.0, storage=0.0),
+        span(RUNNING, at(70), at(90), compute=1.0, storage=0.0),
+        started_at=at(0),
+    )
+    # Seen since 10, but only a later span overlaps the view: not the first sighting.
+    cut = instance(span(RUNNING, at(60), at(90), compute=1.0, storage=0.0), first_seen=at(10))
+    cut = replace(cut, latest=replace(cut.latest, started_at=at(0)))
+    for view in (later_start, undated, stopped_first, cut):
+        assert instances_spend([view], at(0), at(90)).usd == pytest.approx(
+            instance_spend(view.spans, at(0), at(90)).usd
+        ), view
