@@ -226,6 +226,18 @@ def fake_gpu_calls(fake: FakeGpu) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+def assert_a_blind_hole(manager: StreamManager, runner: ParamikoRunner, server: SshServer) -> None:
+    """GPU 0's rows taken now are two runs (two sessions) with more than 2 s between them: the
+    rows never received are blind time, not idle."""
+    read = manager.take(target_of(server).ref)
+    assert read is not None
+    outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(server), read, NOW)
+    runs = sorted((s.covers_from, s.at) for s in outcome.samples if s.gpu_index == 0)
+    assert len(runs) >= 2
+    assert runs[1][0] is not None
+    assert (runs[1][0] - runs[0][1]).total_seconds() > 2
+
+
 def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
     ssh_server: SshServer, fake_gpu: FakeGpu, runner: ParamikoRunner
 ) -> None:
@@ -247,14 +259,8 @@ def test_a_dropped_connection_is_blind_time_and_the_host_is_reconnected(
             lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
         )
         CLOCK.sleep(2)
-        read = manager.take(target.ref)
-        assert read is not None
-        outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
-        runs = sorted((s.covers_from, s.at) for s in outcome.samples if s.gpu_index == 0)
         # The drop left a hole between two runs: blind, not idle.
-        assert len(runs) >= 2
-        assert runs[1][0] is not None
-        assert (runs[1][0] - runs[0][1]).total_seconds() > 2
+        assert_a_blind_hole(manager, runner, ssh_server)
     assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
 
 
@@ -307,14 +313,7 @@ def test_a_dead_batching_loop_ends_the_session_and_the_gap_is_blind(
             lambda: manager.health()[target.ref].state is StreamState.STREAMING, seconds=20
         )
         CLOCK.sleep(BATCH + 2)
-        read = manager.take(target.ref)
-        assert read is not None
-        outcome = Prober(runner, clock=CLOCK).stream_outcome(instance_on(ssh_server), read, NOW)
-        runs = sorted((s.covers_from, s.at) for s in outcome.samples if s.gpu_index == 0)
-        # A hole between the two sessions' runs: blind, never counted idle.
-        assert len(runs) >= 2
-        assert runs[1][0] is not None
-        assert (runs[1][0] - runs[0][1]).total_seconds() > 2
+        assert_a_blind_hole(manager, runner, ssh_server)
     assert wait_for(lambda: not remote_processes(ssh_server)), remote_processes(ssh_server)
 
 
