@@ -150,9 +150,7 @@ class Daemon:
         self.scheduler.add_listener(
             self._on_scheduler_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
         )
-        self.scheduler.add_listener(
-            lambda _event: self.heap_release.after_job(), EVENT_JOB_EXECUTED
-        )
+        self.scheduler.add_listener(self._after_job, EVENT_JOB_EXECUTED)
         specs = job_specs(
             self.jobs, self.settings, self.wall_clock.now(), time_scale=self.time_scale
         )
@@ -160,6 +158,7 @@ class Daemon:
         self.scheduler.start()
 
     def _after_job(self, _event: Any) -> None:
+        # Freed heap back to the OS once a job is done (heap_release.py paces it).
         self.heap_release.after_job()
 
     def wake_act(self) -> None:
