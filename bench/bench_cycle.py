@@ -36,6 +36,7 @@ import pstats
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -51,6 +52,8 @@ from watchdog_gpu.sim.scenario import Scenario, parse_scenario
 from watchdog_gpu.sim.simulate import InProcessTransport, Simulation, simulation
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.sim.ssh_stream import SimulatedStreams
+from watchdog_gpu.store import create_engine_for, sqlite_url
+from watchdog_gpu.store.migrate_process import upgrade_in_child_process
 
 PROVIDERS = ("vast", "runpod", "lambda")
 START = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
@@ -146,6 +149,18 @@ def backfill(sim: Simulation, minutes: int) -> int:
                 written += len(samples)
         sim.store.record_probes(outcomes)
     return written
+
+
+def migrated_as_the_daemon_does(directory: Path) -> Path:
+    """An empty database file at head, migrated in a child process like the daemon's
+    (``wiring.assemble_daemon``): Alembic never loads into this process, as into the daemon's,
+    and the peak RSS measured here is not inflated by it (≈ 14 MiB)."""
+    database = directory / "bench.db"
+    url = sqlite_url(database)
+    engine = create_engine_for(url)
+    upgrade_in_child_process(engine, url)
+    engine.dispose()
+    return database
 
 
 Timings = dict[str, list[float]]
@@ -249,7 +264,10 @@ def run(
     written: list[float] = []
     grown: list[float] = []
     own: list[float] = []
-    with simulation(scenario) as sim:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cycle-") as scratch,
+        simulation(scenario, database=migrated_as_the_daemon_does(Path(scratch))) as sim,
+    ):
         minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
         samples = backfill(sim, minutes) if history else 0
         instrument(sim, timings)

@@ -342,10 +342,13 @@ def child(args: argparse.Namespace) -> int:
     )
 
     def build(settings: Settings, clock: Clock, environ: Mapping[str, str]) -> Assembly:
+        # As the daemon's own build (wiring.assemble_daemon): migrations in a child process.
         if args.unreachable:
-            return assemble(settings, clock, environ)
+            return assemble(settings, clock, environ, migrate_in_child=True)
         world = SimulatedWorld(scenario, clock, origin=clock.now())
-        return assemble(settings, clock, environ, runner=SimulatedSshRunner(world))
+        return assemble(
+            settings, clock, environ, runner=SimulatedSshRunner(world), migrate_in_child=True
+        )
 
     def started(daemon: Daemon) -> None:
         if args.no_heap_release:

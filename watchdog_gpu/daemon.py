@@ -57,7 +57,7 @@ from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wake import Wakes
-from watchdog_gpu.wiring import Assembly, assemble
+from watchdog_gpu.wiring import Assembly, assemble_daemon
 
 if TYPE_CHECKING:
     from watchdog_gpu.metrics import Metrics
@@ -417,7 +417,7 @@ def run_daemon(
     clock: Clock,
     environ: Mapping[str, str],
     *,
-    build: Callable[[Settings, Clock, Mapping[str, str]], Assembly] = assemble,
+    build: Callable[[Settings, Clock, Mapping[str, str]], Assembly] = assemble_daemon,
     time_scale: float = 1.0,
     wall_clock: Clock | None = None,
     on_started: Callable[[Daemon], None] | None = None,

@@ -43,11 +43,23 @@ log = logging.getLogger(__name__)
 TransportFactory = Callable[[AccountConfig], httpx.BaseTransport | None]
 
 
-def open_store(database_url: str) -> Store:
-    """The store on ``database_url``, migrated to the newest schema."""
+def open_store(database_url: str, *, migrate_in_child: bool = False) -> Store:
+    """The store on ``database_url``, migrated to the newest schema — in a child process with
+    ``migrate_in_child`` (the daemon: store/migrate_process.py says why)."""
     engine = create_engine_for(database_url)
-    upgrade_to_head(engine)
+    if migrate_in_child:
+        from watchdog_gpu.store.migrate_process import upgrade_in_child_process
+
+        upgrade_in_child_process(engine, database_url)
+    else:
+        upgrade_to_head(engine)
     return Store(engine)
+
+
+def assemble_daemon(settings: Settings, clock: Clock, environ: Mapping[str, str]) -> Assembly:
+    """:func:`assemble` for the long-running daemon: its database is migrated in a child
+    process, so Alembic never becomes resident in it."""
+    return assemble(settings, clock, environ, migrate_in_child=True)
 
 
 def _secret_value(settings: Settings, account: AccountConfig, environ: Mapping[str, str]) -> str:
@@ -286,14 +298,18 @@ def assemble(
     streaming: bool = True,
     claimer: str = "executor",
     jitter_seed: str | None = None,
+    migrate_in_child: bool = False,
 ) -> Assembly:
     """Build the engine from ``settings``. ``transport_for``, ``runner`` and ``streams``
     replace the real network (the simulator and tests); by default real HTTP and paramiko are
     used, and with ``[probe] mode = "stream"`` the streaming probe over the paramiko runners
     (``streaming=False``: burst probes only, e.g. a single tick); ``jitter_seed`` makes the
-    providers' retry jitter repeatable (the simulator)."""
+    providers' retry jitter repeatable (the simulator); ``migrate_in_child``: see
+    :func:`open_store`."""
     if store is None:
-        store = open_store(settings.watchdog.effective_database_url(environ))
+        store = open_store(
+            settings.watchdog.effective_database_url(environ), migrate_in_child=migrate_in_child
+        )
     stop = threading.Event()
     providers = build_providers(
         settings, clock, environ, transport_for, stop=stop, jitter_seed=jitter_seed

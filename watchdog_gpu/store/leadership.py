@@ -36,7 +36,7 @@ from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.lock import LockHeldError, LockHolder
-from watchdog_gpu.store.migrate import upgrade_to_head
+from watchdog_gpu.store.migrate_process import upgrade_in_child_process
 from watchdog_gpu.store.rows import Leader
 from watchdog_gpu.store.schema import LeadershipRow
 
@@ -135,9 +135,12 @@ class PostgresLeadership:
                 if not taken:
                     return False
                 # Only the lock holder migrates: two nodes starting on an empty database (or
-                # a new version taking over) never run the migrations at the same time.
+                # a new version taking over) never run the migrations at the same time. In a
+                # child process: the daemon keeps no Alembic resident (migrate_process.py).
                 assert self._engine is not None
-                upgrade_to_head(self._engine)
+                upgrade_in_child_process(
+                    self._engine, self._url.render_as_string(hide_password=False)
+                )
                 self.epoch = self._next_epoch()
             except (SQLAlchemyError, StoreError) as error:
                 self._drop_connection()
