@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_simulate import machine, write_readme_block
+from watchdog_gpu.gc_freeze import long_lived_frozen
 from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.probe.stream_buffer import HostBuffer
 from watchdog_gpu.probe.stream_reader import StreamReader
@@ -264,9 +265,12 @@ def run(
     written: list[float] = []
     grown: list[float] = []
     own: list[float] = []
+    # The engine built, then the start-up objects frozen as the daemon and `simulate` do
+    # (gc_freeze.py) before the history a running daemon finds in its database.
     with (
         tempfile.TemporaryDirectory(prefix="bench-cycle-") as scratch,
         simulation(scenario, database=migrated_as_the_daemon_does(Path(scratch))) as sim,
+        long_lived_frozen(),
     ):
         minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
         samples = backfill(sim, minutes) if history else 0

@@ -46,6 +46,7 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.gc_freeze import long_lived_frozen
 from watchdog_gpu.heap_release import HeapRelease
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs, Progress
@@ -605,6 +606,19 @@ def _run_locked(
             name="leadership",
             daemon=True,
         ).start()
+    # Start-up is done (configuration, wiring, the migrated database, metrics): what it built
+    # lives until shutdown, and leaves the garbage collector's full passes (gc_freeze.py).
+    with long_lived_frozen():
+        return _serve(daemon, settings, environ, lost, on_started)
+
+
+def _serve(
+    daemon: Daemon,
+    settings: Settings,
+    environ: Mapping[str, str],
+    lost: list[str],
+    on_started: Callable[[Daemon], None] | None,
+) -> int:
     try:
         daemon.start()
         accounts = len(daemon.assembly.providers)

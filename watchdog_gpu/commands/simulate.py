@@ -27,6 +27,7 @@ from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.config import ConfigError, Settings, load_settings
 from watchdog_gpu.durations import format_duration
 from watchdog_gpu.errors import ScenarioError
+from watchdog_gpu.gc_freeze import long_lived_frozen
 from watchdog_gpu.sim.scenario import load_scenario
 from watchdog_gpu.sim.simulate import Simulation, SimulationResult, simulation
 
@@ -68,7 +69,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     previous_level = package_logger.level
     package_logger.setLevel(logging.WARNING)
     try:
-        with simulation(scenario, base, database=args.db) as sim:
+        # As the daemon after its start-up (gc_freeze.py): a day at 1,000 instances is
+        # thousands of ticks.
+        with simulation(scenario, base, database=args.db) as sim, long_lived_frozen():
             progress = Progress(sys.stderr, scenario.end - scenario.start)
             result = sim.run(on_step=progress.show if progress.enabled else None)
             progress.done()
