@@ -134,6 +134,12 @@ def backfill(sim: Simulation, minutes: int) -> int:
                         source=SampleSource.DMON,
                         sm=util,
                         mem=util / 2,
+                        # What the simulated GPUs' dmon lines say, as the streams record it
+                        # in the measured cycles (sim/dmon_render.py): no video, no media.
+                        enc=0.0,
+                        dec=0.0,
+                        jpg=0.0,
+                        ofa=0.0,
                     )
                     for gpu in range(instance.gpu_count)
                 )

@@ -16,6 +16,12 @@ Each sample's verdict is judged with the caller's threshold exactly as
 row for that). A :class:`SampleHistory` is also a ``Sequence[GpuSample]``: indexing or iterating
 builds the sample values (for ``status`` and tests, not for the tick).
 
+The video and media engines' columns (``enc``, ``dec``, ``jpg``, ``ofa``) hold one value for
+nearly every GPU — 0 on a training GPU, ``-`` (NaN) where the GPU has no such engine — and no
+rule reads them row by row (their highest is in ``peak``). Each starts as a :class:`Repeated`
+column (the value and a count) and becomes an array at its first different value: ≈ 2.8 KiB an
+instance of a steady fleet (bench/README.md, "The cycle's peak memory").
+
 Pure: no clock, no I/O.
 """
 
@@ -26,7 +32,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import overload
+from itertools import repeat
+from typing import TypeAlias, overload
 
 from watchdog_gpu.model import GpuSample, SampleSource, Verdict
 
@@ -66,6 +73,63 @@ def peak(*values: float | None) -> float:
     return max(present) if present else -1.0
 
 
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # noqa: PLR0124 - NaN is the same as NaN here
+
+
+def _exact_single(value: float) -> bool:
+    """Whether ``value`` survives a single-precision array unchanged (NaN does)."""
+    return value != value or array("f", (value,))[0] == value  # noqa: PLR0124
+
+
+class Repeated:
+    """A column whose every row so far holds one value: the value and how many rows (module
+    docstring). Reads like an array of floats (index, slice, iterate, ``len``)."""
+
+    __slots__ = ("count", "value")
+    typecode = "r"
+
+    def __init__(self, value: float = NAN, count: int = 0) -> None:
+        self.value = value
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Repeated: ...
+
+    def __getitem__(self, index: int | slice) -> float | Repeated:
+        if isinstance(index, slice):
+            return Repeated(self.value, len(range(*index.indices(self.count))))
+        if not -self.count <= index < self.count:
+            raise IndexError(index)
+        return self.value
+
+    def __iter__(self) -> Iterator[float]:
+        return repeat(self.value, self.count)
+
+    def takes(self, value: float) -> bool:
+        """Whether ``value`` can be one more row of this column."""
+        return self.count == 0 or _same(value, self.value)
+
+    def add(self, value: float, count: int = 1) -> None:
+        if self.count == 0:
+            self.value = value
+        self.count += count
+
+    def expanded(self, wide: bool = False) -> array[float]:
+        """The rows as an array: single precision when the value is exact in it."""
+        code = "d" if wide or not _exact_single(self.value) else "f"
+        return array(code, repeat(self.value, self.count))
+
+
+FloatColumn: TypeAlias = "array[float] | Repeated"
+
+
 class SampleColumns:
     """Growable parallel arrays of samples, one row per sample (see the module docstring)."""
 
@@ -96,10 +160,10 @@ class SampleColumns:
         self.peak = array("f")
         self.sm = array("f")
         self.mem = array("f")
-        self.enc = array("f")
-        self.dec = array("f")
-        self.jpg = array("f")
-        self.ofa = array("f")
+        self.enc: FloatColumn = Repeated()
+        self.dec: FloatColumn = Repeated()
+        self.jpg: FloatColumn = Repeated()
+        self.ofa: FloatColumn = Repeated()
 
     def __len__(self) -> int:
         return len(self.at)
@@ -130,7 +194,13 @@ class SampleColumns:
         self._put("jpg", self.jpg, _number(jpg))
         self._put("ofa", self.ofa, _number(ofa))
 
-    def _put(self, name: str, column: array[float], value: float) -> None:
+    def _put(self, name: str, column: FloatColumn, value: float) -> None:
+        if isinstance(column, Repeated):
+            if column.takes(value):
+                column.add(value)
+                return
+            column = column.expanded()
+            setattr(self, name, column)
         column.append(value)
         if column[-1] != value and value == value:  # noqa: PLR0124 - NaN stays NaN in "f"
             wide = array("d", column)  # the earlier values are exact in both
@@ -151,7 +221,9 @@ class SampleColumns:
         """Append ``other``'s rows ``lo:hi``."""
         for name in SampleColumns.__slots__:
             mine, theirs = getattr(self, name), getattr(other, name)[lo:hi]
-            if mine.typecode == theirs.typecode:
+            if isinstance(mine, Repeated) or isinstance(theirs, Repeated):
+                setattr(self, name, _joined(mine, theirs))
+            elif mine.typecode == theirs.typecode:
                 mine.extend(theirs)
             elif mine.typecode == "d":  # single precision values are exact doubles
                 mine.extend(array("d", theirs))
@@ -170,8 +242,31 @@ class SampleColumns:
         result = SampleColumns()
         for name in SampleColumns.__slots__:
             column = getattr(self, name)
-            setattr(result, name, array(column.typecode, [column[i] for i in order]))
+            if isinstance(column, Repeated):  # one value in any order
+                setattr(result, name, Repeated(column.value, column.count))
+            else:
+                setattr(result, name, array(column.typecode, [column[i] for i in order]))
         return result
+
+
+def _joined(mine: FloatColumn, theirs: FloatColumn) -> FloatColumn:
+    """``mine`` followed by ``theirs`` (either a :class:`Repeated`), as few bytes as exact:
+    ``mine`` itself when it can take the rows."""
+    if isinstance(theirs, Repeated):
+        if isinstance(mine, Repeated) and (not theirs.count or mine.takes(theirs.value)):
+            if theirs.count:
+                mine.add(theirs.value, theirs.count)
+            return mine
+        if isinstance(mine, Repeated):
+            mine = mine.expanded(wide=not _exact_single(theirs.value))
+        elif mine.typecode == "f" and not _exact_single(theirs.value):
+            mine = array("d", mine)
+        mine.extend(theirs)
+        return mine
+    # ``theirs`` an array: ``mine`` is the Repeated one (the caller's condition).
+    wide = mine.expanded(wide=theirs.typecode == "d") if isinstance(mine, Repeated) else mine
+    wide.extend(theirs if wide.typecode == theirs.typecode else array(wide.typecode, theirs))
+    return wide
 
 
 class SampleHistory(Sequence[GpuSample]):

@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from watchdog_gpu.model import GpuSample, SampleSource, Verdict
 from watchdog_gpu.rules.windows import sample_verdict, usable_sample
-from watchdog_gpu.sample_history import BUSY, VERDICTS, SampleHistory, instant, micros
+from watchdog_gpu.sample_history import (
+    BUSY,
+    VERDICTS,
+    Repeated,
+    SampleColumns,
+    SampleHistory,
+    instant,
+    micros,
+)
 
 T0 = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
 METRIC = st.one_of(
@@ -130,3 +138,64 @@ def test_columns_of_either_precision_join_without_rounding(
     expected = ordered(first) + ordered(second)
     assert list(SampleHistory("a", "i", joined)) == expected
     assert list(SampleHistory("a", "i", joined.copy(1))) == expected[1:]
+
+
+# The engines' columns of a real fleet: one value (0, or "-" where the GPU has no such engine)
+# in nearly every row; now and then another (33.3 needs double precision).
+ENGINE = st.sampled_from([None, 0.0, 33.3])
+
+
+@st.composite
+def steady_samples(draw: st.DrawFn) -> list[GpuSample]:
+    usual = {name: draw(ENGINE) for name in ("enc", "dec", "jpg", "ofa")}
+    rows = []
+    for number in range(draw(st.integers(0, 12))):
+        enc, dec, jpg, ofa = (
+            draw(ENGINE) if draw(st.integers(0, 5)) == 0 else value for value in usual.values()
+        )
+        at = T0 + timedelta(seconds=draw(st.integers(0, 600)))
+        sm = draw(METRIC)
+        rows.append(
+            GpuSample(
+                "a", "i", at, number % 2, Verdict.IDLE, sm=sm, enc=enc, dec=dec, jpg=jpg, ofa=ofa
+            )
+        )
+    return rows
+
+
+@given(steady_samples(), steady_samples(), st.integers(0, 13), st.integers(0, 13))
+@settings(max_examples=300, deadline=None)
+def test_columns_holding_one_value_read_back_exactly_through_joins_and_sorts(
+    first: list[GpuSample], second: list[GpuSample], lo: int, hi: int
+) -> None:
+    """The engines' columns start as a value and a count (``Repeated``) and become arrays at the
+    first other value: every way of building, joining, slicing and sorting columns gives back
+    exactly the samples recorded."""
+    joined = SampleHistory.of(first).columns.copy()
+    joined.extend(SampleHistory.of(second).columns, lo, hi)
+    expected = ordered(first) + ordered(second)[lo:hi]
+    assert list(SampleHistory("a", "i", joined)) == expected
+
+    unordered = SampleColumns()
+    for sample in second + first:
+        unordered.append_sample(sample)
+    assert list(SampleHistory("a", "i", unordered.sorted())) == ordered(second + first)
+
+
+def test_a_steady_engine_column_is_a_count_until_its_first_other_value() -> None:
+    columns = SampleColumns()
+    for minute in range(100):
+        columns.append_sample(
+            GpuSample("a", "i", T0 + timedelta(minutes=minute), 0, Verdict.BUSY, sm=90.0, enc=0.0)
+        )
+    assert isinstance(columns.enc, Repeated)
+    assert (columns.enc.value, len(columns.enc)) == (0.0, 100)
+    assert isinstance(columns.dec, Repeated)  # "-": NaN throughout
+
+    columns.append_sample(GpuSample("a", "i", T0 + timedelta(hours=2), 0, Verdict.BUSY, enc=33.3))
+
+    assert not isinstance(columns.enc, Repeated)
+    assert list(columns.enc) == [0.0] * 100 + [33.3]  # in double precision: 33.3 exactly
+    history = SampleHistory("a", "i", columns)
+    assert [sample.enc for sample in history] == [0.0] * 100 + [33.3]
+    assert all(sample.dec is None for sample in history)
