@@ -24,10 +24,19 @@ The order of the checks is the safety model (docs/safety.md), most protective fi
    (the budget rule's ``skip_grace``) needs no warning.
 6. The blast-radius fuse looks at all candidates together (docs/safety.md, "Fuse"). Dry runs
    never count and are never held. Rate limits *defer*: at most ``max_actions_per_tick`` per tick
-   and ``max_actions_per_hour`` in any rolling hour go ahead, oldest due first; the rest are
-   ``DEFERRED`` and decided again on the next tick (one notification per wave). The fuse *trips
-   and latches* only when the pattern looks wrong: an idle-based rule firing on an instance whose
-   GPUs the probe saw busy within the last tick, or time/state-based rules wanting more than
+   and ``max_actions_per_hour`` in any rolling hour go ahead; the rest are ``DEFERRED`` and
+   decided again on the next tick (one notification per wave). Which go ahead (:class:`_Queue`):
+   the costliest first — every second a due action waits bills its rate, so the dearest first
+   bills the least past the limits — except that an action overdue a whole hour longer than
+   another goes before it, so a cheap deferral cannot wait behind every dearer one that falls
+   due after it. (The hour is the window of ``max_actions_per_hour``, in which a backlog drains;
+   ageing by whole ticks would make the backlog first-in first-out at tick granularity, and a
+   wave whose due times straddle a tick would keep its late part behind the cheapest of its
+   early part for hours: bench/README.md, "The fuse's order since wakes".) A wake between two
+   ticks keeps the allowance for dearer warned actions it knows fall due by the next tick: that
+   tick would have weighed them with what the wake finds due. The fuse *trips and latches*
+   only when the pattern looks wrong: an idle-based rule firing on an instance whose GPUs the
+   probe saw busy within the last tick, or time/state-based rules wanting more than
    ``max_fleet_fraction`` of the billing fleet in one tick (fleets of four or more). Then every
    ordinary candidate is ``BLOCKED``, and every later one too until a human runs
    ``watchdog-gpu fuse reset``; the reset cancels the held actions, and decided again on fresh
@@ -73,6 +82,9 @@ GlobalMode = Literal["monitor", "enforce"]
 
 BUDGET_RULE = "budget"
 HOUR = timedelta(hours=1)
+# The fuse lets the longest overdue go first in steps of this (module doc, step 6): the rolling
+# window of ``max_actions_per_hour``, in which a backlog held by that limit drains.
+AGE_STEP = HOUR
 # Below this many billing instances the fleet-fraction check is not applied (see module doc).
 FRACTION_MIN_FLEET = 4
 # Statuses of an outbox action that do not count towards the hourly fuse: nothing was done.
@@ -94,6 +106,9 @@ class PlanContext:
     # "A tick ago": busy samples this recent contradict an idle rule; a deferral wave whose
     # last deferral is this recent continues (announced once).
     recent: timedelta = timedelta(minutes=3)
+    # The evaluation interval (``poll_interval``): how far a wake's fuse looks ahead, to the
+    # next tick (module doc, step 6).
+    tick_interval: timedelta = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,10 +435,11 @@ def _apply_fuse(
         tick_allowance -= acted_since(view, tick_started, inclusive=True)
         budget_allowance -= acted_since(view, tick_started, inclusive=True, budget=True)
     allowance = min(tick_allowance, hour_allowance)
+    queue = _Queue(now, context.tick_interval, tick_started, decisions)
     deferred_ids: set[int] = set()
     if not blocked_ids:
-        deferred_ids |= {id(d) for d in _beyond(ordinary, allowance)}
-    deferred_ids |= {id(d) for d in _beyond(budget, budget_allowance)}
+        deferred_ids |= {id(d) for d in queue.beyond(ordinary, allowance, budget=False)}
+    deferred_ids |= {id(d) for d in queue.beyond(budget, budget_allowance, budget=True)}
     result: list[Decision] = []
     blocked: list[PlannedAction] = []
     deferred: list[PlannedAction] = []
@@ -464,13 +480,51 @@ def _apply_fuse(
     )
 
 
-def _beyond(candidates: list[Decision], allowance: int) -> list[Decision]:
-    """The candidates past ``allowance``: the oldest due go first, then the costliest."""
-    ordered = sorted(
-        candidates,
-        key=lambda d: (d.due_at or d.finding.due_at, -(d.finding.usd_per_hour_at_stake or 0.0)),
-    )
-    return ordered[max(allowance, 0) :]
+@dataclass(frozen=True, slots=True)
+class _Queue:
+    """The order in which the rate limits let due actions go (module doc, step 6).
+
+    Overdue is counted from an instant on the tick grid — the tick itself, or for a wake the
+    tick it follows — so a tick and the wakes after it rank the same actions alike."""
+
+    now: datetime
+    interval: timedelta  # between two ticks
+    tick_started: datetime | None  # a wake: the tick it follows
+    decisions: Sequence[Decision]
+
+    def rank(self, decision: Decision) -> tuple[int, float, datetime]:
+        """Sort key: the most whole :data:`AGE_STEP` s overdue first, then the costliest, then
+        the oldest due."""
+        due = decision.due_at or decision.finding.due_at
+        anchor = self.tick_started if self.tick_started is not None else self.now
+        overdue = (anchor - due) // AGE_STEP
+        return (-overdue, -(decision.finding.usd_per_hour_at_stake or 0.0), due)
+
+    def upcoming(self, *, budget: bool) -> list[Decision]:
+        """At a wake: the warned actions (ordinary, or the budget's) that fall due after ``now``
+        and by the next tick, which would weigh them with the candidates due now; what the
+        wake holds back for them goes at that tick at the latest. None at a tick: no wake may
+        come before the next one (burst probes have none), and what a tick held back for them
+        would wait a whole tick for nothing."""
+        if self.tick_started is None:
+            return []
+        next_tick = self.tick_started + self.interval
+        return [
+            d
+            for d in self.decisions
+            if d.status is PlanStatus.WARN
+            and not d.dry_run
+            and (d.finding.rule == BUDGET_RULE) == budget
+            and d.due_at is not None
+            and self.now < d.due_at <= next_tick
+        ]
+
+    def beyond(self, candidates: list[Decision], allowance: int, *, budget: bool) -> list[Decision]:
+        """The candidates that do not go now: ranked past ``allowance`` among themselves and
+        the :meth:`upcoming` actions."""
+        ordered = sorted([*candidates, *self.upcoming(budget=budget)], key=self.rank)
+        going = {id(d) for d in ordered[: max(allowance, 0)]}
+        return [d for d in candidates if id(d) not in going]
 
 
 def _wrong_pattern(

@@ -415,7 +415,8 @@ class Watchdog:
                 title=f"{count} stops/destroys deferred by the fuse's rate limits",
                 body=(
                     f"{result.deferral_reason}.\nThey go ahead on later ticks within the "
-                    "limits, oldest due first, each only while its condition still holds; no "
+                    "limits, the costliest first (one overdue an hour longer before it), each "
+                    "only while its condition still holds; no "
                     "reset is needed. Instances: "
                     + ", ".join(f"{a.account}/{a.instance_id}" for a in result.deferred)
                 ),

@@ -221,6 +221,7 @@ def plan_context(settings: Settings) -> PlanContext:
         rules=settings.rules.by_name(),
         safety=settings.safety,
         protected_accounts=frozenset(a.name for a in settings.accounts if a.protect),
+        tick_interval=settings.watchdog.poll_interval,
     )
 
 

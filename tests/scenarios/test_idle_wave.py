@@ -2,8 +2,8 @@
 
 30 instances of a finished sweep go idle within one minute; four others keep training. With
 ``max_actions_per_tick = 3`` and ``max_actions_per_hour = 15`` the fuse's rate limits defer what
-is beyond them: three destroys per tick, fifteen in any rolling hour, oldest due first, until all
-30 are gone. One notification (a warning, not a critical trip) says destroys were deferred; the
+is beyond them: three destroys per tick, fifteen in any rolling hour, the costliest first, until
+all 30 are gone. One notification (a warning, not a critical trip) says destroys were deferred; the
 fuse never latches and no human is needed. The busy four are never touched.
 """
 

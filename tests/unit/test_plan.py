@@ -3,9 +3,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from watchdog_gpu.config import load_settings
 from watchdog_gpu.fleet import (
     AccountView,
     ActionRecord,
@@ -34,6 +36,7 @@ from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.low_balance import LowBalanceConfig
 from watchdog_gpu.safety import SafetyConfig
+from watchdog_gpu.wiring import plan_context
 
 NOW = datetime(2026, 3, 2, 22, 30, tzinfo=UTC)
 EPISODE = NOW - timedelta(minutes=30)
@@ -253,6 +256,81 @@ def test_rate_limits_defer_actions_beyond_the_per_tick_limit_without_tripping() 
     assert result.blocked == ()
     assert result.announce_deferral
     assert "3 per tick" in result.deferral_reason
+
+
+def costing(f: Finding, usd_per_hour: float) -> Finding:
+    return replace(f, usd_per_hour_at_stake=usd_per_hour)
+
+
+def test_a_wave_due_seconds_apart_lets_the_costliest_go_first() -> None:
+    # Wakes decide warnings seconds apart, so a wave's due times differ by seconds: they count
+    # as equal, and the dearest go first (the old order let the earliest due go, the cheap ones).
+    rates = [0.35, 0.62, 1.10, 2.40, 0.48, 0.35, 0.62, 2.40]
+    views = [instance(str(i)) for i in range(len(rates))]
+    findings = [
+        costing(finding(str(i), due_at=NOW - timedelta(seconds=40 - 2 * i)), rate)
+        for i, rate in enumerate(rates)
+    ]
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=3))
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert sorted(a.instance_id for a in result.actions) == ["2", "3", "7"]
+    assert len(result.deferred) == 5
+
+
+def test_an_action_overdue_an_hour_longer_goes_before_a_costlier_fresh_one() -> None:
+    # Cost alone would let a stream of dearer actions hold a cheap deferral back for ever: one
+    # overdue a whole hour longer goes first. Less than that, the dearer one does (a tick older
+    # is not enough: a wave straddling a tick would keep its late part waiting for hours).
+    views = [instance(str(i)) for i in range(3)]
+    fresh = costing(finding("0", due_at=NOW - timedelta(seconds=10)), 2.40)
+    a_tick_older = costing(finding("1", due_at=NOW - timedelta(minutes=1, seconds=10)), 0.35)
+    an_hour_older = costing(finding("2", due_at=NOW - timedelta(hours=1, seconds=10)), 0.35)
+    findings = [fresh, a_tick_older, an_hour_older]
+    times = warned(findings, at=NOW - timedelta(hours=3))
+    view = fleet(*views, notice_times=times, notification_keys=frozenset(times))
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=1))
+    first = plan([fresh, a_tick_older], view, NOW, ctx)
+    assert [a.instance_id for a in first.actions] == ["0"]
+    second = plan(findings, view, NOW, ctx)
+    assert [a.instance_id for a in second.actions] == ["2"]
+
+
+def test_a_wake_keeps_its_allowance_for_a_dearer_action_due_before_the_next_tick() -> None:
+    tick = NOW - timedelta(seconds=20)
+    views = [instance(str(i)) for i in range(4)]
+    cheap_due = costing(finding("0", due_at=NOW - timedelta(seconds=5)), 0.35)
+    dear_soon = costing(finding("1", due_at=NOW + timedelta(seconds=30)), 2.40)
+    dear_later = costing(finding("2", due_at=NOW + timedelta(seconds=50)), 2.40)  # after the tick
+    findings = [cheap_due, dear_soon, dear_later]
+    times = warned(findings)
+    view = fleet(*views, notice_times=times, notification_keys=frozenset(times))
+    one = context(safety=SafetyConfig(max_actions_per_tick=1))
+    two = context(safety=SafetyConfig(max_actions_per_tick=2))
+
+    woken = plan_unwarned(findings, view, NOW, one, tick_started=tick)
+    assert statuses(woken.decisions) == [PlanStatus.DEFERRED, PlanStatus.WARN, PlanStatus.WARN]
+    # Room for both, or a dearer one due only after the next tick: the wake acts.
+    assert [
+        a.instance_id for a in plan_unwarned(findings, view, NOW, two, tick_started=tick).actions
+    ] == ["0"]
+    past_tick = [cheap_due, dear_later]
+    assert [
+        a.instance_id for a in plan_unwarned(past_tick, view, NOW, one, tick_started=tick).actions
+    ] == ["0"]
+    # A tick keeps nothing back: no wake may come to use it before the next tick.
+    assert [a.instance_id for a in plan_unwarned(findings, view, NOW, one).actions] == ["0"]
+
+
+def test_a_wake_lets_an_hour_old_deferral_go_before_a_dearer_action_due_soon() -> None:
+    tick = NOW - timedelta(seconds=20)
+    views = [instance(str(i)) for i in range(2)]
+    old = costing(finding("0", due_at=NOW - timedelta(hours=1, minutes=1)), 0.35)
+    dear_soon = costing(finding("1", due_at=NOW + timedelta(seconds=30)), 2.40)
+    times = warned([old, dear_soon])
+    view = fleet(*views, notice_times=times, notification_keys=frozenset(times))
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=1))
+    woken = plan_unwarned([old, dear_soon], view, NOW, ctx, tick_started=tick)
+    assert [a.instance_id for a in woken.actions] == ["0"]
 
 
 def test_a_continuing_deferral_wave_is_announced_once() -> None:
@@ -489,3 +567,9 @@ def test_the_plan_says_when_an_idle_decision_changes_by_time_alone() -> None:
     assert result.next_due(NOW) == sent + IdleGpuConfig().warn_before
     assert result.next_due(NOW + timedelta(minutes=7)) == NOW + timedelta(minutes=8)
     assert result.next_due(NOW + timedelta(minutes=9)) is None
+
+
+def test_the_shell_gives_the_fuse_the_evaluation_interval(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[watchdog]\npoll_interval = "90s"\n', encoding="utf-8")
+    assert plan_context(load_settings(config, {})).tick_interval == timedelta(seconds=90)
