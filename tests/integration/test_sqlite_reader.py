@@ -6,12 +6,14 @@ written by the real repository — and ``status`` prints the same bytes through 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
+from unittest import mock
 
 import pytest
 
@@ -156,12 +158,26 @@ def without_samples(view: FleetView) -> FleetView:
     return dataclasses.replace(view, instances=instances)
 
 
+# The recent slice of the reduced load's grouped pass (``sqlite_reader.STATUS_RECENT``): none
+# (every sample in the older part), shorter than a sampling step, a few steps, the default, and
+# longer than any window (no older part).
+RECENT_SLICES = (
+    timedelta(0),
+    timedelta(seconds=30),
+    timedelta(minutes=7),
+    sqlite_reader_module.STATUS_RECENT,
+    timedelta(days=3),
+)
+
+
 def assert_same_status_views(reader: SqliteReader, full: FleetView, lookback: timedelta) -> None:
     """``status``'s reduced sample load (``load_status_view``) gives every instance the same
-    ``gpu_activity`` as the whole window, at every threshold; the rest of the view is equal."""
+    ``gpu_activity`` as the whole window, at every threshold and wherever its grouped pass
+    splits the window; the rest of the view is equal."""
     now = full.now
-    for threshold in STATUS_THRESHOLDS:
-        reduced = reader.load_status_view(now, lookback, now - lookback, threshold)
+    for threshold, recent in itertools.product(STATUS_THRESHOLDS, RECENT_SLICES):
+        with mock.patch.object(sqlite_reader_module, "STATUS_RECENT", recent):
+            reduced = reader.load_status_view(now, lookback, now - lookback, threshold)
         assert_same(without_samples(reduced), without_samples(full))
         for key, instance in full.instances.items():
             assert_same(

@@ -137,20 +137,55 @@ _ABOVE = (
     "(sm > :threshold OR enc > :threshold OR dec > :threshold OR jpg > :threshold "
     "OR ofa > :threshold OR (:threshold < -1.0 AND coalesce(sm, enc, dec, jpg, ofa) IS NULL))"
 )
-_STATUS_CUTOFFS = (
-    "WITH per_gpu AS (SELECT account, instance_id, min(at) AS first, max(at) AS newest, "  # noqa: S608
+# Per GPU: its first and newest sample, its newest non-idle and newest busy one. Grouped by
+# instance id first: the sort behind GROUP BY compares fewer bytes than from the account (a few
+# names shared by many instances).
+_PER_GPU = (
+    "SELECT account, instance_id, gpu_index, min(at) AS first, max(at) AS newest, "  # noqa: S608
     f"max(CASE WHEN sm IS NULL OR verdict NOT IN (:busy, :idle) OR {_ABOVE} THEN at END) "
     "AS active, "
     f"max(CASE WHEN {_ABOVE} OR (sm IS NULL AND verdict = :busy) THEN at END) AS busy "
-    "FROM gpu_samples WHERE account IN ({names}) AND at >= :since AND at <= :now "
-    "GROUP BY account, instance_id, gpu_index), "
+    "FROM gpu_samples AS g WHERE account IN ({names}) AND at >= {start} AND {end} "
+    "{only} GROUP BY instance_id, gpu_index, account"
+)
+# That grouped pass was most of status's time at 1,000 instances (sorting the window's 175,000
+# rows; no index leads with the instance, and one would cost the daemon's every insert: see
+# bench/README.md, "The grouped pass in two slices"). So it runs twice: over the recent slice
+# (:recent to :now, STATUS_RECENT), then over the older part of the window without the rows of
+# GPUs whose instance has a busy sample in the recent slice. Those rows change nothing: that
+# busy sample is the instance's newest busy and newer than every older non-idle one, and each
+# such GPU's newest sample is in the recent slice too; a GPU of the instance seen only in the
+# older part keeps its rows (its newest sample is there). So a busy instance costs its recent
+# rows, an idle one its window, and the per-GPU values are the window's.
+_STATUS_CUTOFFS = (
+    "WITH recent AS ("  # noqa: S608
+    + _PER_GPU.format(names="{names}", start=":recent", end="at <= :now", only="")
+    + "), settled AS (SELECT instance_id, gpu_index, account FROM recent "
+    "WHERE (instance_id, account) IN (SELECT instance_id, account FROM recent "
+    "WHERE busy IS NOT NULL)), older AS ("
+    + _PER_GPU.format(
+        names="{names}",
+        start=":since",
+        end="at < :recent",
+        # NOT EXISTS, not NOT IN: a row value NOT IN a subquery's columns (nullable to SQLite)
+        # rescans them on every miss.
+        only="AND NOT EXISTS (SELECT 1 FROM settled AS t WHERE t.instance_id = g.instance_id "
+        "AND t.gpu_index = g.gpu_index AND t.account = g.account)",
+    )
+    + "), per_gpu AS (SELECT account, instance_id, gpu_index, min(first) AS first, "
+    "max(newest) AS newest, max(active) AS active, max(busy) AS busy "
+    "FROM (SELECT * FROM recent UNION ALL SELECT * FROM older) "
+    "GROUP BY instance_id, gpu_index, account), "
     "cutoffs AS (SELECT account, instance_id, "
     "CASE WHEN max(active) IS NULL THEN min(newest) "
     # min() of several arguments is NULL when one is: no busy sample, the non-idle one.
     "ELSE min(min(newest), max(active), coalesce(max(busy), max(active))) END AS cutoff, "
     "CASE WHEN max(active) IS NULL THEN min(first) END AS first_at "
-    "FROM per_gpu GROUP BY account, instance_id) "
+    "FROM per_gpu GROUP BY instance_id, account) "
 )
+# The recent slice: long enough to hold a busy GPU's latest samples at any sensible probe
+# interval (one a minute by default), short enough to be a small part of the 73-minute window.
+STATUS_RECENT = timedelta(minutes=10)
 _STATUS_COLUMNS = ", ".join(f"s.{name}" for name in SAMPLE_COLUMNS)
 _STATUS_SAMPLES = (
     f"{_STATUS_CUTOFFS}"  # noqa: S608
@@ -477,6 +512,7 @@ class SqliteReader:
                 "busy": Verdict.BUSY.value,
                 "idle": Verdict.IDLE.value,
                 "since": bind_time(samples_since),
+                "recent": bind_time(max(samples_since, now - STATUS_RECENT)),
                 "now": bind_time(now),
                 **named,
             }
