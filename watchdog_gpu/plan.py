@@ -299,11 +299,18 @@ def planned_due(
 
 
 def due_after_warning(
-    episode_key: str, due_at: datetime, view: FleetView, lead: timedelta
+    episode_key: str,
+    due_at: datetime,
+    view: FleetView,
+    lead: timedelta,
+    *,
+    notices: Mapping[str, EpisodeNotices] | None = None,
 ) -> datetime:
-    """:func:`planned_due` for a rule whose warning must stand ``lead`` before it acts."""
-    notices = index_notices(view.notice_times).get(episode_key)
-    return due_time(due_at, notices, lead, view.now)[0]
+    """:func:`planned_due` for a rule whose warning must stand ``lead`` before it acts.
+    ``notices``: ``index_notices(view.notice_times)`` when the caller has it already (``status``
+    asks for every due finding)."""
+    index = index_notices(view.notice_times) if notices is None else notices
+    return due_time(due_at, index.get(episode_key), lead, view.now)[0]
 
 
 def _decide(

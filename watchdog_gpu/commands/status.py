@@ -73,6 +73,7 @@ from watchdog_gpu.commands.common import (
 from watchdog_gpu.commands.gpu_activity import GpuActivity, gpu_activity
 from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceSnapshot, InstanceState
+from watchdog_gpu.notices import EpisodeNotices, index_notices
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
 from watchdog_gpu.plan import due_after_warning, recorded_protection
 from watchdog_gpu.rules.windows import billed_rate, state_since
@@ -223,17 +224,9 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
     policy = policy_of(source.settings)
     lookback = policy.lookback
     view = store.load_status_view(as_of, lookback, as_of - lookback, policy.idle_threshold_percent)
-    # Each instance's findings, grouped once (not every finding scanned for each instance).
-    findings: dict[tuple[str, str | None], list[FindingRecord]] = {}
-    for finding in store.list_findings(seen_since=as_of - lookback):
-        findings.setdefault((finding.account, finding.instance_id), []).append(finding)
+    shared = _Shared.of(view, store.list_findings(seen_since=as_of - lookback))
     instances = [
-        _instance_status(
-            instance,
-            view,
-            policy=policy,
-            findings=findings.get((instance.latest.account, instance.latest.instance_id), []),
-        )
+        _instance_status(instance, view, shared, policy=policy)
         for instance in _ordered(view.instances.values())
     ]
     accounts = [_account_status(record, view) for record in records]
@@ -280,20 +273,42 @@ def _account_status(record: AccountRecord, view: FleetView) -> AccountStatus:
     return AccountStatus(account, record.last_poll_error_message, rate, source, runway)
 
 
+InstanceKey = tuple[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What each instance's row reads from the view and the findings, indexed once: scanning every
+    finding, action and notice for each of 1,000 instances was a fifth of ``status``'s CPU."""
+
+    findings: dict[InstanceKey, list[FindingRecord]]
+    pending: dict[InstanceKey, list[ActionRecord]]  # open actions, in the view's order
+    outbox: frozenset[str]  # the idempotency keys of the view's actions
+    notices: dict[str, EpisodeNotices]  # plan.due_after_warning's index, built once
+
+    @classmethod
+    def of(cls, view: FleetView, findings: Iterable[FindingRecord]) -> _Shared:
+        by_instance: dict[InstanceKey, list[FindingRecord]] = {}
+        for finding in findings:
+            by_instance.setdefault((finding.account, finding.instance_id), []).append(finding)
+        pending: dict[InstanceKey, list[ActionRecord]] = {}
+        for action in view.recent_actions:
+            if action.status in OPEN_STATUSES:
+                pending.setdefault((action.account, action.instance_id), []).append(action)
+        return cls(
+            findings=by_instance,
+            pending=pending,
+            outbox=frozenset(action.idempotency_key for action in view.recent_actions),
+            notices=index_notices(view.notice_times),
+        )
+
+
 def _instance_status(
-    instance: InstanceView,
-    view: FleetView,
-    *,
-    policy: Policy,
-    findings: Sequence[FindingRecord],
+    instance: InstanceView, view: FleetView, shared: _Shared, *, policy: Policy
 ) -> InstanceStatus:
     latest = instance.latest
     mine = (latest.account, latest.instance_id)
-    pending = tuple(
-        action
-        for action in view.recent_actions
-        if (action.account, action.instance_id) == mine and action.status in OPEN_STATUSES
-    )
+    pending = tuple(shared.pending.get(mine, ()))
     snoozes = [s.until for s in view.snoozes if (s.account, s.instance_id) == mine]
     gone = instance.state is InstanceState.GONE
     protected = None if gone else policy.protection(latest, view.protections)
@@ -304,17 +319,14 @@ def _instance_status(
         gpu=gpu_activity(instance, policy.idle_threshold_percent),
         pending=pending,
         # A protected instance has nothing due: the planner never acts on it.
-        due=() if gone or protected else _due(instance, view, findings, policy),
+        due=() if gone or protected else _due(instance, view, shared, policy),
         snoozed_until=max(snoozes, default=None),
         protected=protected,
     )
 
 
 def _due(
-    instance: InstanceView,
-    view: FleetView,
-    findings: Sequence[FindingRecord],
-    policy: Policy,
+    instance: InstanceView, view: FleetView, shared: _Shared, policy: Policy
 ) -> tuple[FindingRecord, ...]:
     """Destructive findings the latest evaluation still had for the instance and that have no
     action in the outbox yet, each due when the planner will act (``plan.planned_due``: not
@@ -327,19 +339,21 @@ def _due(
         [t for t in (account.last_poll_ok_at, account.last_poll_error_at) if t] if account else []
     )
     last_poll = max(polled, default=None)
-    in_outbox = {action.idempotency_key for action in view.recent_actions}
     return tuple(
         replace(
             finding,
             due_at=due_after_warning(
-                finding.episode_key, finding.due_at, view, policy.warn_before(finding.rule)
+                finding.episode_key,
+                finding.due_at,
+                view,
+                policy.warn_before(finding.rule),
+                notices=shared.notices,
             ),
         )
-        for finding in findings
-        if (finding.account, finding.instance_id) == (latest.account, latest.instance_id)
-        and finding.action is not ActionKind.NOTIFY
+        for finding in shared.findings.get((latest.account, latest.instance_id), ())
+        if finding.action is not ActionKind.NOTIFY
         and (last_poll is None or finding.last_seen + policy.poll_interval > last_poll)
-        and f"{finding.episode_key}:{finding.action.value}" not in in_outbox
+        and f"{finding.episode_key}:{finding.action.value}" not in shared.outbox
     )
 
 
