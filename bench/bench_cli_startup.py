@@ -12,6 +12,13 @@ read through the standard library's ``sqlite3`` (``store/sqlite_reader.py``).
 Run from the repository root::
 
     .venv/bin/python -m bench.bench_cli_startup [--runs 7] [--db watchdog-gpu-demo.db]
+    .venv/bin/python -m bench.bench_cli_startup --db FILE --before /tmp/main-tree   # A/B
+
+``--before TREE`` times ``status --db`` of another checkout (say ``git archive main`` unpacked
+in TREE) and of this one in turn, run after run, so both see the same load on a shared machine.
+The children run in TREE's or this tree's root as their working directory: ``python -m`` puts
+the working directory first on ``sys.path``, so from this repository's root both runs would
+import this tree.
 
 Not a test: nothing here asserts a speed (the targets are in bench/README.md).
 """
@@ -29,15 +36,20 @@ import tempfile
 from pathlib import Path
 
 
-def cpu_seconds(argv: list[str]) -> float:
-    """CPU seconds (user + system) of one run of ``python -m watchdog_gpu ARGV``."""
+def cpu_seconds(argv: list[str], tree: Path | None = None) -> float:
+    """CPU seconds (user + system) of one run of ``python -m watchdog_gpu ARGV`` (with the
+    package of ``tree`` when given)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_GPU_")}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         [sys.executable, "-m", "watchdog_gpu", *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_GPU_")},
+        env=env,
+        cwd=tree,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -62,12 +74,42 @@ def report(name: str, argv: list[str], runs: int) -> None:
     )
 
 
+def compare(before: Path, argv: list[str], runs: int) -> None:
+    """``argv`` of ``before``'s tree and of this one, interleaved (see the module's doc)."""
+    trees = {"before": before.absolute(), "after": Path(__file__).resolve().parents[1]}
+    compileall.compile_dir(trees["before"] / "watchdog_gpu", quiet=1)
+    for tree in trees.values():
+        cpu_seconds(argv, tree)  # warm-up
+    figures: dict[str, list[float]] = {name: [] for name in trees}
+    load = os.getloadavg()[0]
+    for _ in range(runs):
+        for name, tree in trees.items():
+            figures[name].append(cpu_seconds(argv, tree))
+    print(
+        f"{' '.join(argv[:2])}, {runs} interleaved pairs, load average {load:.1f} → "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    for name, values in figures.items():
+        print(
+            f"  {name:<7} cpu s  min {min(values):.3f}  median {statistics.median(values):.3f}  "
+            f"max {max(values):.3f}  ({trees[name]})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--db", type=Path, help="database for status (default: a new empty one)")
+    parser.add_argument(
+        "--before", type=Path, help="a checkout to time status --db against, interleaved"
+    )
     args = parser.parse_args()
     compile_package()
+    if args.before is not None:
+        if args.db is None:
+            parser.error("--before needs --db")
+        compare(args.before, ["status", "--db", str(args.db.absolute())], args.runs)
+        return
     with tempfile.TemporaryDirectory() as directory:
         database = args.db
         if database is None:

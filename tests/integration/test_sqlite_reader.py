@@ -159,11 +159,10 @@ def without_samples(view: FleetView) -> FleetView:
 
 
 # The recent slice of the reduced load's grouped pass (``sqlite_reader.STATUS_RECENT``): none
-# (every sample in the older part), shorter than a sampling step, a few steps, the default, and
-# longer than any window (no older part).
+# (every sample in the older part), a few sampling steps, the default, and longer than any
+# window (no older part).
 RECENT_SLICES = (
     timedelta(0),
-    timedelta(seconds=30),
     timedelta(minutes=7),
     sqlite_reader_module.STATUS_RECENT,
     timedelta(days=3),
