@@ -37,6 +37,7 @@ from watchdog_gpu.store.schema import (
     ProbeOutcomeRow,
 )
 from watchdog_gpu.store.spans import chunks, current_span, same_rate, with_current_span
+from watchdog_gpu.store.written_instances import Fingerprint, WrittenInstances, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +117,16 @@ def upsert_account(session: Session, name: str, provider: str, now: datetime) ->
     return account
 
 
-def record_observation(conn: Connection, observation: AccountObservation, now: datetime) -> None:
-    """Record one complete poll of one account (see ``Store.record_observation``)."""
+def record_observation(
+    conn: Connection,
+    observation: AccountObservation,
+    now: datetime,
+    known: WrittenInstances | None = None,
+) -> dict[int, Fingerprint | None]:
+    """Record one complete poll of one account (see ``Store.record_observation``). ``known``:
+    what the instance rows hold already (an instance found there unchanged gets only its
+    listing's instants). Returns the instance rows written, by id, with their new fingerprints
+    (None: none to keep), for ``known`` once the transaction committed."""
     snapshot = observation.account
     _record_poll_ok(conn, snapshot.account, snapshot.provider, now)
     # A part listed in ``problems`` failed this poll: it is empty, not a complete listing, so
@@ -137,11 +146,12 @@ def record_observation(conn: Connection, observation: AccountObservation, now: d
                 "autopay_enabled": snapshot.autopay_enabled,
             },
         )
-    _record_instances(conn, snapshot.account, observation.instances, now)
+    written = _record_instances(conn, snapshot.account, observation.instances, now, known)
     if "volumes" not in problems:
         record_volumes(conn, snapshot.account, observation.volumes, now)
     if "ssh_keys" not in problems:
         record_ssh_keys(conn, observation, now)
+    return written
 
 
 def _record_poll_ok(conn: Connection, name: str, provider: str, now: datetime) -> None:
@@ -285,11 +295,15 @@ def _existing_instances(conn: Connection, account: str, listed: Sequence[str]) -
 
 
 def _record_instances(
-    conn: Connection, account: str, snapshots: Iterable[InstanceSnapshot], now: datetime
-) -> None:
+    conn: Connection,
+    account: str,
+    snapshots: Iterable[InstanceSnapshot],
+    now: datetime,
+    known: WrittenInstances | None,
+) -> dict[int, Fingerprint | None]:
     listed = _unique_by_id(account, snapshots)
     existing = _existing_instances(conn, account, list(listed))
-    changes = _Changes()
+    changes = _Changes(known)
     new: list[InstanceSnapshot] = []
     for instance_id, snapshot in listed.items():
         row = existing.get(instance_id)
@@ -297,11 +311,12 @@ def _record_instances(
             new.append(snapshot)
         else:
             changes.observe(row, current_span(row), snapshot, now)
-    new_spans, extended, updates, forget = (
+    new_spans, extended, updates, forget, written = (
         changes.new_spans,
         changes.extended,
         changes.updates,
         changes.forget,
+        changes.written,
     )
     gone: list[Values] = []
     for instance_id, row in existing.items():
@@ -309,6 +324,9 @@ def _record_instances(
             logger.info("instance absent from listing account=%s instance=%s", account, instance_id)
             gone.append(_absent(row, current_span(row), new_spans, now))
             forget.append(instance_id)
+            written[row.id] = None
+    if changes.seen:
+        conn.execute(_UPDATE_INSTANCES, changes.seen)
     if updates:
         conn.execute(_UPDATE_INSTANCES, updates)
     if gone:
@@ -318,19 +336,23 @@ def _record_instances(
     if forget:
         _forget_host_keys(conn, account, forget)
     if new:
-        new_spans.extend(_insert_instances(conn, account, new, now))
+        new_spans.extend(_insert_instances(conn, account, new, now, written))
     if new_spans:
         conn.execute(_INSERT_SPANS, new_spans)
+    return written
 
 
 @dataclass
 class _Changes:
     """The writes a poll's listing calls for, gathered to be executed in bulk."""
 
+    known: WrittenInstances | None = None
     new_spans: list[Values] = field(default_factory=list)
     extended: list[Values] = field(default_factory=list)
-    updates: list[Values] = field(default_factory=list)
+    updates: list[Values] = field(default_factory=list)  # whole rows
+    seen: list[Values] = field(default_factory=list)  # rows unchanged but for the instants
     forget: list[str] = field(default_factory=list)
+    written: dict[int, Fingerprint | None] = field(default_factory=dict)
 
     def observe(self, row: Any, span: Any, snapshot: InstanceSnapshot, now: datetime) -> None:
         """A listed instance recorded before: extend its current span or open a new one."""
@@ -349,9 +371,19 @@ class _Changes:
         if state_changed and snapshot.state is InstanceState.GONE:
             self.forget.append(snapshot.instance_id)
         values = _snapshot_values(snapshot, now)
+        if self.known is None:
+            print_ = None
+        else:
+            print_ = _fingerprint(snapshot, values)
+            if not state_changed and self.known.holds(row.id, print_):
+                self.seen.append(
+                    {"pk": row.id, "observed_at": values["observed_at"], "last_seen": now}
+                )
+                return
         values["pk"] = row.id
         values["state_since"] = now if state_changed else row.state_since
         self.updates.append(values)
+        self.written[row.id] = None if snapshot.state is InstanceState.GONE else print_
 
 
 def _absent(row: Any, span: Any, new_spans: list[Values], now: datetime) -> Values:
@@ -380,12 +412,20 @@ def _absent(row: Any, span: Any, new_spans: list[Values], now: datetime) -> Valu
 
 
 def _insert_instances(
-    conn: Connection, account: str, snapshots: list[InstanceSnapshot], now: datetime
+    conn: Connection,
+    account: str,
+    snapshots: list[InstanceSnapshot],
+    now: datetime,
+    written: dict[int, Fingerprint | None],
 ) -> list[Values]:
-    """Insert first-seen instances; returns their first spans."""
+    """Insert first-seen instances (their fingerprints into ``written``); returns their first
+    spans."""
     rows = []
+    prints: list[Fingerprint | None] = []
     for snapshot in snapshots:
         values = _snapshot_values(snapshot, now)
+        gone = snapshot.state is InstanceState.GONE
+        prints.append(None if gone else _fingerprint(snapshot, values))
         values.update(account=account, instance_id=snapshot.instance_id, first_seen=now)
         values["state_since"] = now
         rows.append(values)
@@ -393,6 +433,8 @@ def _insert_instances(
     ids: dict[str, int] = {}
     for part in chunks([snapshot.instance_id for snapshot in snapshots]):
         ids.update(conn.execute(_LISTED_IDS, {"account": account, "ids": list(part)}).all())
+    for snapshot, print_ in zip(snapshots, prints, strict=True):
+        written[ids[snapshot.instance_id]] = print_
     return [_span(ids[s.instance_id], s.state.value, s.raw_state, s, now) for s in snapshots]
 
 
@@ -406,6 +448,16 @@ def _span(pk: int, state: str, raw_state: str, snapshot: InstanceSnapshot, now: 
         "first_seen": now,
         "last_seen": now,
     }
+
+
+# What a listing writes that changes with every poll: the rest of ``_snapshot_values`` is the
+# instance's fingerprint (store/written_instances.py).
+_LISTING_INSTANTS = frozenset({"observed_at", "last_seen"})
+
+
+def _fingerprint(snapshot: InstanceSnapshot, values: Values) -> Fingerprint | None:
+    listed = [value for name, value in values.items() if name not in _LISTING_INSTANTS]
+    return fingerprint(snapshot.account, snapshot.instance_id, listed)
 
 
 def _snapshot_values(snapshot: InstanceSnapshot, now: datetime) -> Values:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import cast
 
@@ -63,6 +63,7 @@ from watchdog_gpu.store.schema import (
 )
 from watchdog_gpu.store.types import JsonValue, NaiveDatetimeError
 from watchdog_gpu.store.values import DEFAULT_NOTIFICATION_LOOKBACK, FUSE_RESET, FUSE_TRIPPED
+from watchdog_gpu.store.written_instances import WrittenInstances
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class Store:
         # LeadershipLostError — the fencing token of a deposed leader.
         self.fence_epoch: int | None = None
         self._batch = threading.local()  # .state: the thread's open _Batch, if any
+        # What the instance rows hold: a poll rewrites only the instances that changed.
+        self._written = WrittenInstances()
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -112,6 +115,8 @@ class Store:
             if state.connection is not None:
                 with _store_errors():
                     state.connection.commit()
+            for committed in state.after_commit:
+                committed()
         finally:
             self._batch.state = None
             if state.connection is not None:
@@ -180,8 +185,25 @@ class Store:
         before. Raises ValueError when an instance belongs to another account than the
         observation's.
         """
-        with self._connection(write=True) as connection:
-            observations.record_observation(connection, observation, now)
+        try:
+            with self._connection(write=True) as connection:
+                written = observations.record_observation(
+                    connection, observation, now, self._written
+                )
+        except BaseException:
+            # Some of it may be written (or committed with the batch): start over from the rows.
+            self._written.forget_all()
+            raise
+        self._after_commit(lambda: self._written.remember(written))
+
+    def _after_commit(self, call: Callable[[], None]) -> None:
+        """Call ``call`` once what this thread wrote is committed: now, or at the end of its
+        batch (never, when the batch rolls back)."""
+        state: _Batch | None = getattr(self._batch, "state", None)
+        if state is None:
+            call()
+        else:
+            state.after_commit.append(call)
 
     def record_poll_failure(
         self, account: str, provider: str, error_kind: str, message: str, now: datetime
@@ -761,6 +783,7 @@ class _Batch:
     """A thread's open batch: its connection once a call needed it."""
 
     connection: Connection | None = None
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
 
 
 @contextmanager
