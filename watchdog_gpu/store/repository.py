@@ -35,6 +35,7 @@ from watchdog_gpu.model import (
     ProbeOutcome,
 )
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox, rollup
+from watchdog_gpu.store import findings as findings_store
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
 from watchdog_gpu.store.leadership import check_fence, read_leader
@@ -52,7 +53,6 @@ from watchdog_gpu.store.schema import (
     Account,
     AccountSnapshotRow,
     AuditEventRow,
-    FindingRow,
     GpuSampleRollupRow,
     GpuSampleRow,
     Instance,
@@ -458,25 +458,8 @@ class Store:
     def record_findings(self, findings: Iterable[Finding], now: datetime) -> None:
         """Record this tick's findings, one row per episode: a known episode keeps its
         ``first_seen`` and gets ``last_seen = now`` and the latest summary and evidence."""
-        with self._transaction(write=True) as session:
-            for finding in findings:
-                row = session.scalar(
-                    select(FindingRow).where(FindingRow.episode_key == finding.episode_key)
-                )
-                if row is None:
-                    row = FindingRow(episode_key=finding.episode_key, first_seen=now)
-                    session.add(row)
-                row.rule = finding.rule
-                row.account = finding.account
-                row.instance_id = finding.instance_id
-                row.severity = finding.severity.value
-                row.action = finding.action.value
-                row.summary = finding.summary
-                row.episode_started_at = finding.episode_started_at
-                row.due_at = finding.due_at
-                row.evidence = dict(finding.evidence)
-                row.usd_per_hour_at_stake = finding.usd_per_hour_at_stake
-                row.last_seen = now
+        with self._connection(write=True) as connection:
+            findings_store.record_findings(connection, findings, now)
 
     def list_findings(self, seen_since: datetime | None = None) -> list[FindingRecord]:
         """Recorded finding episodes (last seen at or after ``seen_since``), oldest first."""

@@ -1,0 +1,109 @@
+"""An evaluation's findings recorded with statements (``store/findings.py``) against the ORM
+unit of work the Store used before, kept here as the reference.
+
+Whatever findings come (new episodes, known ones with new values, one episode twice in a call,
+evidence of every JSON kind), the ``findings`` table must end up holding exactly what the ORM
+wrote — every row, id and value as the driver returns them. On SQLite and, in the PostgreSQL
+pass, PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from tests.integration.store_builders import ACCOUNT, T0, minutes
+from tests.support.databases import fresh_database_url
+from watchdog_gpu.model import ActionKind, Finding, Severity
+from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.store.schema import FindingRow
+
+
+def record_with_the_orm(engine: Engine, findings: list[Finding], now: datetime) -> None:
+    """What ``Store.record_findings`` did before: a query and an ORM row per finding."""
+    with Session(engine) as session, session.begin():
+        for finding in findings:
+            row = session.scalar(
+                select(FindingRow).where(FindingRow.episode_key == finding.episode_key)
+            )
+            if row is None:
+                row = FindingRow(episode_key=finding.episode_key, first_seen=now)
+                session.add(row)
+            row.rule = finding.rule
+            row.account = finding.account
+            row.instance_id = finding.instance_id
+            row.severity = finding.severity.value
+            row.action = finding.action.value
+            row.summary = finding.summary
+            row.episode_started_at = finding.episode_started_at
+            row.due_at = finding.due_at
+            row.evidence = dict(finding.evidence)
+            row.usd_per_hour_at_stake = finding.usd_per_hour_at_stake
+            row.last_seen = now
+
+
+evidence_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from([0.5, 1.0, 31.25]), st.text()
+)
+
+
+@st.composite
+def finding(draw: st.DrawFn) -> Finding:
+    return Finding(
+        rule=draw(st.sampled_from(["idle_gpu", "budget"])),
+        account=ACCOUNT,
+        instance_id=draw(st.sampled_from(["101", "102", None])),
+        severity=draw(st.sampled_from(list(Severity))),
+        action=draw(st.sampled_from([ActionKind.DESTROY, ActionKind.STOP])),
+        summary=draw(st.sampled_from(["idle 10 min", "idle 20 min", "é ✓"])),
+        episode_started_at=T0 + minutes(draw(st.integers(0, 2))),
+        due_at=T0 + minutes(draw(st.integers(20, 40))),
+        evidence=draw(st.dictionaries(st.sampled_from(["a", "b"]), evidence_values, max_size=2)),
+        usd_per_hour_at_stake=draw(st.sampled_from([None, 0.52, 1])),
+    )
+
+
+def contents(engine: Engine) -> list[tuple[Any, ...]]:
+    with engine.connect() as connection:
+        rows = connection.exec_driver_sql("SELECT * FROM findings ORDER BY id")
+        return [tuple(row) for row in rows]
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+    pair = []
+    for stem in ("statements", "orm"):
+        engine = create_engine_for(fresh_database_url(tmp_path, stem))
+        upgrade_to_head(engine)
+        pair.append(engine)
+    yield pair[0], pair[1]
+    for engine in pair:
+        engine.dispose()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(evaluations=st.lists(st.lists(finding(), max_size=6), min_size=1, max_size=5))
+def test_the_findings_table_holds_what_the_orm_wrote(
+    engines: tuple[Engine, Engine], evaluations: list[list[Finding]]
+) -> None:
+    store = Store(engines[0])
+    # Each example continues the same two databases, later in time.
+    start = T0 + minutes(100 * len(contents(engines[0])))
+    for number, findings in enumerate(evaluations):
+        now = start + minutes(number)
+        store.record_findings(findings, now)
+        record_with_the_orm(engines[1], findings, now)
+
+    assert contents(engines[0]) == contents(engines[1])
