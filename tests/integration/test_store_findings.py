@@ -21,9 +21,9 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from tests.integration.store_builders import ACCOUNT, T0, minutes
-from tests.support.databases import fresh_database_url
+from tests.support.databases import migrated_engines
 from watchdog_gpu.model import ActionKind, Finding, Severity
-from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.store import Store
 from watchdog_gpu.store.schema import FindingRow
 
 
@@ -79,14 +79,8 @@ def contents(engine: Engine) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
-    pair = []
-    for stem in ("statements", "orm"):
-        engine = create_engine_for(fresh_database_url(tmp_path, stem))
-        upgrade_to_head(engine)
-        pair.append(engine)
-    yield pair[0], pair[1]
-    for engine in pair:
-        engine.dispose()
+    with migrated_engines(tmp_path, "statements", "orm") as (first, second):
+        yield first, second
 
 
 @settings(

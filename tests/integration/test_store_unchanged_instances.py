@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, event, text
 
 from tests.integration.store_builders import ACCOUNT, T0, instance, minutes, observation
-from tests.support.databases import fresh_database_url
+from tests.support.databases import migrated_engines
 from watchdog_gpu.model import AccountObservation, InstanceSnapshot, InstanceState
-from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.store import Store
 from watchdog_gpu.store.schema import metadata
 from watchdog_gpu.store.written_instances import Fingerprint, WrittenInstances
 
@@ -107,14 +107,8 @@ def contents(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
 
 @pytest.fixture
 def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
-    pair = []
-    for stem in ("changed-only", "in-full"):
-        engine = create_engine_for(fresh_database_url(tmp_path, stem))
-        upgrade_to_head(engine)
-        pair.append(engine)
-    yield pair[0], pair[1]
-    for engine in pair:
-        engine.dispose()
+    with migrated_engines(tmp_path, "changed-only", "in-full") as (first, second):
+        yield first, second
 
 
 @settings(

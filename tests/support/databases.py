@@ -12,10 +12,14 @@ from __future__ import annotations
 import atexit
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from tests.support.postgres import PostgresServer, require_postgres
-from watchdog_gpu.store import sqlite_url
+from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
 
 BACKEND_VARIABLE = "WATCHDOG_GPU_TEST_DATABASE"
 
@@ -54,3 +58,19 @@ def fresh_database_url(directory: Path, stem: str = "watchdog-gpu") -> str:
         index += 1
         path = directory / f"{stem}-{index}.db"
     return sqlite_url(path)
+
+
+@contextmanager
+def migrated_engines(directory: Path, *stems: str) -> Iterator[list[Engine]]:
+    """One engine per stem on a new database migrated to head (see :func:`fresh_database_url`),
+    disposed of afterwards: the store's equivalence tests write the same things to two."""
+    engines = []
+    try:
+        for stem in stems:
+            engine = create_engine_for(fresh_database_url(directory, stem))
+            engines.append(engine)
+            upgrade_to_head(engine)
+        yield engines
+    finally:
+        for engine in engines:
+            engine.dispose()
