@@ -234,23 +234,40 @@ class CpuSplit:
         setattr(owner, name, wrapper)
 
 
-def timed(name: str, function: Callable[..., Any], timings: Timings) -> Callable[..., Any]:
+def timed(
+    name: str,
+    function: Callable[..., Any],
+    timings: Timings,
+    split: list[CpuSplit] | None = None,
+) -> Callable[..., Any]:
+    """``function`` timed into ``timings[name]``; with ``split`` (holding the cycle's CpuSplit)
+    also its own CPU without the simulator's code into ``timings[name + OWN]``."""
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
+        cpu = time.thread_time()
+        simulated = split[0].simulator if split else 0.0
         try:
             return function(*args, **kwargs)
         finally:
             timings[name].append(time.perf_counter() - started)
+            if split:
+                inner = split[0].simulator - simulated
+                timings[name + OWN].append(time.thread_time() - cpu - inner)
 
     return wrapper
 
 
-def instrument(sim: Simulation, timings: Timings) -> None:
-    """Time the engine's phases and the store's heavy calls (instance attributes shadow the
-    methods, so ``Watchdog.tick`` calls the wrappers)."""
+OWN = ", the daemon's own CPU"
+
+
+def instrument(sim: Simulation, timings: Timings, split: list[CpuSplit] | None = None) -> None:
+    """Time the engine's phases (with ``split``: and their own CPU, see :func:`timed`) and the
+    store's heavy calls (instance attributes shadow the methods, so ``Watchdog.tick`` calls
+    the wrappers)."""
     watchdog = sim.assembly.watchdog
     for name in PHASES:
-        setattr(watchdog, name, timed(name, getattr(watchdog, name), timings))
+        setattr(watchdog, name, timed(name, getattr(watchdog, name), timings, split))
     for name in STORE_CALLS:
         setattr(sim.store, name, timed(name, getattr(sim.store, name), timings))
 
@@ -280,10 +297,12 @@ def run(
     ):
         minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
         samples = backfill(sim, minutes) if history else 0
-        instrument(sim, timings)
+        current: list[CpuSplit] = []
+        instrument(sim, timings, current)
         for _ in range(cycles):
             size, wrote = database_bytes(sim.database), bytes_written()
             with CpuSplit() as split_cpu:
+                current[:] = [split_cpu]
                 started, cpu = time.perf_counter(), time.process_time()
                 sim.step()
                 walls.append(time.perf_counter() - started)
@@ -291,6 +310,7 @@ def run(
             own.append(cpus[-1] - split_cpu.simulator)
             written.append(bytes_written() - wrote)
             grown.append(database_bytes(sim.database) - size)
+        current.clear()  # the profiled cycle below has no split
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         shares = simulator_share(sim, profile_to) if split else None
     instances = accounts * per_account
@@ -304,6 +324,7 @@ def run(
         _row("whole cycle, CPU", cpus),
     ]
     lines += [_row(name, timings[name]) for name in PHASES]
+    lines += [_row(name + OWN, timings[name + OWN]) for name in PHASES]
     lines += [_row(f"store: {name}", _per_cycle(timings[name], cycles)) for name in STORE_CALLS]
     lines += [_size_row("bytes written (write calls: WAL, checkpoints)", written)]
     lines += [_size_row("database growth (file + WAL)", grown)]

@@ -117,6 +117,17 @@ def _leaving(snapshot: InstanceSnapshot, leaving: Mapping[tuple[str, str], datet
     return since is not None and snapshot.observed_at <= since
 
 
+def _condensed(outcome: ProbeOutcome) -> ProbeOutcome:
+    """``outcome`` with its samples condensed; itself when they are already (a streamed
+    outcome's runs are: copying a thousand outcomes a tick for nothing cost ≈ 10 ms at 1k)."""
+    samples = condense_samples(outcome.samples)
+    if len(samples) == len(outcome.samples) and all(
+        new is old for new, old in zip(samples, outcome.samples, strict=True)
+    ):
+        return outcome
+    return replace(outcome, samples=samples)
+
+
 def month_start(now: datetime, zone: str) -> datetime:
     """The first instant of the current month in ``zone`` (spend history starts there)."""
     local = now.astimezone(ZoneInfo(zone))
@@ -248,8 +259,7 @@ class Watchdog:
             return {s.ref for s in running if _leaving(s, now_leaving)}
 
         outcomes = [
-            replace(outcome, samples=condense_samples(outcome.samples))
-            for outcome in self.prober.probe_all(running, now, left_meanwhile)
+            _condensed(outcome) for outcome in self.prober.probe_all(running, now, left_meanwhile)
         ]
         api_samples = self.prober.provider_samples(running)
         with self.store.batch():  # one commit for the round
