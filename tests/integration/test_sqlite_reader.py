@@ -101,6 +101,9 @@ def assert_same_reads(path: Path) -> None:
                 reader.latest_instances(include_gone=gone),
                 store.latest_instances(include_gone=gone),
             )
+        assert_same(reader.latest_seen(), store.latest_seen())
+        present = [record.last_seen for record in store.latest_instances()]
+        assert store.latest_seen() == max(present, default=None)
         assert_same(reader.fuse_latched(), store.fuse_latched())
         assert_same(reader.leader(), store.leader())
         assert_same(reader.list_findings(), store.list_findings())
@@ -611,7 +614,9 @@ def test_a_database_at_head_is_read_through_sqlite3_and_a_new_one_is_left_to_the
     upgrade_to_head(create_engine_for(sqlite_url(at_head)))
     reader = open_sqlite_reader(at_head, str(at_head))
     assert reader is not None
-    reader.close()
+    with reader:
+        assert reader.latest_seen() is None  # no instance yet
+    assert fresh_store(at_head).latest_seen() is None
 
 
 def test_a_database_behind_head_is_left_to_the_store_and_one_ahead_is_refused(

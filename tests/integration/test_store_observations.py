@@ -262,3 +262,17 @@ def test_latest_instances_leave_out_gone_ones_unless_asked(store: Store) -> None
         "101",
         "102",
     ]
+
+
+def test_latest_seen_is_the_newest_last_seen_of_a_present_instance(store: Store) -> None:
+    """What ``status`` dates its view by: gone instances do not count."""
+    assert store.latest_seen() is None
+    store.record_observation(observation(instance("101"), instance("102")), T0)
+    assert store.latest_seen() == T0
+    later = T0 + minutes(1)
+    store.record_observation(observation(instance("102", at=later), at=later), later)
+    assert store.latest_seen() == later
+    store.record_observation(observation(at=T0 + minutes(2)), T0 + minutes(2))  # both gone
+    assert store.latest_instances() == []
+    assert store.latest_instances(include_gone=True) != []
+    assert store.latest_seen() is None

@@ -213,7 +213,7 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
     leader = store.leader()
     if not records:
         return FleetStatus(now, None, source.database, latched, held, leader=leader)
-    latest = _latest_record(records, store.latest_instances())
+    latest = _latest_record(records, store.latest_seen())
     as_of, note = now, None
     if latest is not None and latest > now:
         as_of = latest
@@ -243,8 +243,8 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
     )
 
 
-def _latest_record(accounts: Sequence[AccountRecord], instances: Sequence[Any]) -> datetime | None:
-    moments = [record.last_seen for record in instances]
+def _latest_record(accounts: Sequence[AccountRecord], seen: datetime | None) -> datetime | None:
+    moments = [seen] if seen is not None else []
     for record in accounts:
         moments += [t for t in (record.view.last_poll_ok_at, record.view.last_poll_error_at) if t]
     return max(moments, default=None)

@@ -144,6 +144,9 @@ _ALL_INSTANCES = select(*Instance.__table__.columns).order_by(
     Instance.account, Instance.instance_id
 )
 _PRESENT_INSTANCES = _ALL_INSTANCES.where(Instance.state != InstanceState.GONE.value)
+_LATEST_SEEN = select(func.max(Instance.last_seen)).where(
+    Instance.state != InstanceState.GONE.value
+)
 _FINDINGS = select(*FindingRow.__table__.columns).order_by(FindingRow.first_seen, FindingRow.id)
 _FINDINGS_SEEN_SINCE = _FINDINGS.where(FindingRow.last_seen >= bindparam("seen_since"))
 
@@ -204,6 +207,11 @@ def instance_records(conn: Connection, *, include_gone: bool) -> list[InstanceRe
     """See ``Store.latest_instances``."""
     query = _ALL_INSTANCES if include_gone else _PRESENT_INSTANCES
     return [convert.instance_record(row) for row in conn.execute(query)]
+
+
+def latest_seen(conn: Connection) -> datetime | None:
+    """See ``Store.latest_seen``."""
+    return conn.scalar(_LATEST_SEEN)
 
 
 def finding_records(conn: Connection, seen_since: datetime | None) -> list[FindingRecord]:

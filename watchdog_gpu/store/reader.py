@@ -32,6 +32,8 @@ class StoreReader(Protocol):
 
     def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]: ...
 
+    def latest_seen(self) -> datetime | None: ...
+
     def load_fleet_view(
         self,
         now: datetime,

@@ -276,6 +276,12 @@ class Store:
         with self._connection(write=False, own=True) as connection:
             return fleet_loader.instance_records(connection, include_gone=include_gone)
 
+    def latest_seen(self) -> datetime | None:
+        """When a present (not gone) instance was last seen, the newest such time; None without
+        one. ``status`` dates its view by it without building every instance's record."""
+        with self._connection(write=False, own=True) as connection:
+            return fleet_loader.latest_seen(connection)
+
     def latest_accounts(self) -> list[AccountRecord]:
         """Every recorded account with its latest money facts and poll status, by name."""
         with self._transaction(write=False) as session:

@@ -224,6 +224,7 @@ _LATEST_FUSE_EVENT = (
 _LAST_DEFERRED = "SELECT max(at) FROM audit_events WHERE kind = ?"
 _ALL_INSTANCES = "SELECT * FROM instances ORDER BY account, instance_id"
 _PRESENT_INSTANCES = "SELECT * FROM instances WHERE state != ? ORDER BY account, instance_id"
+_LATEST_SEEN = "SELECT max(last_seen) FROM instances WHERE state != ?"
 _FINDINGS = "SELECT * FROM findings {where} ORDER BY first_seen, id"
 _ACTIONS = "SELECT * FROM actions {where} ORDER BY created_at, id"
 _LEADER = "SELECT * FROM leadership WHERE id = ?"
@@ -333,6 +334,12 @@ class SqliteReader:
             else:
                 rows = self._rows(_PRESENT_INSTANCES, (InstanceState.GONE.value,))
             return [convert.instance_record(row) for row in rows]
+
+    def latest_seen(self) -> datetime | None:
+        with self.errors():
+            # max() has no declared type: its text is parsed here, as the column's would be.
+            (seen,) = self.connection.execute(_LATEST_SEEN, (InstanceState.GONE.value,)).fetchone()
+        return None if seen is None else _read_time(seen.encode())
 
     def load_fleet_view(
         self,
