@@ -20,7 +20,10 @@ The order of the checks is the safety model (docs/safety.md), most protective fi
    withdrawn one restarts the clock); at the due time a candidate for ``EXECUTE`` (dry-run in
    monitor mode, per rule or globally) — unless the last poll of the instance's account failed:
    its recorded state is stale (the owner may have restarted a "stopped" instance meanwhile), so
-   the finding is a ``WAIT`` until a fresh listing. A rule configured without a grace period
+   the finding is a ``WAIT`` until a fresh listing. Likewise at a wake between two ticks, which
+   polls no provider: an action of a rule that judges by listed state (all but ``idle_gpu``,
+   which judges by the streamed rows the wake takes) waits unless its account was listed at or
+   after its due time. A rule configured without a grace period
    (the budget rule's ``skip_grace``) needs no warning.
 6. The blast-radius fuse looks at all candidates together (docs/safety.md, "Fuse"). Dry runs
    never count and are never held. Rate limits *defer*: at most ``max_actions_per_tick`` per tick
@@ -271,8 +274,10 @@ def plan(
     tick's allowance: wakes must not multiply the fuse's per-tick limit)."""
     existing = {record.idempotency_key: record for record in view.recent_actions}
     notices = index_notices(view.notice_times)
+    wake = tick_started is not None
     decisions = [
-        _decide(finding, view, now, context, existing, notices=notices) for finding in findings
+        _decide(finding, view, now, context, existing, notices=notices, wake=wake)
+        for finding in findings
     ]
     return _apply_fuse(decisions, view, now, context, tick_started)
 
@@ -321,6 +326,7 @@ def _decide(
     existing: Mapping[str, ActionRecord],
     *,
     notices: Mapping[str, EpisodeNotices],
+    wake: bool = False,
 ) -> Decision:
     dry_run = is_dry_run(finding.rule, context)
     if finding.action is ActionKind.NOTIFY or finding.instance_id is None:
@@ -350,6 +356,8 @@ def _decide(
     if now < due:
         return Decision(finding, PlanStatus.WARN, dry_run, warn_at, due_at=due)
     stale = _stale_listing(view, finding.account)
+    if stale is None and wake and finding.rule not in IDLE_RULES:
+        stale = _listed_before(view, finding.account, due)
     if stale is not None:
         return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, note=stale, due_at=due)
     action = PlannedAction(
@@ -383,6 +391,26 @@ def _stale_listing(view: FleetView, account: str) -> str | None:
     return (
         f"the last listing of account {account} failed ({polled.last_poll_error_kind}): "
         "its instance states are stale; waiting for a fresh listing"
+    )
+
+
+def _listed_before(view: FleetView, account: str, due: datetime) -> str | None:
+    """At a wake: why a rule resting on listed state cannot act on ``account`` yet, or None.
+
+    A wake polls no provider, so it reads the listing of the tick before it (or older). A rule
+    that judges an instance by its listed state (running since, paused, stopped; the budget's
+    rates) has evidence for its due time only from a listing at or after it: the owner may have
+    restarted, stopped or resumed the instance since. Such an action waits for the next tick's
+    fresh listing, as it did before wakes; ``idle_gpu`` judges by the streamed rows a wake takes.
+    """
+    polled = view.accounts.get(account)
+    listed = polled.last_poll_ok_at if polled is not None else None
+    if listed is not None and listed >= due:
+        return None
+    when = listed.isoformat() if listed is not None else "never"
+    return (
+        f"account {account} was last listed {when}, before this action fell due; "
+        "waiting for a listing after it (a wake polls no provider)"
     )
 
 

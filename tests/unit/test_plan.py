@@ -573,3 +573,39 @@ def test_the_shell_gives_the_fuse_the_evaluation_interval(tmp_path: Path) -> Non
     config = tmp_path / "config.toml"
     config.write_text('[watchdog]\npoll_interval = "90s"\n', encoding="utf-8")
     assert plan_context(load_settings(config, {})).tick_interval == timedelta(seconds=90)
+
+
+@pytest.mark.parametrize("rule", ["max_runtime", "stopped_disk", "paused_interruptible", "budget"])
+def test_a_wake_acts_on_listed_state_only_when_it_was_listed_after_the_due_time(rule: str) -> None:
+    # A wake polls no provider: a rule judging by listed state waits for a listing at or after
+    # its due time (the owner may have restarted or resumed the instance since the last one).
+    tick = NOW - timedelta(seconds=30)
+    due = NOW - timedelta(seconds=10)
+
+    def listed(at: datetime) -> AccountView:
+        return AccountView("vast-main", "vast", None, last_poll_ok_at=at)
+
+    ctx = context(safety=SafetyConfig(max_actions_per_tick=5))
+    found = finding(rule=rule, due_at=due)
+    times = warned([found])
+    decided: dict[str, Plan] = {}
+    for name, at in (("before", tick), ("at", due), ("after", NOW)):
+        view = fleet(
+            instance(),
+            accounts={"vast-main": listed(at)},
+            notice_times=times,
+            notification_keys=frozenset(times),
+        )
+        decided[name] = plan_unwarned([found], view, NOW, ctx, tick_started=tick)
+    assert statuses(decided["before"].decisions) == [PlanStatus.WAIT]
+    assert "waiting for a listing after it" in decided["before"].decisions[0].note
+    assert statuses(decided["at"].decisions) == [PlanStatus.EXECUTE]
+    assert statuses(decided["after"].decisions) == [PlanStatus.EXECUTE]
+    # A tick acts on its own listing as before; an idle limit at a wake on its streamed rows.
+    tick_view = fleet(instance(), accounts={"vast-main": listed(tick)}, notice_times=times)
+    assert statuses(plan_unwarned([found], tick_view, NOW, ctx).decisions) == [PlanStatus.EXECUTE]
+    idle = finding(due_at=due)
+    idle_times = warned([idle])
+    idle_view = replace(tick_view, notice_times=idle_times)
+    woken = plan_unwarned([idle], idle_view, NOW, ctx, tick_started=tick)
+    assert statuses(woken.decisions) == [PlanStatus.EXECUTE]
