@@ -175,9 +175,15 @@ RECENT_SLICES = (
 def assert_same_status_views(reader: SqliteReader, full: FleetView, lookback: timedelta) -> None:
     """``status``'s reduced sample load (``load_status_view``) gives every instance the same
     ``gpu_activity`` as the whole window, at every threshold and wherever its grouped pass
-    splits the window; the rest of the view is equal."""
+    splits the window; the rest of the view is equal. Every threshold with the default split,
+    every split at two thresholds (the lowest, where any activity counts, and a high one): a
+    split and a threshold meet only in which rows the older part skips."""
     now = full.now
-    for threshold, recent in itertools.product(STATUS_THRESHOLDS, RECENT_SLICES):
+    default = sqlite_reader_module.STATUS_RECENT
+    combinations = {(threshold, default) for threshold in STATUS_THRESHOLDS} | set(
+        itertools.product((STATUS_THRESHOLDS[0], STATUS_THRESHOLDS[-1]), RECENT_SLICES)
+    )
+    for threshold, recent in sorted(combinations):
         with mock.patch.object(sqlite_reader_module, "STATUS_RECENT", recent):
             reduced = reader.load_status_view(now, lookback, now - lookback, threshold)
         assert_same(without_samples(reduced), without_samples(full))
