@@ -13,6 +13,7 @@ import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 
+from tests.support.interpreter import run_fresh
 from watchdog_gpu.errors import SchemaTooNewError, StoreError
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.migrate import alembic_config, head_revision, revision_if_at_head
@@ -36,9 +37,7 @@ def test_an_empty_file_is_migrated_by_a_child_and_alembic_never_loads_here(
         f"open_store({sqlite_url(database)!r}, migrate_in_child=True)\n"
         "print(sorted(m for m in ('alembic', 'mako', 'pygments') if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
+    done = run_fresh(script)
 
     assert done.stdout.strip() == "[]"
     assert _tables(database) == set(metadata.tables) | {"alembic_version"}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 
+from tests.support.interpreter import run_fresh
 from watchdog_gpu.cli import main
 from watchdog_gpu.errors import SchemaTooNewError
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
@@ -225,9 +224,7 @@ def test_a_database_at_head_is_opened_without_importing_alembic(tmp_path: Path) 
         f"result = upgrade_to_head(create_engine_for(sqlite_url({str(database)!r})))\n"
         "print(result.before, result.after, 'alembic' in sys.modules)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
+    done = run_fresh(script)
     assert done.stdout.split() == [head_revision(), head_revision(), "False"]
 
 

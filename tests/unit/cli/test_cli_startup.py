@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.interpreter import run_fresh
 from watchdog_gpu.cli import COMMANDS, build_parser, doc_paragraph
 from watchdog_gpu.commands.common import program_command
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
@@ -35,9 +34,7 @@ def imported_after(argv: list[str]) -> set[str]:
         "loaded = {m.split('.')[0] for m, module in sys.modules.items() if module is not None}\n"
         "sys.stderr.write(json.dumps(sorted(loaded)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
+    done = run_fresh(script)
     names: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return set(names)
 
@@ -95,9 +92,7 @@ def test_the_daemon_loads_no_migration_notification_or_terminal_library() -> Non
         "loaded = {m.split('.')[0] for m, module in sys.modules.items() if module is not None}\n"
         "print(json.dumps(sorted(loaded)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
+    done = run_fresh(script)
     loaded = set(json.loads(done.stdout))
     assert {"sqlalchemy", "httpx", "apscheduler"} <= loaded
     assert not loaded & {"alembic", "apprise", "rich", "click", "pygments"}
