@@ -240,6 +240,8 @@ class Jobs:
         self.waker = waker
         # One probe round at a time: the probe job's and a wake's (their pools differ).
         self._probe_lock = threading.Lock()
+        # One listing of an account at a time: its poll job's and a wake's (wake.py, listing).
+        self._poll_locks = {account: threading.Lock() for account in watchdog.providers}
         self.last_probed_at: datetime | None = None  # the engine time of the last round
         self._poll_results: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
@@ -296,7 +298,8 @@ class Jobs:
             self._observe(lambda: self.observer.on_poll(account, result, now))
             return result
 
-        return self._run(poll_job_id(account), body)
+        with self._poll_locks.get(account) or threading.Lock():
+            return self._run(poll_job_id(account), body)
 
     def _note_poll(self, account: str, result: str) -> None:
         with self._lock:
@@ -339,8 +342,13 @@ class Jobs:
         before it."""
         if self.stop.is_set():
             return None
+        listing = False
         if self.wakes is not None:
+            listing = self.wakes.listing
             self.wakes.ran(self.clock.now())
+        if listing:  # a decision on listed state falls due: list every account first
+            for account in self.watchdog.providers:
+                self.poll(account)
         self.probe()
         return self._evaluate(wake=True)
 
@@ -397,6 +405,7 @@ class Jobs:
                 now=report.now,
                 next_change=report.next_change,
                 next_due=report.next_due,
+                next_listed=report.next_listed,
                 probed_at=self.last_probed_at,
                 next_tick=self.waker.next_evaluation(),
             )

@@ -177,6 +177,13 @@ class Plan:
                 earliest = instant
         return earliest
 
+    def next_listed_due(self, now: datetime) -> datetime | None:
+        """:meth:`next_due` for the rules that judge by listed state (all but the idle ones):
+        a wake for it lists the accounts first, since without a listing at or after a due time
+        the action waits (module doc, step 5)."""
+        listed = frozenset(d.finding.rule for d in self.decisions) - IDLE_RULES
+        return self.next_due(now, listed) if listed else None
+
 
 DRY_RUN_SUFFIX = f":{DRY_RUN}"
 

@@ -51,6 +51,7 @@ from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
+from watchdog_gpu.rules.registry import earliest
 from watchdog_gpu.store import Store
 from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR
 from watchdog_gpu.store.values import ACTIONS_DEFERRED
@@ -104,6 +105,9 @@ class TickReport:
     # an idle decision falls due by the clock alone (the plan's warn/due times).
     next_change: datetime | None = None
     next_due: datetime | None = None
+    # The earliest instant a decision on listed state may change by time alone (a rule's
+    # warning point, a warned action's due time): woken at itself, after a fresh listing.
+    next_listed: datetime | None = None
 
     @property
     def healthy(self) -> bool:
@@ -177,10 +181,13 @@ class Watchdog:
             self.on_tick(report)
         return report
 
-    def wake(self, now: datetime) -> TickReport:
+    def wake(self, now: datetime, *, listing: bool = False) -> TickReport:
         """A wake (``wake.py``): the phases of a tick but the polls — take the streamed rows
-        that cover a verdict's instant, evaluate, act, tell."""
+        that cover a verdict's instant, evaluate, act, tell. ``listing``: a decision on listed
+        state falls due at this wake, so every account is listed first."""
         report = TickReport(now)
+        if listing:
+            report.polled = self.poll_all(now)
         report.probes = self.probe(now)
         self.evaluate(now, report, wake=True)
         report.executed = self.act(now)
@@ -335,6 +342,7 @@ class Watchdog:
             report.failed_rules = evaluation.failed
             report.next_change = evaluation.next_change
             report.next_due = result.next_due(now)
+            report.next_listed = earliest(evaluation.next_listed, result.next_listed_due(now))
         return result
 
     def _record(self, decision: Decision, now: datetime) -> None:

@@ -11,7 +11,10 @@ warning or action point), and when that comes before the next tick, the daemon â
 when the rows covering it are in; likewise at a warned action's due time
 (:attr:`~watchdog_gpu.tick.TickReport.next_due`, later than the clock's when the warning went
 out late: nothing to wait for there). Never earlier than the limit: the wake only evaluates,
-and the rules and the planner decide on observed rows as at any tick.
+and the rules and the planner decide on observed rows as at any tick. A decision on *listed*
+state (:attr:`~watchdog_gpu.tick.TickReport.next_listed`: a TTL's warning point or due time) is
+woken at itself and lists the accounts first (:attr:`Wakes.listing`): a wake acts on listed
+state only from a listing at or after the instant (``docs/safety.md``, "Warnings").
 
 :class:`Wakes` decides when (pure: times are passed in):
 
@@ -50,6 +53,8 @@ class Wakes:
     spacing: timedelta = MIN_SPACING
     pending: datetime | None = None
     last_ran: datetime | None = None
+    # The pending wake decides on listed state (``next_listed``): it lists the accounts first.
+    listing: bool = False
 
     def after_evaluation(
         self,
@@ -59,14 +64,17 @@ class Wakes:
         probed_at: datetime | None,
         next_tick: datetime | None,
         next_due: datetime | None = None,
+        next_listed: datetime | None = None,
     ) -> datetime | None:
         """The wake to schedule after an evaluation at ``now`` (replacing the pending one), or
         ``None`` (none pending). ``next_change``: the earliest instant a verdict may change as
         rows come in (woken :attr:`lag` after it); ``next_due``: the earliest instant a decision
         falls due by the clock alone (a warned action's due time: woken at it); ``probed_at``:
         when the rows the evaluation read were taken (the last probe round); ``next_tick``: the
-        next scheduled evaluation (None: unknown)."""
-        candidates = [] if next_due is None else [next_due]
+        next scheduled evaluation (None: unknown); ``next_listed``: the earliest instant a
+        decision on listed state falls due (woken at it; :attr:`listing` then says the wake
+        lists the accounts first)."""
+        candidates = [at for at in (next_due, next_listed) if at is not None]
         if next_change is not None and (probed_at is None or next_change > probed_at - self.lag):
             # (At or before the last round âˆ’ lag its rows are in and did not change the verdict:
             # the host went blind or late, and the ticks take over.)
@@ -77,6 +85,7 @@ class Wakes:
         if at is not None and next_tick is not None and at >= next_tick:
             at = None
         self.pending = at
+        self.listing = at is not None and next_listed is not None and next_listed <= at
         return at
 
     def ran(self, at: datetime) -> None:
@@ -84,3 +93,4 @@ class Wakes:
         self.last_ran = at
         if self.pending is not None and self.pending <= at:
             self.pending = None
+            self.listing = False

@@ -1,10 +1,13 @@
-"""Scenario: a wake must not act on a listing older than the action's due time
+"""Scenario: wakes for time limits on listed state, and never on a stale listing
 (wake_state_changed.toml).
 
-A wake between two ticks (wake.py) takes the streamed rows but polls no provider: the instance
-states it reads are the previous tick's listing. ``max_runtime`` judges by listed state
-(running since), so its action waits for a listing at or after its due time — the next tick —
-while the idle limit that woke the watchdog is decided at the wake, on its rows.
+A ``max_runtime`` TTL's warning point and due time fall between two ticks. The evaluation
+reports them (``RuleOutcome.next_listed``, ``Plan.next_listed_due``), and the watchdog wakes at
+them — listing the accounts first, since a wake may act on listed state only from a listing at
+or after the due time (``docs/safety.md``): an instance restarted after the tick's listing is
+seen restarted, not killed by its old run's TTL; without the restart the TTL is decided at its
+limit instead of a tick or two later. The idle limit of another instance is still decided at
+a wake on its streamed rows.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tests.scenarios.helpers import (
     run_scenario,
     scenario_data,
 )
+from watchdog_gpu.wake import MIN_SPACING
 
 NAME = "wake_state_changed"
 CONFIG = (
@@ -33,8 +37,9 @@ CONFIG = (
     '[[accounts]]\nname = "vast-keep"\nprovider = "vast"\napi_key = "sim"\n'
 )
 RESTARTED, FORGOTTEN, PROTECTED = "vast-main/9301", "vast-main/9302", "vast-keep/9303"
-WAKE = offset("1h1m30s")  # 9302's idle limit (31m23s + 30m) + the rows' lag (7 s)
-TTL_DUE = offset("1h1m10s")  # warned at the 51m tick + warn_before 10m10s (after 1h30s)
+IDLE_WAKE = offset("1h1m30s")  # 9302's idle limit (31m23s + 30m) + the rows' lag (7 s)
+LIMIT, WARN_BEFORE = offset("1h30s"), offset("10m10s")
+TICK = 60
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +47,19 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_scenario(NAME, tmp_path_factory.mktemp(NAME), CONFIG)
 
 
-def test_the_idle_limit_is_decided_at_a_wake_after_the_ttls_fell_due(run: Run) -> None:
+def test_the_idle_limit_is_still_decided_at_a_wake_on_its_rows(run: Run) -> None:
     (action,) = run.actions_for(FORGOTTEN)
     assert (action["rule"], action["result"]) == ("idle_gpu", "verified")
-    assert action["offset_s"] == WAKE
-    assert TTL_DUE < WAKE < TTL_DUE + 60 - TTL_DUE % 60  # between the same two ticks
+    assert action["offset_s"] == IDLE_WAKE
 
 
-def test_an_instance_restarted_after_the_last_listing_is_not_killed_by_the_wake(run: Run) -> None:
-    # The wake read "running since 0" from the 1h1m listing; the 1h2m listing shows the new run
-    # (started at 1h1m8s): its TTL has hardly begun, the episode is resolved.
+def test_an_instance_restarted_after_the_last_tick_is_not_killed_by_its_old_ttl(run: Run) -> None:
+    # The 1h tick listed the old run; the wake at its due time (1h0m32s) listed first and saw
+    # the new one (started at 1h0m15s): the episode is resolved, nothing is destroyed.
     assert run.actions_for(RESTARTED) == []
     assert run.instances[RESTARTED]["final_state"] == "running"
-    resolved = [n for n in run.notifications_for(RESTARTED) if n["severity"] == "info"]
-    assert [n["offset_s"] for n in resolved] == [offset("1h2m")]
+    (resolved,) = [n for n in run.notifications_for(RESTARTED) if n["severity"] == "info"]
+    assert offset("1h0m15s") < resolved["offset_s"] < offset("1h1m")  # before the next tick
 
 
 def test_a_ttl_in_a_protected_account_is_never_acted_on_at_a_wake_or_a_tick(run: Run) -> None:
@@ -64,15 +68,27 @@ def test_a_ttl_in_a_protected_account_is_never_acted_on_at_a_wake_or_a_tick(run:
     assert not [c for c in run.api_calls if c[1] == "vast-keep"]
 
 
-def test_without_the_restart_the_ttl_goes_at_the_next_tick_with_its_fresh_listing(
+def test_without_the_restart_the_ttl_is_decided_at_its_limit_not_a_tick_later(
     tmp_path: Path,
 ) -> None:
     data: dict[str, Any] = deepcopy(scenario_data(NAME))
     restarted = data["accounts"][0]["instances"][0]
     restarted["events"] = restarted["events"][:1]  # never restarted
-    (action,) = run_scenario(data, tmp_path, CONFIG).actions_for(RESTARTED)
+    run = run_scenario(data, tmp_path, CONFIG)
+    (action,) = run.actions_for(RESTARTED)
     assert (action["rule"], action["result"]) == ("max_runtime", "verified")
-    assert action["offset_s"] == offset("1h2m")  # not the wake at 1h1m30s: listed at 1h1m
+    (warning,) = [
+        n["offset_s"]
+        for n in run.notifications_for(RESTARTED)
+        if n["severity"] == "warning" and "will be destroyed" in n["title"]
+    ]
+    spacing = round(MIN_SPACING.total_seconds())
+    # Warned at its warning point (a wake, not the next tick), destroyed warn_before later:
+    # within a wake's spacing of the limit, never before it, and before the next tick.
+    assert LIMIT - WARN_BEFORE <= warning <= LIMIT - WARN_BEFORE + spacing
+    assert action["offset_s"] - warning == WARN_BEFORE
+    assert LIMIT <= action["offset_s"] <= LIMIT + spacing
+    assert action["offset_s"] < LIMIT + TICK - LIMIT % TICK
 
 
 def test_the_watchdog_never_costs_money(run: Run) -> None:

@@ -17,9 +17,10 @@ from watchdog_gpu.clock import SystemClock, VirtualClock
 from watchdog_gpu.config import Settings, WatchdogSection
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.daemon import Daemon
-from watchdog_gpu.jobs import Jobs, Progress
+from watchdog_gpu.jobs import Jobs, Progress, poll_job_id
 from watchdog_gpu.model import PlanStatus
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
 from watchdog_gpu.sim.clock import AcceleratedClock
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.servers import start_servers
@@ -154,3 +155,46 @@ def test_a_wake_job_takes_the_rows_evaluates_and_wakes_act_but_pings_nothing() -
     assert acted[-1] == wake  # the act job is woken as after any evaluation
     assert pinger.pings == 3  # the dead-man's switch hears from the ticks only
     assert finding.rule == "idle_gpu"
+
+
+def test_a_wake_for_a_decision_on_listed_state_lists_every_account_first() -> None:
+    # max_runtime's warning point (3m30s - 1m after the first sighting) falls between two
+    # ticks: the wake for it lists the accounts before it evaluates (docs/safety.md: a wake
+    # acts on listed state only from a listing that covers the instant).
+    scenario = parse_scenario(tomllib.loads(SCENARIO))
+    base = Settings(watchdog=WatchdogSection(mode="enforce"))
+    ttl = MaxRuntimeConfig(limit=timedelta(minutes=3, seconds=30), warn_before=timedelta(minutes=1))
+    base = base.model_copy(update={"rules": base.rules.model_copy(update={"max_runtime": ttl})})
+    with simulation(scenario, base) as sim:
+        waker = RecordingWaker(sim.clock)
+        progress = Progress(sim.clock)
+        jobs = Jobs(
+            sim.assembly.watchdog,
+            sim.clock,
+            progress,
+            poll_interval=timedelta(seconds=60),
+            wakes=Wakes(),
+            waker=waker,
+        )
+        for minute in range(3):  # ticks at 0, 60 and 120 s
+            sim.clock.set(scenario.start + minute * timedelta(seconds=60))
+            jobs.poll("vast-main")
+            jobs.probe()
+            jobs.evaluate()
+        wake = waker.asked[-1]
+        assert wake == scenario.start + timedelta(seconds=150)  # at itself: no rows to wait for
+        assert jobs.wakes is not None
+        assert jobs.wakes.listing
+
+        sim.clock.set(wake)
+        report = jobs.wake()
+        polls = progress.stats(poll_job_id("vast-main"))
+        listed = sim.assembly.watchdog.load_view(wake).accounts["vast-main"]
+
+    assert polls.successes == 4  # three ticks and the wake
+    assert listed.last_poll_ok_at == wake
+    assert report is not None
+    assert report.plan is not None
+    assert [(d.finding.rule, d.status) for d in report.plan.decisions] == [
+        ("max_runtime", PlanStatus.WARN)
+    ]

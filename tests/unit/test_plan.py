@@ -35,6 +35,8 @@ from watchdog_gpu.plan import plan as plan_unwarned
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.low_balance import LowBalanceConfig
+from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
+from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
 from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.wiring import plan_context
 
@@ -609,3 +611,33 @@ def test_a_wake_acts_on_listed_state_only_when_it_was_listed_after_the_due_time(
     idle_view = replace(tick_view, notice_times=idle_times)
     woken = plan_unwarned([idle], idle_view, NOW, ctx, tick_started=tick)
     assert statuses(woken.decisions) == [PlanStatus.EXECUTE]
+
+
+def test_the_plan_says_when_a_decision_on_listed_state_changes_by_time_alone() -> None:
+    # The idle rule's instants are next_due's (the rows); the others' next_listed_due's.
+    paused = finding("1", rule="paused_interruptible", due_at=NOW + timedelta(minutes=25))
+    ttl = finding("2", rule="max_runtime", due_at=NOW + timedelta(minutes=4))
+    idle = finding("3", due_at=NOW + timedelta(minutes=2))
+    times = warned([ttl, idle])
+    view = fleet(
+        instance("1"), instance("2"), instance("3"),
+        notice_times=times, notification_keys=frozenset(times),
+    )  # fmt: skip
+    base = context()
+    ten = timedelta(minutes=10)
+    ctx = replace(
+        base,
+        rules={
+            **base.rules,
+            "max_runtime": MaxRuntimeConfig(limit=timedelta(hours=2), warn_before=ten),
+            "paused_interruptible": PausedInterruptibleConfig(warn_before=ten),
+        },
+    )
+    result = plan_unwarned([paused, ttl, idle], view, NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.WAIT, PlanStatus.WARN, PlanStatus.WARN]
+    assert result.next_due(NOW) == NOW + timedelta(minutes=2)
+    assert result.next_listed_due(NOW) == NOW + timedelta(minutes=4)  # the TTL's due time
+    # Then the paused instance's warning point (25 min - warn_before 10 min).
+    assert result.next_listed_due(NOW + timedelta(minutes=5)) == NOW + timedelta(minutes=15)
+    only_idle = plan_unwarned([idle], view, NOW, ctx)
+    assert only_idle.next_listed_due(NOW) is None

@@ -80,3 +80,35 @@ def test_a_warned_actions_due_time_wakes_at_it_rows_need_no_waiting_for() -> Non
         now=T, next_change=T + 10 * S, next_due=T + 20 * S, probed_at=T, next_tick=TICK
     )
     assert at == T + 17 * S
+
+
+def test_a_decision_on_listed_state_wakes_at_itself_and_lists_first() -> None:
+    wakes = Wakes()
+    wake = wakes.after_evaluation(
+        now=T, next_change=None, next_listed=T + 20 * S, probed_at=T, next_tick=TICK
+    )
+    assert wake == T + 20 * S  # no rows to wait for
+    assert wakes.listing
+    # An idle point earlier than it: the wake for the rows comes first and lists nothing.
+    wakes = Wakes()
+    wake = wakes.after_evaluation(
+        now=T, next_change=T + 3 * S, next_listed=T + 20 * S, probed_at=T, next_tick=TICK
+    )
+    assert wake == T + 10 * S
+    assert not wakes.listing
+    wakes.ran(wake)
+    assert not wakes.listing
+    # Coalesced: a listed due time before the wake the spacing allows is listed at that wake.
+    wake = wakes.after_evaluation(
+        now=wake, next_change=None, next_listed=wake + 2 * S, probed_at=wake, next_tick=TICK
+    )
+    assert wake == T + 15 * S
+    assert wakes.listing
+    wakes.ran(wake)
+    assert not wakes.listing
+    # None at or after the next tick (which lists anyway).
+    late = wakes.after_evaluation(
+        now=T, next_change=None, next_listed=TICK, probed_at=T, next_tick=TICK
+    )
+    assert late is None
+    assert not wakes.listing

@@ -169,6 +169,11 @@ class RuleOutcome:
 
     findings: tuple[Finding, ...]
     next_change: datetime | None = None
+    # The earliest instant a verdict on *listed* state (running since, paused, stopped) may
+    # change by time alone, before any finding says so (max_runtime's warning point). Woken at
+    # itself with a fresh listing: a wake decides on listed state only from a listing that
+    # covers the instant (docs/safety.md, "Warnings").
+    next_listed: datetime | None = None
 
 
 ConfigT = TypeVar("ConfigT", bound=RuleConfig)

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from pydantic import Field
 
 from watchdog_gpu.durations import Duration, format_duration
-from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, Severity
-from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec
+from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleOutcome, RuleSpec
 from watchdog_gpu.rules.windows import billed_rate, running_since, spend_evidence
 from watchdog_gpu.spend import instance_spend
 
@@ -43,40 +43,58 @@ def evaluate(view: FleetView, now: datetime, config: MaxRuntimeConfig) -> list[F
     first sighting of the current run and the provider's start time: a TTL must not kill early);
     ``due_at`` is that plus ``limit``. Nothing at all when ``limit`` is unset.
     """
+    return list(evaluate_timed(view, now, config).findings)
+
+
+def evaluate_timed(view: FleetView, now: datetime, config: MaxRuntimeConfig) -> RuleOutcome:
+    """:func:`evaluate`'s findings, and as ``next_listed`` the earliest warning point
+    (``running_since + limit - warn_before``) still ahead: before it there is no finding, so
+    no plan can say when the warning is due (``docs/architecture.md``, "Wakes")."""
     if config.limit is None:
-        return []
+        return RuleOutcome(())
     findings: list[Finding] = []
+    next_listed: datetime | None = None
     for instance in view.instances.values():
         since = running_since(instance)
         if since is None:
             continue
         due_at = since + config.limit
-        if now < due_at - config.warn_before:
+        warn_at = due_at - config.warn_before
+        if now < warn_at:
+            next_listed = warn_at if next_listed is None else min(next_listed, warn_at)
             continue
-        latest = instance.latest
-        findings.append(
-            Finding(
-                rule=NAME,
-                account=latest.account,
-                instance_id=latest.instance_id,
-                severity=Severity.WARNING,
-                action=ActionKind(config.action),
-                summary=(
-                    f"running for {format_duration(max(now - since, timedelta(0)))}; "
-                    f"the limit is {format_duration(config.limit)}, busy or not"
-                ),
-                episode_started_at=since,
-                due_at=due_at,
-                evidence={
-                    "instance_name": latest.name,
-                    **spend_evidence(instance_spend(instance.spans, since, now)),
-                    "running_since": since.isoformat(),
-                    "limit": format_duration(config.limit),
-                },
-                usd_per_hour_at_stake=billed_rate(instance),
-            )
-        )
-    return findings
+        findings.append(_finding(instance, since, now, config.limit, ActionKind(config.action)))
+    return RuleOutcome(tuple(findings), next_listed=next_listed)
 
 
-RULE = RuleSpec(NAME, MaxRuntimeConfig, evaluate)
+def _finding(
+    instance: InstanceView,
+    since: datetime,
+    now: datetime,
+    limit: timedelta,
+    action: ActionKind,
+) -> Finding:
+    latest = instance.latest
+    return Finding(
+        rule=NAME,
+        account=latest.account,
+        instance_id=latest.instance_id,
+        severity=Severity.WARNING,
+        action=action,
+        summary=(
+            f"running for {format_duration(max(now - since, timedelta(0)))}; "
+            f"the limit is {format_duration(limit)}, busy or not"
+        ),
+        episode_started_at=since,
+        due_at=since + limit,
+        evidence={
+            "instance_name": latest.name,
+            **spend_evidence(instance_spend(instance.spans, since, now)),
+            "running_since": since.isoformat(),
+            "limit": format_duration(limit),
+        },
+        usd_per_hour_at_stake=billed_rate(instance),
+    )
+
+
+RULE = RuleSpec(NAME, MaxRuntimeConfig, evaluate, timed=evaluate_timed)

@@ -58,8 +58,10 @@ class Evaluation:
 
     findings: tuple[Finding, ...]
     failed: Mapping[str, str]
-    # The earliest instant a rule's verdict may change by time alone (rules.base.RuleOutcome).
+    # The earliest instant a rule's verdict may change by time alone (rules.base.RuleOutcome):
+    # on streamed rows, and on listed state.
     next_change: datetime | None = None
+    next_listed: datetime | None = None
 
 
 def default_configs() -> dict[str, RuleConfig]:
@@ -108,6 +110,7 @@ def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleCon
     findings: list[Finding] = []
     failed: dict[str, str] = {}
     next_change: datetime | None = None
+    next_listed: datetime | None = None
     for name, rule in RULES.items():
         config = configs.get(name) or rule.config_model()
         if not config.enabled:
@@ -119,11 +122,14 @@ def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleCon
             failed[name] = f"{type(error).__name__}: {error}"
             continue
         findings.extend(produced.findings)
-        if produced.next_change is not None and (
-            next_change is None or produced.next_change < next_change
-        ):
-            next_change = produced.next_change
-    return Evaluation(tuple(findings), failed, next_change)
+        next_change = earliest(next_change, produced.next_change)
+        next_listed = earliest(next_listed, produced.next_listed)
+    return Evaluation(tuple(findings), failed, next_change, next_listed)
+
+
+def earliest(*instants: datetime | None) -> datetime | None:
+    """The earliest of ``instants`` that are set (None: none is)."""
+    return min((at for at in instants if at is not None), default=None)
 
 
 def cleared_reason(finding: Finding, view: FleetView) -> str:

@@ -277,6 +277,7 @@ class Simulation:
             now=report.now,
             next_change=report.next_change,
             next_due=report.next_due,
+            next_listed=report.next_listed,
             probed_at=probed_at,
             next_tick=bound,
         )
@@ -284,13 +285,15 @@ class Simulation:
             if self.clock.now() < wake:
                 self.clock.set(wake)
             now = self.clock.now()
+            listing = self.wakes.listing
             self.wakes.ran(now)
-            report = self.assembly.watchdog.wake(now)
+            report = self.assembly.watchdog.wake(now, listing=listing)
             ran += 1
             wake = self.wakes.after_evaluation(
                 now=now,
                 next_change=report.next_change,
                 next_due=report.next_due,
+                next_listed=report.next_listed,
                 probed_at=now,
                 next_tick=bound,
             )

@@ -10,7 +10,7 @@ import pytest
 from tests.unit.rules.builders import at, fleet, instance, running, span
 from watchdog_gpu.fleet import InstanceView
 from watchdog_gpu.model import InstanceState
-from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig, evaluate
+from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig, evaluate, evaluate_timed
 
 TTL = MaxRuntimeConfig(limit=timedelta(hours=48))  # warn_before defaults to 1 h
 
@@ -85,3 +85,18 @@ def test_the_evidence_shows_the_limit_and_dollars() -> None:
     assert finding.evidence["limit"] == "2d"
     assert finding.evidence["usd_so_far"] == pytest.approx(48 * 0.52)
     assert finding.evidence["running_since"] == at(0).isoformat()
+
+
+def test_the_rule_says_when_its_warning_point_comes_on_listed_state() -> None:
+    # Before the warning point there is no finding for a plan to read a time from: the rule
+    # names the earliest one ahead (a wake lists the accounts then), none once it has passed.
+    early = running(at(0, hours=2), at(0, hours=50), instance_id="late")
+    view = fleet(at(0, hours=40), long_job(), early)
+    outcome = evaluate_timed(view, at(0, hours=40), TTL)
+    assert outcome.findings == ()
+    assert outcome.next_listed == at(0) + TTL.limit - TTL.warn_before  # type: ignore[operator]
+    assert outcome.next_change is None  # nothing here waits for streamed rows
+    later = evaluate_timed(view, at(30, hours=47), TTL)
+    assert [f.instance_id for f in later.findings] == [long_job().latest.instance_id]
+    assert later.next_listed == at(0, hours=49)  # the other run's: started 2 h later
+    assert evaluate_timed(view, at(0, days=10), MaxRuntimeConfig()).next_listed is None
