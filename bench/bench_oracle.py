@@ -1,11 +1,11 @@
 """Benchmark: dollars spent with the watchdog against an oracle, and overshoot per destroy.
 
-For each scenario of ``bench/scenarios/`` (outages, a wave of 30 idle instances) and its
-configuration, this runs the real engine as ``watchdog-gpu simulate`` does and compares it with
-an **oracle** that destroys each instance exactly at its rule's limit — the idle limit (idle
-onset + ``idle_minutes``) or the budget crossing — with no tick, no provider delay and no outage
-in its way. The oracle's dollars are the same simulated world replayed with each instance
-scripted ``gone`` at its limit.
+For each scenario of ``bench/scenarios/`` (outages, a wave of 30 idle instances, TTLs between
+ticks) and its configuration, this runs the real engine as ``watchdog-gpu simulate`` does and
+compares it with an **oracle** that destroys each instance exactly at its rule's limit — the
+idle limit (idle onset + ``idle_minutes``), the TTL (start + ``max_runtime``'s limit) or the
+budget crossing — with no tick, no provider delay and no outage in its way. The oracle's
+dollars are the same simulated world replayed with each instance scripted ``gone`` at its limit.
 
 Printed per scenario: dollars with the watchdog, with the oracle, with no watchdog; the excess
 over the oracle (target: within 1 %); and per destroy the overshoot past the limit, both as
@@ -70,6 +70,23 @@ def idle_limits(data: dict[str, Any]) -> Limits:
     return limits
 
 
+def ttl_limits(limit_s: float) -> Callable[[dict[str, Any]], Limits]:
+    """Each instance is due ``limit_s`` after its first ``running`` event (max_runtime)."""
+
+    def limits(data: dict[str, Any]) -> Limits:
+        found: Limits = {}
+        for account in data["accounts"]:
+            for instance in account.get("instances", ()):
+                for event in instance.get("events", ()):
+                    if event.get("state") == "running":
+                        start = parse_duration(event["at"]).total_seconds()
+                        found[f"{account['name']}/{instance['id']}"] = start + limit_s
+                        break
+        return found
+
+    return limits
+
+
 def running_rate(provider: str, instance: dict[str, Any]) -> float:
     disk = float(instance.get("disk_gb", 0))
     storage = disk * float(instance.get("storage_usd_per_gb_month", 0))
@@ -112,6 +129,12 @@ CASES = (
         SCENARIOS / "budget_during_outage.toml",
         f"{ENFORCE}\n[rules.budget]\ndaily_usd = 30.0\n",
         budget_limits(30.0),
+    ),
+    Case(
+        "ttl_between_ticks (max_runtime 2h30s)",
+        SCENARIOS / "ttl_between_ticks.toml",
+        f'{ENFORCE}\n[rules.max_runtime]\nlimit = "2h30s"\nwarn_before = "10m"\n',
+        ttl_limits(2 * 3600 + 30),
     ),
 )
 
