@@ -6,8 +6,9 @@ reports them (``RuleOutcome.next_listed``, ``Plan.next_listed_due``), and the wa
 them — listing the accounts first, since a wake may act on listed state only from a listing at
 or after the due time (``docs/safety.md``): an instance restarted after the tick's listing is
 seen restarted, not killed by its old run's TTL; without the restart the TTL is decided at its
-limit instead of a tick or two later. The idle limit of another instance is still decided at
-a wake on its streamed rows.
+limit instead of a tick or two later. Likewise a ``paused_interruptible`` instance resumed after
+the tick's listing is not destroyed at its due time. The idle limit of another instance is
+still decided at a wake on its streamed rows.
 """
 
 from __future__ import annotations
@@ -93,3 +94,49 @@ def test_without_the_restart_the_ttl_is_decided_at_its_limit_not_a_tick_later(
 
 def test_the_watchdog_never_costs_money(run: Run) -> None:
     assert_spend_never_above_baseline(run)
+
+
+def outbid(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scenario with one interruptible instance instead of its own (``events`` scripted)."""
+    data: dict[str, Any] = deepcopy(scenario_data(NAME))
+    (account, *_) = data["accounts"]
+    account["instances"] = [
+        {
+            "id": "9304",
+            "name": "outbid",
+            "interruptible": True,
+            "compute_usd_per_hour": 0.9,
+            "disk_gb": 200,
+            "storage_usd_per_gb_month": 0.2,
+            "events": events,
+        }
+    ]
+    data["accounts"] = [account]
+    return data
+
+
+PAUSED_CONFIG = f'{ENFORCE}[rules.paused_interruptible]\nafter = "30m30s"\nwarn_before = "10m"\n'
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_paused_instance_resumed_after_the_last_tick_is_not_destroyed_at_its_due_time(
+    tmp_path: Path, resumed: bool
+) -> None:
+    # Outbid at 20m (listed paused at that tick): due 30m30s later, at 50m30s — between two
+    # ticks. Resumed at 50m25s, after the 50m listing: the wake at the due time lists first and
+    # sees it running. Not resumed: destroyed at that wake, on time.
+    events: list[dict[str, Any]] = [
+        {"at": "0s", "state": "running", "gpu_util": 90},
+        {"at": "20m", "state": "paused"},
+    ]
+    if resumed:
+        events.append({"at": "50m25s", "state": "running", "gpu_util": 90})
+    run = run_scenario(outbid(events), tmp_path, PAUSED_CONFIG)
+    actions = run.actions_for("vast-main/9304")
+    if resumed:
+        assert actions == []
+        assert run.instances["vast-main/9304"]["final_state"] == "running"
+        return
+    (action,) = actions
+    assert (action["rule"], action["result"]) == ("paused_interruptible", "verified")
+    assert action["offset_s"] == offset("50m30s")
