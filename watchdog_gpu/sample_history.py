@@ -59,18 +59,19 @@ def instant(value: int) -> datetime:
     return EPOCH + timedelta(microseconds=value)
 
 
-def _number(value: float | None) -> float:
-    return NAN if value is None else value
-
-
 def _optional(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
 def peak(*values: float | None) -> float:
     """The highest present value (-1 when none is: no threshold, which is >= 0, is exceeded)."""
-    present = [value for value in values if value is not None and not math.isnan(value)]
-    return max(present) if present else -1.0
+    # A loop rather than max() over a filtered list: every cached row computes one (the first
+    # of equal values wins, as with max()).
+    highest: float | None = None
+    for value in values:
+        if value is not None and value == value and (highest is None or value > highest):  # noqa: PLR0124 - not NaN
+            highest = value
+    return -1.0 if highest is None else highest
 
 
 def _same(a: float, b: float) -> bool:
@@ -187,17 +188,22 @@ class SampleColumns:
         self.verdict.append(verdict)
         self.source.append(source)
         self._put("peak", self.peak, peak(sm, enc, dec, jpg, ofa))
-        self._put("sm", self.sm, _number(sm))
-        self._put("mem", self.mem, _number(mem))
-        self._put("enc", self.enc, _number(enc))
-        self._put("dec", self.dec, _number(dec))
-        self._put("jpg", self.jpg, _number(jpg))
-        self._put("ofa", self.ofa, _number(ofa))
+        self._put("sm", self.sm, NAN if sm is None else sm)
+        self._put("mem", self.mem, NAN if mem is None else mem)
+        self._put("enc", self.enc, NAN if enc is None else enc)
+        self._put("dec", self.dec, NAN if dec is None else dec)
+        self._put("jpg", self.jpg, NAN if jpg is None else jpg)
+        self._put("ofa", self.ofa, NAN if ofa is None else ofa)
 
     def _put(self, name: str, column: FloatColumn, value: float) -> None:
         if isinstance(column, Repeated):
-            if column.takes(value):
-                column.add(value)
+            # Repeated.takes and .add, inline: every cached row passes here seven times.
+            if column.count == 0:
+                column.value, column.count = value, 1
+                return
+            kept = column.value
+            if value == kept or (value != value and kept != kept):  # noqa: PLR0124 - NaN
+                column.count += 1
                 return
             column = column.expanded()
             setattr(self, name, column)

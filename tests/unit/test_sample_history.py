@@ -3,9 +3,10 @@ the rules' questions as a walk over the sample values would."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from watchdog_gpu.model import GpuSample, SampleSource, Verdict
@@ -18,6 +19,7 @@ from watchdog_gpu.sample_history import (
     SampleHistory,
     instant,
     micros,
+    peak,
 )
 
 T0 = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
@@ -199,3 +201,24 @@ def test_a_steady_engine_column_is_a_count_until_its_first_other_value() -> None
     history = SampleHistory("a", "i", columns)
     assert [sample.enc for sample in history] == [0.0] * 100 + [33.3]
     assert all(sample.dec is None for sample in history)
+
+
+@given(
+    st.lists(
+        st.one_of(st.none(), st.just(math.nan), st.floats(allow_nan=False), st.integers(-3, 3)),
+        max_size=6,
+    )
+)
+@example([-0.0, 0.0])
+@example([1, 1.0])
+@example([None, math.nan])
+@example([-5.0])
+def test_peak_is_the_first_highest_present_value_or_minus_one(values: list[float | None]) -> None:
+    present = [value for value in values if value is not None and not math.isnan(value)]
+    expected = max(present) if present else -1.0
+
+    result = peak(*values)
+
+    assert result == expected
+    assert type(result) is type(expected)
+    assert math.copysign(1.0, result) == math.copysign(1.0, expected)  # -0.0 and 0.0
