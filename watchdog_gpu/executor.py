@@ -17,6 +17,15 @@ Each pass, in order:
    *refuses* (bad key, 4xx) is told at once and tried ``MAX_REFUSED_CALLS`` times in all, then
    ``failed`` — final, and its message says so.
 
+The listing at the call: the rules that judge an instance by what the provider lists
+(``max_runtime``, ``paused_interruptible``, ``stopped_disk``) decided on the latest poll, which
+the act job follows by up to a poll interval. Right before their call the account is listed
+again (once per pass): an instance listed in another state than the one decided on (a paused
+instance resumed, a stopped one started) or started again (a restart: a new runtime) is not
+called; its action waits (``action_waits``) for an evaluation of a newer listing, which drops
+the finding when its condition cleared — so the executor then cancels it — or keeps it. A
+failing listing holds the call like a failed call (retried, escalated on the same clock).
+
 Crash safety (record first, act second): right before the provider call the action is marked
 ``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
 crashed process resumes it: without the mark it was never called and proceeds; with the mark the
@@ -63,6 +72,14 @@ CALLING = "calling"  # the ``result`` mark written right before a provider call
 MAX_VERIFY_BACKOFF = timedelta(minutes=10)
 MAX_RETRY_BACKOFF = timedelta(minutes=15)
 RETRY_BASE = timedelta(seconds=30)
+# Rules that judge an instance by what the provider lists (its state, since when it runs): their
+# actions are checked against a fresh listing right before the call (``_listing_moved_on``).
+# Not the idle rule (it judges by the GPU's rows, and ``current_episodes`` re-checks those), not
+# the budget (spend, whatever the state).
+LISTED_STATE_RULES = frozenset({"max_runtime", "paused_interruptible", "stopped_disk"})
+# Providers give a start as "up for N minutes" (Vast.ai, RunPod: ``now - uptime``), so two
+# listings of one run differ by a minute or so; a restart moves it by the whole runtime.
+RESTART_TOLERANCE = timedelta(minutes=5)
 # A call the provider refuses (bad key, 4xx) is tried this many times, then given up (FAILED).
 MAX_REFUSED_CALLS = 3
 DEFAULT_LEASE = timedelta(minutes=5)
@@ -305,6 +322,8 @@ class Executor:
             return
         if self._cancelled_by_guard(row, state):
             return
+        if row.rule in LISTED_STATE_RULES and self._listing_moved_on(row, state):
+            return
         if row.kind is ActionKind.DESTROY and not self._salvage_allows(row, state):
             return
         provider = self.providers.get(row.account)
@@ -378,6 +397,51 @@ class Executor:
         if not holds:
             self._cancel(row, state, "the condition no longer held at the latest check")
         return holds
+
+    def _listing_moved_on(self, row: ActionRow, state: _Pass) -> bool:
+        """For a rule that judges listed state: does the action wait (True) because the
+        instance is no longer what its evaluation saw? The act job runs up to a poll interval
+        after the listing its evaluation read (module doc, "The listing at the call"): the
+        account is listed again now, and an instance in another state, or started again, waits
+        for an evaluation of a new listing — which drops the finding if its condition cleared.
+        A recorded listing newer than the latest evaluation waits likewise; a listing that
+        fails holds the call (its state is unknown) and is retried like a failed call."""
+        decided = self.store.instance_snapshot(row.account, row.instance_id)
+        if decided is None:
+            return False
+        if state.evaluated_at is not None and decided.observed_at > state.evaluated_at:
+            reason = "a listing newer than the latest evaluation is recorded"
+        else:
+            listing = self._listing(row.account, state)
+            if isinstance(listing, ProviderError):
+                detail = (
+                    f"its state cannot be confirmed: listing the account fails ({listing.kind})"
+                )
+                note = self._escalation(row, state, detail)
+                self._retry_later(
+                    row,
+                    state,
+                    listing,
+                    back_to=ActionStatus.PENDING,
+                    result="listing_failed",
+                    notification=note,
+                )
+                return True
+            current = next((i for i in listing if i.instance_id == row.instance_id), None)
+            found = listed_change(decided, current)
+            if found is None:
+                return False
+            reason = found
+        self._step(
+            row,
+            state,
+            ActionStatus.PENDING,
+            audit_kind="action_waits",
+            message=f"{reason}: decided again after the next listing",
+            result="listing_changed",
+            next_attempt_at=state.now + RETRY_BASE,
+        )
+        return True
 
     def _cancelled_by_guard(self, row: ActionRow, state: _Pass) -> bool:
         """Protection is absolute and a snooze postpones: both win over a planned action."""
@@ -654,6 +718,27 @@ def escalation_number(elapsed: timedelta, after: timedelta) -> int:
     if after <= timedelta(0) or elapsed < after:
         return 0
     return int(elapsed / after).bit_length()
+
+
+def listed_change(decided: InstanceSnapshot, current: InstanceSnapshot | None) -> str | None:
+    """How the provider's listing of an instance now differs from the one an action of a
+    listed-state rule was decided on, or None: another state, or a start more than
+    :data:`RESTART_TOLERANCE` later (a restart: a new runtime, a new episode). An instance no
+    longer listed is no difference: the call finds it gone and verification confirms it."""
+    if current is None:
+        return None
+    if current.state is not decided.state:
+        return f"the provider lists it {current.raw_state}, not {decided.raw_state} as decided"
+    if (
+        current.started_at is not None
+        and decided.started_at is not None
+        and current.started_at - decided.started_at > RESTART_TOLERANCE
+    ):
+        return (
+            f"it was started again at {current.started_at.isoformat()} "
+            f"(decided on a start at {decided.started_at.isoformat()})"
+        )
+    return None
 
 
 def _call(provider: Provider, row: ActionRow) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from watchdog_gpu.errors import PermanentError, ProviderError, TransientError
-from watchdog_gpu.executor import CALLING, MAX_REFUSED_CALLS, Executor
+from watchdog_gpu.executor import CALLING, MAX_REFUSED_CALLS, Executor, listed_change
 from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.model import (
     AccountObservation,
@@ -359,3 +359,131 @@ def test_an_unverified_kill_whose_condition_cleared_is_escalated_but_not_called_
     escalation = store.get_notification(KEY.removesuffix(":destroy") + ":escalation:1")
     assert escalation is not None  # but the human hears that it still bills
     assert "not repeated" in escalation.notification.body
+
+
+# -- the listing at the call (rules that judge listed state) ------------------------------------
+
+PAUSED_KEY = "paused_interruptible:vast-main/9001:2026-03-02T21:50:00+00:00:destroy"
+
+
+def enqueue_listed(
+    store: Store, decided: InstanceSnapshot, *, rule: str = "paused_interruptible"
+) -> str:
+    """A destroy of ``rule`` decided on the listing ``decided`` (recorded at NOW)."""
+    store.record_observation(
+        AccountObservation(AccountSnapshot("vast", "vast-main", NOW), (decided,)), NOW
+    )
+    key = PAUSED_KEY.replace("paused_interruptible", rule)
+    action = PlannedAction(
+        idempotency_key=key,
+        account="vast-main",
+        instance_id="9001",
+        rule=rule,
+        kind=ActionKind.DESTROY,
+        dry_run=False,
+        reason="paused for 40 min",
+        planned_at=NOW,
+        usd_per_hour_at_stake=0.38,
+    )
+    assert store.enqueue_action(action)
+    return key
+
+
+def test_a_paused_instance_resumed_since_its_listing_is_not_destroyed(store: Store) -> None:
+    key = enqueue_listed(store, snapshot(InstanceState.PAUSED))
+    provider = ScriptedProvider(listing=[snapshot(InstanceState.RUNNING)])  # resumed since
+    episodes = {key.removesuffix(":destroy")}
+    runner = executor(store, provider, current_episodes=lambda since: episodes)
+
+    runner.run(NOW + timedelta(seconds=30), evaluated_at=NOW)
+
+    assert provider.calls == []
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING
+    waits = [e for e in store.list_audit_events() if e.kind == "action_waits"]
+    assert len(waits) == 1
+    assert "lists it running, not paused as decided" in waits[0].message
+    # The next evaluation (of a listing that shows it running) drops the finding: cancelled.
+    episodes.clear()
+    runner.run(NOW + timedelta(minutes=2), evaluated_at=NOW + timedelta(minutes=1, seconds=30))
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.CANCELLED
+    assert provider.calls == []
+
+
+def test_an_instance_still_as_decided_is_destroyed_at_once(store: Store) -> None:
+    key = enqueue_listed(store, snapshot(InstanceState.PAUSED))
+    provider = ScriptedProvider(listing=[snapshot(InstanceState.PAUSED)])
+    runner = executor(store, provider)
+
+    runner.run(NOW + timedelta(seconds=30), evaluated_at=NOW)
+
+    assert provider.calls == [("destroy", "9001")]
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.CALLED
+
+
+def test_a_runtime_limit_does_not_kill_an_instance_restarted_since_its_listing(
+    store: Store,
+) -> None:
+    started = NOW - timedelta(hours=24)
+    decided = replace(snapshot(), started_at=started)
+    key = enqueue_listed(store, decided, rule="max_runtime")
+    # Uptime jitter (a minute) is the same run.
+    same_run = replace(snapshot(), started_at=started + timedelta(minutes=1))
+    assert listed_change(decided, same_run) is None
+    # Started again 10 s ago: a new run.
+    restarted = replace(snapshot(), started_at=NOW + timedelta(seconds=20))
+    provider = ScriptedProvider(listing=[restarted])
+    runner = executor(store, provider)
+
+    runner.run(NOW + timedelta(seconds=30), evaluated_at=NOW)
+
+    assert provider.calls == []
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING
+    assert any("started again" in e.message for e in store.list_audit_events())
+
+
+def test_a_listing_that_fails_at_the_call_holds_it(store: Store) -> None:
+    key = enqueue_listed(store, snapshot(InstanceState.STOPPED), rule="stopped_disk")
+    provider = FailingListing(listing=[snapshot(InstanceState.STOPPED)])
+    runner = executor(store, provider)
+
+    runner.run(NOW + timedelta(seconds=30), evaluated_at=NOW)
+
+    assert provider.calls == []  # unknown state: no call
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING
+    assert action.last_error is not None
+    assert "HTTP 500" in action.last_error
+
+
+def test_a_listing_recorded_after_the_latest_evaluation_waits_for_one(store: Store) -> None:
+    key = enqueue_listed(store, snapshot(InstanceState.PAUSED))
+    provider = ScriptedProvider(listing=[snapshot(InstanceState.PAUSED)])
+    runner = executor(store, provider)
+
+    runner.run(NOW + timedelta(seconds=5), evaluated_at=NOW - timedelta(seconds=30))
+
+    assert provider.calls == []
+    runner.run(NOW + timedelta(seconds=40), evaluated_at=NOW + timedelta(seconds=30))
+    assert provider.calls == [("destroy", "9001")]
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.CALLED
+
+
+def test_the_idle_rule_is_not_held_by_a_state_change_in_the_listing(store: Store) -> None:
+    enqueue(store)  # idle_gpu, decided on a running instance
+    provider = ScriptedProvider(listing=[snapshot(InstanceState.STOPPED)])
+    runner = executor(store, provider)
+
+    runner.run(NOW)
+
+    assert provider.calls == [("destroy", "9001")]
