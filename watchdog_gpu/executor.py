@@ -24,7 +24,8 @@ again (once per pass): an instance listed in another state than the one decided 
 instance resumed, a stopped one started) or started again (a restart: a new runtime) is not
 called; its action waits (``action_waits``) for an evaluation of a newer listing, which drops
 the finding when its condition cleared — so the executor then cancels it — or keeps it. A
-failing listing holds the call like a failed call (retried, escalated on the same clock).
+failing listing holds the call like a failed call (retried, escalated on the same clock), and a
+wait that drags on (a listing that keeps changing) is escalated on that clock too.
 
 Crash safety (record first, act second): right before the provider call the action is marked
 ``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
@@ -417,7 +418,7 @@ class Executor:
                 detail = (
                     f"its state cannot be confirmed: listing the account fails ({listing.kind})"
                 )
-                note = self._escalation(row, state, detail)
+                note = self._escalation(row, state, detail, called=False)
                 self._retry_later(
                     row,
                     state,
@@ -432,12 +433,15 @@ class Executor:
             if found is None:
                 return False
             reason = found
+        # A wait that drags on (a listing that keeps changing) is escalated on the clock of
+        # any kill that is not done: never silent.
         self._step(
             row,
             state,
             ActionStatus.PENDING,
             audit_kind="action_waits",
             message=f"{reason}: decided again after the next listing",
+            notification=self._escalation(row, state, reason, called=False),
             result="listing_changed",
             next_attempt_at=state.now + RETRY_BASE,
         )
@@ -530,10 +534,13 @@ class Executor:
             notification=note or self._escalation(row, state, "the provider refuses the call"),
         )
 
-    def _escalation(self, row: ActionRow, state: _Pass, detail: str) -> PlannedNotification | None:
+    def _escalation(
+        self, row: ActionRow, state: _Pass, detail: str, *, called: bool = True
+    ) -> PlannedNotification | None:
         """The escalation due now (see :func:`escalation_number`), counted from when the action
         was planned (its first call attempt), whatever the provider answers or lists: a kill
-        that cannot be confirmed is never silent. None before the first."""
+        that cannot be confirmed is never silent. None before the first. ``called=False``: the
+        executor holds the call (the listing at the call), and the message says so."""
         after = self.safety.escalate_unverified_after
         number = escalation_number(state.now - row.created_at, after)
         if number < 1:
@@ -545,6 +552,7 @@ class Executor:
             now=state.now,
             detail=detail,
             episode_key=episode_key_of(row),
+            called=called,
         )
 
     def _fail(self, row: ActionRow, state: _Pass, detail: str) -> None:

@@ -487,3 +487,22 @@ def test_the_idle_rule_is_not_held_by_a_state_change_in_the_listing(store: Store
     runner.run(NOW)
 
     assert provider.calls == [("destroy", "9001")]
+
+
+def test_a_wait_that_drags_on_is_escalated_and_still_not_called(store: Store) -> None:
+    # The listing keeps disagreeing with the one decided on (a flapping state), and every
+    # evaluation keeps the finding: the call is never made, and the human hears of it.
+    key = enqueue_listed(store, snapshot(InstanceState.PAUSED))
+    provider = ScriptedProvider(listing=[snapshot(InstanceState.RUNNING)])
+    episodes = {key.removesuffix(":destroy")}
+    runner = executor(store, provider, current_episodes=lambda since: episodes)
+    instant = NOW
+    for _ in range(24):
+        instant += timedelta(seconds=30)
+        runner.run(instant, evaluated_at=instant)
+
+    assert provider.calls == []
+    escalation = store.get_notification(key.removesuffix(":destroy") + ":escalation:1")
+    assert escalation is not None
+    assert "has not been called" in escalation.notification.body
+    assert "lists it running, not paused as decided" in escalation.notification.body

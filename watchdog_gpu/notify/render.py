@@ -292,11 +292,14 @@ def render_escalation(
     now: datetime,
     detail: str = "",
     episode_key: str | None = None,
+    called: bool = True,
 ) -> PlannedNotification:
     """Escalation ``number`` (1, 2, …) of a kill the provider still lists as billing (critical).
 
-    ``acted_at`` is when the stop/destroy call went out; the message carries how long ago that
-    was and roughly what it cost since (rate × elapsed).
+    ``acted_at`` is when the stop/destroy call went out (``called``), or, when it has not gone
+    out yet (the executor holds it: the instance's state cannot be confirmed or keeps changing),
+    when it was planned; the message carries how long ago that was and roughly what it cost since
+    (rate × elapsed).
     """
     if number < 1:
         raise ValueError("escalations are numbered from 1")
@@ -306,20 +309,30 @@ def render_escalation(
     name = _subject_name(subject)
     lines = _preamble(subject, dry_run=False)
     burned = None if rate is None else rate * elapsed.total_seconds() / 3600
-    lines.append(
-        f"The {action.value} call went out at {format_clock(acted_at, now)} "
-        f"({format_duration(elapsed)} ago); the provider has not confirmed it "
-        f"{_target_state(action)} yet."
-    )
+    if called:
+        lines.append(
+            f"The {action.value} call went out at {format_clock(acted_at, now)} "
+            f"({format_duration(elapsed)} ago); the provider has not confirmed it "
+            f"{_target_state(action)} yet."
+        )
+        event = f"the {action.value} call"
+    else:
+        lines.append(
+            f"The {action.value} was planned at {format_clock(acted_at, now)} "
+            f"({format_duration(elapsed)} ago) and has not been called: the watchdog holds "
+            "it until it can confirm the instance is still as decided."
+        )
+        event = f"the planned {action.value}"
     since = "unknown" if burned is None else f"about {format_usd(burned)}"
-    lines.append(f"Cost: {format_rate(rate)}, {since} since the {action.value} call.")
+    lines.append(f"Cost: {format_rate(rate)}, {since} since {event}.")
     if detail:
         lines.append(f"Detail: {_clean(detail, _DETAIL_LIMIT)}")
     lines.append(
         f"Next: still checking (and retrying while the condition holds). "
         f"{action.value.capitalize()} it in the provider console."
     )
-    title = f"{name} still billing {format_duration(elapsed)} after {action.value} (#{number})"
+    after = action.value if called else f"planned {action.value}"
+    title = f"{name} still billing {format_duration(elapsed)} after {after} (#{number})"
     key = notification_key(_episode_of(subject, episode_key), "escalation", number)
     return PlannedNotification(
         idempotency_key=key,

@@ -251,6 +251,25 @@ def test_an_escalation_is_numbered_and_counts_the_dollars_since_the_kill() -> No
         render_escalation(finding, number=0, acted_at=NOW, now=NOW)
 
 
+def test_an_escalation_of_a_held_call_says_it_was_not_called() -> None:
+    finding = idle_finding()
+
+    message = render_escalation(
+        finding,
+        number=1,
+        acted_at=NOW - timedelta(minutes=12),
+        now=NOW,
+        detail="the provider lists it running, not paused as decided",
+        called=False,
+    )
+
+    assert "still billing 12 min after planned destroy (#1)" in message.title
+    assert "went out" not in message.body
+    assert "planned at 22:08 UTC (12 min ago) and has not been called" in message.body
+    assert "since the planned destroy." in message.body
+    assert "lists it running, not paused as decided" in message.body
+
+
 def test_a_resolution_is_info_and_says_the_planned_kill_is_cancelled() -> None:
     finding = idle_finding()
 
