@@ -20,6 +20,7 @@ from apscheduler.events import (
     JobSubmissionEvent,
 )
 
+from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.config import Settings
 from watchdog_gpu.daemon import Daemon
@@ -29,23 +30,7 @@ from watchdog_gpu.providers.base import BaseProvider
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.simulate import Simulation, simulation
 
-ONE_ACCOUNT = """
-name = "lifecycle"
-start = "2026-03-02T20:00:00Z"
-duration = "1h"
-tick = "1s"
-
-[[accounts]]
-name = "vast-main"
-provider = "vast"
-balance_usd = 20.0
-
-[[accounts.instances]]
-id = "9001"
-name = "train"
-compute_usd_per_hour = 0.37
-events = [{ at = "0s", state = "running", gpu_util = 95 }]
-"""
+ONE_ACCOUNT = one_busy_instance("lifecycle", tick="1s", instance_name="train")
 WAIT_SECONDS = 60.0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.config import AccountConfig, Settings, WatchdogSection
 from watchdog_gpu.daemon import Daemon
@@ -32,23 +33,9 @@ from watchdog_gpu.supervisor import EVALUATE_ALLOWANCE, stall_limits
 from watchdog_gpu.wiring import assemble, open_store
 
 WALL_START = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
-NIGHT = """
-name = "time-scale"
-start = "2030-01-01T22:00:00Z"
-duration = "8h"
-tick = "60s"
-
-[[accounts]]
-name = "vast-main"
-provider = "vast"
-balance_usd = 20.0
-
-[[accounts.instances]]
-id = "9001"
-name = "train"
-compute_usd_per_hour = 0.37
-events = [{ at = "0s", state = "running", gpu_util = 95 }]
-"""
+NIGHT = one_busy_instance(
+    "time-scale", start="2030-01-01T22:00:00Z", duration="8h", instance_name="train"
+)
 WAIT_SECONDS = 60.0
 
 

@@ -10,28 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.daemon import EXIT_OK, Daemon, run_daemon
 from watchdog_gpu.gc_freeze import long_lived_frozen
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.simulate import Simulation, simulation
 
-ONE_ACCOUNT = """
-name = "frozen"
-start = "2026-03-02T20:00:00Z"
-duration = "1h"
-tick = "60s"
-
-[[accounts]]
-name = "vast-main"
-provider = "vast"
-balance_usd = 20.0
-
-[[accounts.instances]]
-id = "9001"
-compute_usd_per_hour = 0.37
-events = [{ at = "0s", state = "running", gpu_util = 95 }]
-"""
+ONE_ACCOUNT = one_busy_instance("frozen")
 
 
 class Node:
