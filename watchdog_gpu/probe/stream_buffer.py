@@ -1,6 +1,7 @@
 """The per-host buffer between the streaming probe's reader and the tick (pure, thread-safe).
 
-The reader thread hands over each dmon row as it arrives (:meth:`HostBuffer.add_row`), each aux
+The reader thread hands over each read's dmon rows as they arrive (:meth:`HostBuffer.add_grouped`:
+the rows of each host second at its instant; :meth:`HostBuffer.add_row` one row), each aux
 block (:meth:`HostBuffer.add_aux`) and every change of the stream's health
 (:meth:`HostBuffer.set_health`); the tick takes everything that arrived since its previous take
 (:meth:`HostBuffer.take`) without waiting on the host.
@@ -175,7 +176,7 @@ class _GpuRuns:
     # block (≈ 600 bytes a GPU between ticks), an empty list 56 bytes; the oldest run leaves
     # only when a GPU overflows its capacity.
     runs: list[Run] = field(default_factory=list)
-    newest: float | None = None  # the newest row's instant, kept across takes
+    newest: float = float("-inf")  # the newest row's instant, kept across takes
 
 
 @dataclass(eq=False, slots=True)
@@ -202,35 +203,47 @@ class HostBuffer:
     def add_rows(self, rows: Iterable[tuple[int, float, Verdict, Metrics]]) -> None:
         """Rows as :meth:`add_row` takes them, in order, under one acquisition of the lock (a
         read of a host brings a few seconds of rows of every GPU at once)."""
-        gpus = self._gpus
+        self.add_grouped((at, ((gpu, verdict, metrics),)) for gpu, at, verdict, metrics in rows)
+
+    def add_grouped(
+        self, groups: Iterable[tuple[float, Iterable[tuple[int, Verdict, Metrics]]]]
+    ) -> None:
+        """:meth:`add_rows` of rows grouped by instant: each group's rows (GPU, verdict,
+        metrics), in order, are at its instant (the reader's: one per second of the host)."""
+        gpus, capacity = self._gpus, self.capacity
+        last: float | None = None
         with self._lock:
-            for gpu, row_at, verdict, metrics in rows:
-                state = gpus.get(gpu)
-                if state is None:
-                    if not 0 <= gpu <= MAX_GPU_INDEX:
-                        raise ValueError(f"GPU index out of range: {gpu}")
-                    state = gpus[gpu] = _GpuRuns()
-                newest = state.newest
-                # A row before the newest (the clock stepped back) is at the newest: see the
-                # module docstring.
-                at = newest if newest is not None and row_at < newest else row_at
-                state.newest = self._last_row_at = at
-                runs = state.runs
-                if runs:
-                    run = runs[-1]
-                    if run.verdict is verdict and (
-                        at - run.last < _SURELY_CONTIGUOUS or _contiguous(run.last, at)
-                    ):
-                        # Every streamed row of a steady GPU ends here: kept inline.
-                        run.last = at
-                        run.rows += 1
-                        if metrics is not run.merged:
-                            run.merged = metrics
-                            run.metrics = _maximum(run.metrics, metrics)
-                        continue
-                    if len(runs) >= self.capacity:
-                        self._dropped += runs.pop(0).rows
-                runs.append(Run(at, verdict, metrics))
+            try:
+                for row_at, rows in groups:
+                    for gpu, verdict, metrics in rows:
+                        state = gpus.get(gpu)
+                        if state is None:
+                            if not 0 <= gpu <= MAX_GPU_INDEX:
+                                raise ValueError(f"GPU index out of range: {gpu}")
+                            state = gpus[gpu] = _GpuRuns()
+                        # A row before the newest (the clock stepped back) is at the newest:
+                        # see the module docstring.
+                        newest = state.newest
+                        at = last = state.newest = newest if row_at < newest else row_at
+                        runs = state.runs
+                        if runs:
+                            run = runs[-1]
+                            if run.verdict is verdict and (
+                                at - run.last < _SURELY_CONTIGUOUS or _contiguous(run.last, at)
+                            ):
+                                # Every streamed row of a steady GPU ends here: kept inline.
+                                run.last = at
+                                run.rows += 1
+                                if metrics is not run.merged:
+                                    run.merged = metrics
+                                    run.metrics = _maximum(run.metrics, metrics)
+                                continue
+                            if len(runs) >= capacity:
+                                self._dropped += runs.pop(0).rows
+                        runs.append(Run(at, verdict, metrics))
+            finally:
+                if last is not None:
+                    self._last_row_at = last
 
     def add_aux(self, aux: AuxReading) -> None:
         with self._lock:

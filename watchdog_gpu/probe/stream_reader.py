@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import cast
 
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
@@ -36,6 +35,8 @@ from watchdog_gpu.probe.verdicts import check_threshold, processes_per_gpu, row_
 
 Metrics = tuple[float | None, float | None, float | None, float | None, float | None, float | None]
 """(sm, mem, enc, dec, jpg, ofa) of one parsed line, shared by every row that repeats it."""
+Entry = tuple[int, Verdict, Metrics]
+"""(GPU, verdict, metrics) of a judged line: what the buffer gets of each of its rows."""
 
 MAX_LINE = 4096
 _PARSED_LINES = 256  # distinct data lines remembered per session
@@ -46,10 +47,11 @@ _DATED = ("date", "time")
 class _ParsedLine:
     """A data line read once: its row, GPU and metric values, and its verdict per process
     count on the GPU (the threshold is the reader's; judging a row was most of its cost). The
-    verdict under the newest aux reading's process counts (``judged_under``, that mapping
-    itself: a new reading is a new mapping) is kept apart: every row of a minute asks for it."""
+    row as the buffer takes it (``entry``) under the newest aux reading's process counts
+    (``judged_under``, that mapping itself: a new reading is a new mapping) is kept apart:
+    every row of a minute asks for it."""
 
-    __slots__ = ("gpu", "judged", "judged_under", "metrics", "row", "verdicts")
+    __slots__ = ("entry", "gpu", "judged_under", "metrics", "row", "verdicts")
 
     def __init__(self, row: DmonRow) -> None:
         self.row = row
@@ -64,7 +66,7 @@ class _ParsedLine:
         )
         self.verdicts: dict[int | None, Verdict] = {}
         self.judged_under: object = _NOT_JUDGED
-        self.judged = Verdict.UNKNOWN
+        self.entry: Entry = (self.gpu, Verdict.UNKNOWN, self.metrics)
 
 
 _NOT_JUDGED = object()
@@ -87,10 +89,13 @@ class StreamReader:
         self._parsed_columns: tuple[str, ...] | None = None
         self._parsed: dict[str, _ParsedLine] = {}
         # Under ``-o DT`` columns a data line is keyed without its date and time (which change
-        # every second); the rows of one read wait in ``_arrived`` for the read's offset.
+        # every second); the rows of one read wait for the read's offset, judged and grouped
+        # by host time (every GPU of a host prints the same second: one instant a group):
+        # ``_hosts`` holds each group's host time, ``_groups`` its rows.
         self._dated = False
         self._host_clock = HostClockMap()
-        self._arrived: list[tuple[_ParsedLine, float | None]] = []
+        self._hosts: list[float | None] = []
+        self._groups: list[list[Entry]] = []
         # Header and units lines that changed nothing under the current columns (a stream that
         # repeats its header, as the simulator's does every second, pays one read of each).
         self._inert: set[str] = set()
@@ -103,10 +108,27 @@ class StreamReader:
         self.garbage = 0  # garbage lines since the last good row
         self.error: DmonError | None = None
         self.dmon_exit: int | None = None
-        self.last_row_at: datetime | None = None
+        # The newest row's instant, the read that brought it and that read's instant in epoch
+        # seconds: ``last_row_at`` is made of them when asked (a tick asks once, a host reads
+        # a dozen times a minute).
+        self._last_row: tuple[float, datetime, float] | None = None
+
+    @property
+    def last_row_at(self) -> datetime | None:
+        """The newest row's instant (``None``: no row yet)."""
+        if self._last_row is None:
+            return None
+        instant, at, read_at = self._last_row
+        return at if instant == read_at else datetime.fromtimestamp(instant, UTC)
 
     def feed_stdout(self, text: str, at: datetime) -> None:
         """Text read from dmon's stdout at ``at`` (any piece: lines are cut here)."""
+        self._read(self._cut(text))
+        if self._hosts:
+            self._stamp(at)
+
+    def _cut(self, text: str) -> list[str]:
+        """The complete lines of what was pending and ``text``; the rest waits for its end."""
         text = (self._pending + text).replace("\r\n", "\n")
         lines = text.split("\n")
         self._pending = lines.pop()
@@ -115,30 +137,58 @@ class StreamReader:
             self.garbage += 1
         if "\r" in text:
             lines = [line.rstrip("\r") for line in lines]
+        return lines
+
+    def _read(self, lines: list[str]) -> None:
+        """Read complete lines: each row joins its read's rows of its host time."""
         # Every row of a steady stream is a dated line read before (``_line`` does the rest):
-        # this loop is the reader's cost per row (``bench/README.md``, cycle).
-        reader, parsed_lines, arrived = self._lines, self._parsed, self._arrived
+        # this loop is the reader's cost per row (``bench/README.md``, cycle). The aux reading
+        # does not change during a read: each row is judged as it arrives.
+        reader, parsed_lines, hosts, groups = self._lines, self._parsed, self._hosts, self._groups
+        processes = self._processes
+        fast = self._dated and reader.columns is self._parsed_columns
         last_date = last_time = ""
         last_host: float | None = None
+        entries: list[Entry] = []
+        counted = 0  # rows of the fast path not yet counted (nor garbage and error reset)
         for line in lines:
-            if self._dated and reader.columns is self._parsed_columns:
+            if fast:
                 parts = line.split(None, 2)
                 if len(parts) == 3:
                     parsed = parsed_lines.get(parts[2])
                     if parsed is not None:
-                        date, time = parts[0], parts[1]
-                        if time != last_time or date != last_date:
-                            last_date, last_time = date, time
-                            last_host = host_seconds(date, time)
+                        if parts[1] != last_time or parts[0] != last_date:
+                            last_date, last_time = parts[0], parts[1]
+                            last_host = host_seconds(last_date, last_time)
+                            if last_host is not None:
+                                entries = []
+                                hosts.append(last_host)
+                                groups.append(entries)
                         if last_host is not None:
-                            reader.line_number += 1
-                            arrived.append((parsed, last_host))
-                            self.garbage = 0
-                            self.error = None
+                            if parsed.judged_under is processes:
+                                entries.append(parsed.entry)
+                            else:
+                                entries.append(self._judge(parsed, processes))
+                            counted += 1
                             continue
+            if counted:
+                self._count(counted)
+                counted = 0
             self._line(line)
-        if arrived:
-            self._stamp(at)
+            # The slow path may change the columns, the caches and the counters: start anew.
+            fast = self._dated and reader.columns is self._parsed_columns
+            last_date = last_time = ""
+            last_host = None
+        if counted:
+            self._count(counted)
+
+    def _count(self, rows: int) -> None:
+        """``rows`` good rows read in a row by the fast path (the line after them, if any, is
+        the slow path's): as many lines read, and nothing went wrong since the last of them."""
+        self._lines.line_number += rows
+        self.rows += rows
+        self.garbage = 0
+        self.error = None
 
     def feed_stderr(self, text: str, at: datetime) -> None:
         """Text read from the session's stderr (aux blocks, dmon's exit marker) at ``at``."""
@@ -205,36 +255,28 @@ class StreamReader:
         return line, None
 
     def _arrive(self, parsed: _ParsedLine, host: float | None) -> None:
-        self._arrived.append((parsed, host))
+        self._hosts.append(host)
+        self._groups.append([self._judge(parsed, self._processes)])
+        self.rows += 1
         self.garbage = 0
         self.error = None
 
     def _stamp(self, at: datetime) -> None:
         """Add the rows of the read at ``at``, each at its host time mapped to our clock (or at
-        ``at`` without date/time columns)."""
-        arrived, self._arrived = self._arrived, []
+        ``at`` without date/time columns): one instant per group of rows with one host time."""
+        hosts, groups = self._hosts, self._groups
+        self._hosts, self._groups = [], []
         read_at = at.timestamp()
-        hosts = [host for _, host in arrived]
-        if None in hosts:
-            newest = max((host for host in hosts if host is not None), default=None)
-        else:
-            newest = max(cast(list[float], hosts))
-        if newest is not None:
-            self._host_clock.observe(read_at, newest)
-        instants = self._host_clock.instants(hosts, read_at)
-        processes = self._processes
-        rows: list[tuple[int, float, Verdict, Metrics]] = []
-        for (parsed, _), instant in zip(arrived, instants, strict=True):
-            if parsed.judged_under is processes:
-                verdict = parsed.judged
-            else:
-                verdict = self._verdict(parsed, processes)
-                parsed.judged_under, parsed.judged = processes, verdict
-            rows.append((parsed.gpu, instant, verdict, parsed.metrics))
-        self.buffer.add_rows(rows)
-        self.rows += len(rows)
-        instant = instants[-1]
-        self.last_row_at = at if instant == read_at else datetime.fromtimestamp(instant, UTC)
+        instants = self._host_clock.read(hosts, read_at)
+        self.buffer.add_grouped(zip(instants, groups, strict=True))
+        self._last_row = (instants[-1], at, read_at)
+
+    def _judge(self, parsed: _ParsedLine, processes: Mapping[int, int] | None) -> Entry:
+        """A line's row as the buffer takes it, judged under ``processes`` (kept on the line
+        for the rows after it)."""
+        entry = parsed.entry = (parsed.gpu, self._verdict(parsed, processes), parsed.metrics)
+        parsed.judged_under = processes
+        return entry
 
     def _count_processes(self, sections: ProbeSections) -> Mapping[int, int] | None:
         """Compute processes per GPU index from an aux block's lists (``None``: not known)."""

@@ -47,10 +47,14 @@ class RecordingBuffer(HostBuffer):
         super().__init__(health)
         self.added: list[tuple[int, float, Verdict, Metrics]] = []
 
-    def add_rows(self, rows: Iterable[tuple[int, float, Verdict, Metrics]]) -> None:
-        rows = list(rows)
-        self.added.extend(rows)
-        super().add_rows(rows)
+    def add_grouped(
+        self, groups: Iterable[tuple[float, Iterable[tuple[int, Verdict, Metrics]]]]
+    ) -> None:
+        groups = [(at, list(entries)) for at, entries in groups]
+        self.added.extend(
+            (gpu, at, v, metrics) for at, entries in groups for gpu, v, metrics in entries
+        )
+        super().add_grouped(groups)
 
 
 def reader() -> StreamReader:
