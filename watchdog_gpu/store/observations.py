@@ -310,7 +310,7 @@ def _record_instances(
         if row is None:
             new.append(snapshot)
         else:
-            changes.observe(row, current_span(row), snapshot, now)
+            changes.observe(row, snapshot, now)
     new_spans, extended, updates, forget, written = (
         changes.new_spans,
         changes.extended,
@@ -354,32 +354,35 @@ class _Changes:
     forget: list[str] = field(default_factory=list)
     written: dict[int, Fingerprint | None] = field(default_factory=dict)
 
-    def observe(self, row: Any, span: Any, snapshot: InstanceSnapshot, now: datetime) -> None:
-        """A listed instance recorded before: extend its current span or open a new one."""
+    def observe(self, row: Any, snapshot: InstanceSnapshot, now: datetime) -> None:
+        """A listed instance recorded before (a ``with_current_span`` row): extend its current
+        span or open a new one. The span's columns are read off the row directly (no
+        ``CurrentSpan``): every listed instance passes here on every poll."""
         state = snapshot.state.value
         if (
-            span is not None
-            and span.state == state
-            and same_rate(span.compute_usd_per_hour, snapshot.compute_usd_per_hour)
-            and same_rate(span.storage_usd_per_hour, snapshot.storage_usd_per_hour)
+            row.span_id is not None
+            and row.span_state == state
+            and same_rate(row.span_compute_usd_per_hour, snapshot.compute_usd_per_hour)
+            and same_rate(row.span_storage_usd_per_hour, snapshot.storage_usd_per_hour)
         ):
-            if span.last_seen < now:
-                self.extended.append({"pk": span.id, "last_seen": now})
+            if row.span_last_seen < now:
+                self.extended.append({"pk": row.span_id, "last_seen": now})
         else:
             self.new_spans.append(_span(row.id, state, snapshot.raw_state, snapshot, now))
         state_changed = row.state != state
         if state_changed and snapshot.state is InstanceState.GONE:
             self.forget.append(snapshot.instance_id)
-        values = _snapshot_values(snapshot, now)
         if self.known is None:
             print_ = None
         else:
-            print_ = _fingerprint(snapshot, values)
+            # The fingerprint first: an unchanged instance (most of them) needs no values dict.
+            print_ = _fingerprint(snapshot)
             if not state_changed and self.known.holds(row.id, print_):
                 self.seen.append(
-                    {"pk": row.id, "observed_at": values["observed_at"], "last_seen": now}
+                    {"pk": row.id, "observed_at": snapshot.observed_at, "last_seen": now}
                 )
                 return
+        values = snapshot_values(snapshot, now)
         values["pk"] = row.id
         values["state_since"] = now if state_changed else row.state_since
         self.updates.append(values)
@@ -423,9 +426,9 @@ def _insert_instances(
     rows = []
     prints: list[Fingerprint | None] = []
     for snapshot in snapshots:
-        values = _snapshot_values(snapshot, now)
+        values = snapshot_values(snapshot, now)
         gone = snapshot.state is InstanceState.GONE
-        prints.append(None if gone else _fingerprint(snapshot, values))
+        prints.append(None if gone else _fingerprint(snapshot))
         values.update(account=account, instance_id=snapshot.instance_id, first_seen=now)
         values["state_since"] = now
         rows.append(values)
@@ -450,17 +453,43 @@ def _span(pk: int, state: str, raw_state: str, snapshot: InstanceSnapshot, now: 
     }
 
 
-# What a listing writes that changes with every poll: the rest of ``_snapshot_values`` is the
-# instance's fingerprint (store/written_instances.py).
-_LISTING_INSTANTS = frozenset({"observed_at", "last_seen"})
+# What a listing writes that changes with every poll: the rest of ``snapshot_values`` is the
+# instance's fingerprint (store/written_instances.py), :func:`_listed_values`.
+LISTING_INSTANTS = frozenset({"observed_at", "last_seen"})
 
 
-def _fingerprint(snapshot: InstanceSnapshot, values: Values) -> Fingerprint | None:
-    listed = [value for name, value in values.items() if name not in _LISTING_INSTANTS]
-    return fingerprint(snapshot.account, snapshot.instance_id, listed)
+def _fingerprint(snapshot: InstanceSnapshot) -> Fingerprint | None:
+    return fingerprint(snapshot.account, snapshot.instance_id, listed_values(snapshot))
 
 
-def _snapshot_values(snapshot: InstanceSnapshot, now: datetime) -> Values:
+def listed_values(snapshot: InstanceSnapshot) -> list[Any]:
+    """The values of :func:`snapshot_values` but the listing's instants, in its order (built
+    without the dict: the fingerprint of every listed instance is taken on every poll; a test
+    holds the two in step)."""
+    util = snapshot.provider_gpu_util_percent
+    return [
+        snapshot.provider,
+        snapshot.name,
+        snapshot.state.value,
+        snapshot.raw_state,
+        snapshot.interruptible,
+        snapshot.compute_usd_per_hour,
+        snapshot.storage_usd_per_hour,
+        snapshot.disk_gb,
+        snapshot.gpu_name,
+        snapshot.gpu_count,
+        snapshot.ssh_host,
+        snapshot.ssh_port,
+        snapshot.ssh_user,
+        snapshot.created_at,
+        snapshot.started_at,
+        None if util is None else list(util),
+        list(snapshot.public_ports),
+        dict(snapshot.labels),
+    ]
+
+
+def snapshot_values(snapshot: InstanceSnapshot, now: datetime) -> Values:
     util = snapshot.provider_gpu_util_percent
     return {
         "provider": snapshot.provider,

@@ -37,8 +37,14 @@ Fingerprint = bytes
 
 def fingerprint(account: str, instance_id: str, listed: list[Any]) -> Fingerprint | None:
     """The digest of an instance's listed values (None: a value JSON cannot show)."""
+    # The text of ``json.dumps(..., default=_tagged)``, made faster (every listed instance is
+    # fingerprinted on every poll): one encoder for good, and the top-level instants tagged
+    # here rather than by a call back from the encoder (nested ones still are).
+    parts: list[Any] = [account, instance_id]
+    for value in listed:
+        parts.append({"datetime": value.isoformat()} if type(value) is datetime else value)
     try:
-        text = json.dumps([account, instance_id, *listed], default=_tagged)
+        text = _ENCODE(parts)
     except (TypeError, ValueError):
         return None
     return blake2b(text.encode(), digest_size=16).digest()
@@ -48,6 +54,9 @@ def _tagged(value: object) -> object:
     if isinstance(value, datetime):
         return {"datetime": value.isoformat()}
     raise TypeError(type(value).__name__)
+
+
+_ENCODE = json.JSONEncoder(default=_tagged).encode  # json.dumps's settings but ``default``
 
 
 class WrittenInstances:
