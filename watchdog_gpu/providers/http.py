@@ -48,7 +48,7 @@ from watchdog_gpu.errors import (
     RetryCancelledError,
     TransientError,
 )
-from watchdog_gpu.providers.scrub import scrub_payload, scrub_text, truncate
+from watchdog_gpu.providers.scrub import scrub_decoded, scrub_text, truncate
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class ProviderHttp:
     ) -> object:
         status = response.status_code
         decoded = _decode(response)
-        payload = scrub_payload(decoded, self.secrets) if decoded is not _NOT_JSON else None
+        payload = scrub_decoded(decoded, self.secrets) if decoded is not _NOT_JSON else None
         if 200 <= status < 300:
             if decoded is _NOT_JSON:
                 raise PermanentError(

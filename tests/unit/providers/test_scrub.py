@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import pytest
+import copy
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from watchdog_gpu.providers.scrub import REDACTED, scrub_payload, scrub_text, truncate
+from watchdog_gpu.providers.scrub import (
+    REDACTED,
+    scrub_decoded,
+    scrub_payload,
+    scrub_text,
+    truncate,
+)
 
 KEY = "canary-key-5c1d9e"
 
@@ -145,3 +154,23 @@ _json = st.recursive(
 @given(_json)
 def test_scrubbing_a_payload_matches_scrubbing_it_value_by_value(payload: object) -> None:
     assert scrub_payload(payload, [KEY]) == _reference_scrub(payload)
+
+
+@given(_json)
+def test_a_payload_just_decoded_is_scrubbed_in_place_as_a_copy_would_be(payload: object) -> None:
+    # What the HTTP client does with every body: decode, then scrub what it decoded.
+    decoded = json.loads(json.dumps(payload))
+    before = copy.deepcopy(decoded)
+    scrubbed = scrub_decoded(decoded, [KEY])
+    assert scrubbed == scrub_payload(before, [KEY]) == _reference_scrub(before)
+    if isinstance(decoded, dict | list):
+        assert scrubbed is decoded  # nothing copied
+    assert KEY not in json.dumps(scrubbed)
+
+
+def test_a_copy_leaves_the_original_alone() -> None:
+    payload = {"items": [{"token": "abcdef12", "env": [f"K={KEY}"]}]}
+    assert scrub_payload(payload, [KEY]) == {
+        "items": [{"token": REDACTED, "env": [f"K={REDACTED}"]}]
+    }
+    assert payload == {"items": [{"token": "abcdef12", "env": [f"K={KEY}"]}]}
