@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import copy
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
