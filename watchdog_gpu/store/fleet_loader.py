@@ -35,6 +35,7 @@ from watchdog_gpu.store.history_rows import (
     probes_from,
     sample_histories,
 )
+from watchdog_gpu.store.named_rows import named
 from watchdog_gpu.store.rows import FindingRecord, InstanceRecord
 from watchdog_gpu.store.schema import (
     Account,
@@ -206,7 +207,7 @@ def fuse_state(conn: Connection) -> FuseState:
 def instance_records(conn: Connection, *, include_gone: bool) -> list[InstanceRecord]:
     """See ``Store.latest_instances``."""
     query = _ALL_INSTANCES if include_gone else _PRESENT_INSTANCES
-    return [convert.instance_record(row) for row in conn.execute(query)]
+    return [convert.instance_record(row) for row in named(conn.execute(query))]
 
 
 def latest_seen(conn: Connection) -> datetime | None:
@@ -270,8 +271,8 @@ def _instance_views(
     newest: NewestIds | None,
 ) -> dict[str, InstanceView]:
     params = {"names": names, "now": now, "window_start": window_start}
-    rows = list(conn.execute(_INSTANCES, params))
-    spans = list(conn.execute(_SPANS, params))
+    rows = named(conn.execute(_INSTANCES, params))
+    spans = named(conn.execute(_SPANS, params))
     if history is not None and newest is not None:
         samples = history.samples.load(conn, samples_since, now, newest.samples)
         probes = history.probes.load(conn, samples_since, now, newest.probes)

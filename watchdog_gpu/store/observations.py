@@ -26,6 +26,7 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.store.bulk import insert_rows
 from watchdog_gpu.store.inventory import record_ssh_keys, record_volumes
+from watchdog_gpu.store.named_rows import named
 from watchdog_gpu.store.outbox import changed_rows
 from watchdog_gpu.store.schema import (
     Account,
@@ -286,11 +287,15 @@ def _existing_instances(conn: Connection, account: str, listed: Sequence[str]) -
     """The account's instance rows a poll can change, each with its current span — every one
     not gone, plus gone ones listed again (an account's gone instances pile up and never change
     again) — by instance id."""
-    rows = {row.instance_id: row for row in conn.execute(_PRESENT_INSTANCES, {"account": account})}
+    # Named tuples (store/named_rows.py): each row's columns are read a few times per poll.
+    present = named(conn.execute(_PRESENT_INSTANCES, {"account": account}))
+    rows = {row.instance_id: row for row in present}
     unknown = [instance_id for instance_id in listed if instance_id not in rows]
     for part in chunks(unknown):
         params = {"account": account, "ids": list(part)}
-        rows.update((row.instance_id, row) for row in conn.execute(_LISTED_INSTANCES, params))
+        rows.update(
+            (row.instance_id, row) for row in named(conn.execute(_LISTED_INSTANCES, params))
+        )
     return rows
 
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,6 +46,7 @@ from watchdog_gpu.store.history_rows import (
     probes_from,
     sample_histories,
 )
+from watchdog_gpu.store.named_rows import record_type
 from watchdog_gpu.store.revisions import shipped_history
 from watchdog_gpu.store.rows import (
     AccountRecord,
@@ -94,14 +93,6 @@ sqlite3.register_converter("JSON", _read_json)
 def _marks(values: Sequence[object]) -> str:
     """``?, ?, ?`` for an ``IN (...)`` of ``values``."""
     return ", ".join("?" * len(values))
-
-
-@cache
-def _record(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
-    """A named tuple's constructor for a result's columns: the converters read by name."""
-    row: Any = namedtuple("Row", columns)  # type: ignore[misc]
-    make: Callable[[Sequence[Any]], Any] = row._make
-    return make
 
 
 # -- the SQL (fleet_loader's statements, written out; same conditions, same order) ------------
@@ -311,7 +302,7 @@ class SqliteReader:
     def _rows(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         """The rows of ``sql``, each readable by column name."""
         cursor = self.connection.execute(sql, parameters)
-        make = _record(tuple(column[0] for column in cursor.description))
+        make = record_type(tuple(column[0] for column in cursor.description))
         return [make(row) for row in cursor]
 
     # -- StoreReader ------------------------------------------------------------------------
