@@ -330,7 +330,7 @@ class Watchdog:
             d.action.idempotency_key for d in result.decisions if d.action is not None
         }
         for decision in result.decisions:
-            self._record(decision, now)
+            self._record(decision, now, view.notification_keys)
         if result.fuse_tripped:
             self._fuse_tripped(result, now)
         if result.deferred:
@@ -345,33 +345,21 @@ class Watchdog:
             report.next_listed = earliest(evaluation.next_listed, result.next_listed_due(now))
         return result
 
-    def _record(self, decision: Decision, now: datetime) -> None:
-        """Write what a decision calls for: the action, the message, the audit event."""
+    def _record(self, decision: Decision, now: datetime, enqueued: frozenset[str]) -> None:
+        """Write what a decision calls for: the action, the message, the audit event.
+        ``enqueued``: the notification keys the view saw in the outbox."""
         finding, action, status = decision.finding, decision.action, decision.status
         if status is PlanStatus.EXECUTE and action is not None:
             message = f"{action.kind.value} planned: {finding.summary}"
             self._write(decision, now, "action_planned", message, action=action)
-        elif status is PlanStatus.WARN and decision.warning_key is not None:
-            note = render_warning(
-                finding,
-                due_at=decision.due_at or finding.due_at,
-                action=finding.action,
-                dry_run=decision.dry_run,
-                now=now,
-                key=decision.warning_key,
-            )
-            self._write(decision, now, "warning", finding.summary, notification=note)
-        elif status is PlanStatus.NOTIFY:
-            note = render_alert(finding, now=now, dry_run=decision.dry_run)
-            self._write(decision, now, "alert", finding.summary, notification=note)
-        elif status is PlanStatus.PROTECTED:
-            note = render_alert(protected_report(finding), now=now, protected=True)
-            message = f"{finding.summary} ({decision.note})"
-            self._write(decision, now, "protected", message, notification=note)
-        elif status is PlanStatus.BLOCKED and action is not None:
-            note = render_action_result(
-                action, outcome=ActionOutcome.BLOCKED, now=now, episode_key=finding.episode_key
-            )
+            return
+        note = self._note(decision, now)
+        if note is None or (action is None and note.idempotency_key in enqueued):
+            # Already in the outbox when the view was read, and notifications are never
+            # deleted: recording it would write nothing (an alert standing for a whole episode
+            # comes back every tick: 50 transactions a tick at 50 accounts in bench_cycle).
+            return
+        if status is PlanStatus.BLOCKED and action is not None:
             message = f"{action.kind.value} held by the fuse: {finding.summary}"
             self._write(
                 decision,
@@ -382,6 +370,35 @@ class Watchdog:
                 action_status=ActionStatus.BLOCKED,
                 notification=note,
             )
+        elif status is PlanStatus.PROTECTED:
+            message = f"{finding.summary} ({decision.note})"
+            self._write(decision, now, "protected", message, notification=note)
+        else:
+            kind = "warning" if status is PlanStatus.WARN else "alert"
+            self._write(decision, now, kind, finding.summary, notification=note)
+
+    @staticmethod
+    def _note(decision: Decision, now: datetime) -> PlannedNotification | None:
+        """The message a decision sends (None: it sends none)."""
+        finding, action, status = decision.finding, decision.action, decision.status
+        if status is PlanStatus.WARN and decision.warning_key is not None:
+            return render_warning(
+                finding,
+                due_at=decision.due_at or finding.due_at,
+                action=finding.action,
+                dry_run=decision.dry_run,
+                now=now,
+                key=decision.warning_key,
+            )
+        if status is PlanStatus.NOTIFY:
+            return render_alert(finding, now=now, dry_run=decision.dry_run)
+        if status is PlanStatus.PROTECTED:
+            return render_alert(protected_report(finding), now=now, protected=True)
+        if status is PlanStatus.BLOCKED and action is not None:
+            return render_action_result(
+                action, outcome=ActionOutcome.BLOCKED, now=now, episode_key=finding.episode_key
+            )
+        return None
 
     def _write(
         self,
