@@ -70,9 +70,16 @@ def describe(value: object) -> str:
 
 def as_object(value: object) -> Mapping[str, object] | None:
     """``value`` if it is a JSON object with string keys, else ``None``."""
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+    if not isinstance(value, dict):
+        return None
+    # The keys' types gathered in C (a parse reads every object of every listing); only a
+    # dict with another type of key is looked at key by key (a str subclass is a string).
+    if set(map(type, value)) <= _STR_ONLY or all(isinstance(key, str) for key in value):
         return value
     return None
+
+
+_STR_ONLY = frozenset({str})
 
 
 def as_list(value: object) -> list[object] | None:
