@@ -21,6 +21,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import StaticPool
 
+from watchdog_gpu.store import json_text
 from watchdog_gpu.store.urls import sqlite_url
 
 __all__ = [
@@ -53,7 +54,11 @@ def create_engine_for(url: str | URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIM
     if parsed.get_backend_name() != "sqlite":
         return create_engine(parsed, pool_pre_ping=True)
     in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed)
-    options: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    options: dict[str, Any] = {
+        "connect_args": {"check_same_thread": False},
+        # SQLite returns JSON columns as text: decoded with the repeated texts kept.
+        "json_deserializer": json_text.loads,
+    }
     if in_memory:
         options["poolclass"] = StaticPool
     else:
