@@ -69,3 +69,30 @@ def test_none_stays_none_and_what_is_not_an_aware_datetime_is_refused() -> None:
         bind(datetime(2026, 3, 2, 20, 0))  # naive: the point
     with pytest.raises(TypeError):
         bind("2026-03-02 20:00:00")
+
+
+@given(
+    instants,
+    st.sampled_from([" ", "T"]),
+    st.sampled_from(["auto", "seconds", "milliseconds", "microseconds"]),
+    st.booleans(),
+)
+def test_a_text_of_another_shape_is_read_as_the_generic_path_reads_it(
+    instant: datetime, separator: str, timespec: str, offset: bool
+) -> None:
+    # What another writer may have left (an offset of its own, a "T", fewer digits): only
+    # the text bind_time writes takes the one-call parse, every other reads as before.
+    text = (instant if offset else instant.replace(tzinfo=None)).isoformat(separator, timespec)
+    fused = TYPE.result_processor(DIALECT, None)
+    generic: Any = TypeDecorator.result_processor(TYPE, DIALECT, None)
+    assert fused is not None
+    assert fused(text) == generic(text)
+    assert fused(text).tzinfo is UTC
+
+
+def test_a_canonical_length_text_with_an_offset_keeps_its_offset() -> None:
+    read = TYPE.result_processor(DIALECT, None)
+    assert read is not None
+    text = "2026-03-02 20:00:00.1+0500"  # 26 characters, "." at 19: looks canonical
+    assert len(text) == 26
+    assert read(text) == datetime(2026, 3, 2, 15, 0, 0, 100000, tzinfo=UTC)
