@@ -181,8 +181,8 @@ def load_fleet_view(
         now=now,
         instances=instances,
         accounts=account_views,
-        volumes=tuple(convert.volume_view(row) for row in conn.execute(_VOLUMES, {"names": names})),
-        ssh_keys=tuple(convert.ssh_key(row) for row in conn.execute(_SSH_KEYS, {"names": names})),
+        volumes=tuple(map(convert.volume_view, named(conn.execute(_VOLUMES, {"names": names})))),
+        ssh_keys=tuple(map(convert.ssh_key, named(conn.execute(_SSH_KEYS, {"names": names})))),
         protections=tuple(convert.protection(row) for row in conn.execute(_PROTECTIONS)),
         snoozes=tuple(convert.snooze(row) for row in conn.execute(_SNOOZES, {"now": now})),
         recent_actions=tuple(
@@ -221,7 +221,7 @@ def finding_records(conn: Connection, seen_since: datetime | None) -> list[Findi
         rows = conn.execute(_FINDINGS)
     else:
         rows = conn.execute(_FINDINGS_SEEN_SINCE, {"seen_since": seen_since})
-    return [convert.finding_record(row) for row in rows]
+    return [convert.finding_record(row) for row in named(rows)]
 
 
 def latest_account_snapshots(
