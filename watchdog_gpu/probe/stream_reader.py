@@ -3,11 +3,13 @@
 The real stream manager (:mod:`watchdog_gpu.probe.streams`) and the simulator's fake feed the
 bytes they read, with the instant they read them, to a :class:`StreamReader`; it cuts complete
 lines, parses them with :class:`~watchdog_gpu.probe.dmon.DmonLineReader`, judges each row at
-arrival (busy threshold, compute processes from the newest aux block) and appends it to the
-host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer`. A row's instant is its own host
-time (dmon's ``-o DT`` columns) mapped to our clock (:mod:`~watchdog_gpu.probe.host_time`): the
-host sends rows a few seconds at a time, so when a line was read says little about its second.
-Rows without those columns (a dmon that ignores ``-o``) are stamped when they were read.
+arrival (busy threshold, compute processes from the newest aux block) and hands a read's rows
+to the host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer` at once. A row's instant is
+its own host time (dmon's ``-o DT`` columns) mapped to our clock
+(:mod:`~watchdog_gpu.probe.host_time`): the host sends rows a few seconds at a time, so when a
+line was read says little about its second. The rows of one host second (a line per GPU) are
+mapped once, together. Rows without those columns (a dmon that ignores ``-o``) are stamped when
+they were read.
 
 What it notices, for the manager to act on (reconnect with backoff; the gap is blind time):
 
