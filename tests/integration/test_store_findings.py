@@ -9,13 +9,14 @@ pass, PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -71,10 +72,34 @@ def finding(draw: st.DrawFn) -> Finding:
     )
 
 
+def idle(evidence: dict[str, Any]) -> Finding:
+    """An idle finding of instance 101 with ``evidence`` (one episode however often it comes)."""
+    return Finding(
+        rule="idle_gpu",
+        account=ACCOUNT,
+        instance_id="101",
+        severity=Severity.WARNING,
+        action=ActionKind.DESTROY,
+        summary="idle 10 min",
+        episode_started_at=T0,
+        due_at=T0 + minutes(30),
+        evidence=evidence,
+        usd_per_hour_at_stake=0.52,
+    )
+
+
 def contents(engine: Engine) -> list[tuple[Any, ...]]:
+    """Every row as the driver returns it, the evidence decoded: an update with an equal dict
+    in another key order changes the stored text (the statements write it, the ORM's change
+    tracking skips an equal value) but not the value anyone reads back."""
     with engine.connect() as connection:
-        rows = connection.exec_driver_sql("SELECT * FROM findings ORDER BY id")
-        return [tuple(row) for row in rows]
+        result = connection.exec_driver_sql("SELECT * FROM findings ORDER BY id")
+        evidence = list(result.keys()).index("evidence")
+        return [(*row[:evidence], _decoded(row[evidence]), *row[evidence + 1 :]) for row in result]
+
+
+def _decoded(evidence: Any) -> Any:
+    return json.loads(evidence) if isinstance(evidence, str) else evidence
 
 
 @pytest.fixture
@@ -89,6 +114,8 @@ def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(evaluations=st.lists(st.lists(finding(), max_size=6), min_size=1, max_size=5))
+# Found by Hypothesis: one episode's equal evidence in another key order at the next evaluation.
+@example(evaluations=[[idle({"a": None, "b": 1})], [idle({"b": 1, "a": None})]])
 def test_the_findings_table_holds_what_the_orm_wrote(
     engines: tuple[Engine, Engine], evaluations: list[list[Finding]]
 ) -> None:
