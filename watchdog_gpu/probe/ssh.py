@@ -28,13 +28,12 @@ import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-import paramiko
-
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import InstanceRef, ProbeStatus
 from watchdog_gpu.probe.channel import read_channel
 from watchdog_gpu.probe.hostkeys import HostKeyStore
+from watchdog_gpu.probe.paramiko_lean import paramiko
 from watchdog_gpu.probe.runner import CommandResult, SshTarget
 from watchdog_gpu.probe.sshkeys import fingerprint, prefer_key_type
 

@@ -15,11 +15,11 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from watchdog_gpu.errors import ConfigError, ConfigProblem
+from watchdog_gpu.probe.paramiko_lean import paramiko
 
 
 @dataclass(frozen=True, slots=True)

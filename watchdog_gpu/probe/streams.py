@@ -45,11 +45,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-import paramiko
-
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import InstanceRef, ProbeStatus
+from watchdog_gpu.probe.paramiko_lean import paramiko
 from watchdog_gpu.probe.runner import SshTarget
 from watchdog_gpu.probe.state_log import StateChangeLog
 from watchdog_gpu.probe.stream_buffer import (
