@@ -22,7 +22,7 @@ from sqlalchemy import Engine, event, text
 from tests.integration.store_builders import ACCOUNT, T0, instance, minutes, observation
 from tests.support.databases import migrated_engines
 from watchdog_gpu.model import AccountObservation, InstanceSnapshot, InstanceState
-from watchdog_gpu.store import Store
+from watchdog_gpu.store import Store, observations
 from watchdog_gpu.store.schema import metadata
 from watchdog_gpu.store.written_instances import Fingerprint, WrittenInstances
 
@@ -163,3 +163,31 @@ def test_a_batch_that_rolls_back_leaves_nothing_believed_written(store: Store) -
 
     with store.engine.connect() as connection:
         assert connection.execute(text("SELECT name FROM instances")).scalar_one() == "renamed"
+
+
+def test_a_poll_that_fails_in_a_batch_that_commits_forgets_what_was_believed_written(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instances of a poll are written, then recording its volumes fails; the caller goes
+    on and the batch commits the instance rows. What the process believed written before is
+    forgotten (``WrittenInstances.forget_all``): when the listing goes back to the old values,
+    the row gets them again."""
+    store.record_observation(observation(instance("101", name="train")), T0)
+
+    def volumes_fail(*_: object) -> None:
+        raise Boom("recording the volumes failed")
+
+    with store.batch():
+        monkeypatch.setattr(observations, "record_volumes", volumes_fail)
+        renamed = instance("101", at=T0 + minutes(1), name="renamed")
+        with pytest.raises(Boom):
+            store.record_observation(observation(renamed), T0 + minutes(1))
+        monkeypatch.undo()
+    with store.engine.connect() as connection:  # the rename was committed with the batch
+        assert connection.execute(text("SELECT name FROM instances")).scalar_one() == "renamed"
+
+    back = instance("101", at=T0 + minutes(2), name="train")  # what was written at T0
+    store.record_observation(observation(back), T0 + minutes(2))
+
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT name FROM instances")).scalar_one() == "train"
