@@ -56,9 +56,14 @@ from watchdog_gpu.notify.render import notification_key
 from watchdog_gpu.providers import PROVIDERS, new_http_client
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 
-pytestmark = [pytest.mark.slow, pytest.mark.sshd]
+# The waits below, not pytest-timeout's default 300 s, bound how long the test may take.
+pytestmark = [pytest.mark.slow, pytest.mark.sshd, pytest.mark.timeout(900)]
 
-WAIT_SECONDS = 150.0  # the timeline needs ~100 s; a loaded CI machine gets some slack
+# The timeline needs ~100 s. The test command runs the suite on every core, so these daemons
+# share the machine with other tests' work and fall behind their timeline: in one CI run the
+# warning went out ~60 s and the destroy call ~60 s later than on an idle machine. The slack is
+# for that; no duration is asserted.
+WAIT_SECONDS = 300.0
 STOP_SECONDS = 60.0
 CLOCK = SystemClock()  # real processes take real time
 IDLE_DMON = "nvidia-smi/dmon_default_1gpu_idle_h100_590.48.01.txt"
