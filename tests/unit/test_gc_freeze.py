@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.monotonic import HandMonotonic
 from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.daemon import EXIT_OK, Daemon, run_daemon
@@ -93,14 +94,6 @@ def test_the_daemon_runs_with_its_start_up_objects_frozen(sim: Simulation) -> No
     assert gc.get_freeze_count() == 0  # given back at shutdown
 
 
-class Monotonic:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def full_collections_while(keep: list[object]) -> int:
     """How many full (generation 2) collections CPython starts by itself while ``keep`` gets
     enough surviving containers to promote through the young generations many times over."""
@@ -144,7 +137,7 @@ def test_overlapping_schedules_restore_the_threshold_only_when_the_last_ends() -
 
 
 def test_a_full_collection_runs_after_a_job_once_the_interval_has_passed() -> None:
-    clock, calls = Monotonic(), list[int]()
+    clock, calls = HandMonotonic(), list[int]()
 
     def collect(generation: int) -> int:
         calls.append(generation)
@@ -164,7 +157,7 @@ def test_a_full_collection_runs_after_a_job_once_the_interval_has_passed() -> No
 
 
 def test_a_failing_collection_never_fails_the_job() -> None:
-    clock = Monotonic()
+    clock = HandMonotonic()
 
     def collect(_generation: int) -> int:
         raise RuntimeError("boom")
@@ -176,7 +169,7 @@ def test_a_failing_collection_never_fails_the_job() -> None:
 
 
 def test_garbage_promoted_to_the_old_generation_is_freed_by_the_scheduled_collection() -> None:
-    clock = Monotonic()
+    clock = HandMonotonic()
     with long_lived_frozen(), full_collections_on_schedule():
         first, second = Node(), Node()
         first.other, second.other = second, first
@@ -193,7 +186,7 @@ def test_garbage_promoted_to_the_old_generation_is_freed_by_the_scheduled_collec
 
 
 def test_the_daemon_runs_a_due_full_collection_after_its_jobs(sim: Simulation) -> None:
-    clock = Monotonic()
+    clock = HandMonotonic()
     calls: list[int] = []
 
     def collect(generation: int) -> int:

@@ -7,19 +7,12 @@ import sys
 
 import pytest
 
+from tests.support.monotonic import HandMonotonic
 from watchdog_gpu.heap_release import HeapRelease
 
 
-class Monotonic:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_burst_of_jobs_shares_one_trim_and_the_next_comes_after_the_interval() -> None:
-    clock, calls = Monotonic(), list[int]()
+    clock, calls = HandMonotonic(), list[int]()
 
     def trim(pad: int) -> int:
         calls.append(pad)
@@ -36,7 +29,7 @@ def test_a_burst_of_jobs_shares_one_trim_and_the_next_comes_after_the_interval()
 
 
 def test_without_malloc_trim_it_does_nothing() -> None:
-    release = HeapRelease(Monotonic(), trim=None)
+    release = HeapRelease(HandMonotonic(), trim=None)
     assert not release.available
     assert release.after_job() is False
 
@@ -45,7 +38,7 @@ def test_a_failing_trim_never_reaches_the_job() -> None:
     def broken(pad: int) -> int:
         raise OSError("no")
 
-    release = HeapRelease(Monotonic(), trim=broken)
+    release = HeapRelease(HandMonotonic(), trim=broken)
     assert release.after_job() is False
 
 
@@ -62,7 +55,7 @@ def resident_mib() -> float:
     reason="malloc_trim is glibc's",
 )
 def test_glibc_trim_gives_freed_pages_below_a_live_block_back() -> None:
-    release = HeapRelease.from_libc(Monotonic())
+    release = HeapRelease.from_libc(HandMonotonic())
     assert release.available
     # 64 MiB in 4 KiB blocks (malloc's heap, not mmap), then one block after them that stays:
     # the freed ones below it cannot be returned by free() itself (the heap's top is in use).
