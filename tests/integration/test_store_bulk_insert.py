@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, Table, event, insert, text
+from sqlalchemy import Engine, Table, event, insert, select, text
 from sqlalchemy.exc import StatementError
 
 from watchdog_gpu.store.bulk import insert_rows
@@ -131,3 +132,36 @@ def test_a_naive_instant_is_refused_as_sqlalchemy_refuses_it(store_engine: Engin
         insert_rows(conn, SAMPLES, [row])
     assert isinstance(raised.value.orig, NaiveDatetimeError)
     assert stored(store_engine, SAMPLES) == []
+
+
+def test_each_instant_is_written_as_its_own_text_when_a_batch_repeats_or_confuses_them(
+    store_engine: Engine,
+) -> None:
+    # insert_rows writes each UTC instant's text once per batch. Instants of another zone that
+    # differ only by ``fold`` (the hour a clock goes back, twice) compare equal but are an
+    # hour apart: each keeps its own text.
+    berlin = ZoneInfo("Europe/Berlin")
+    first = datetime(2026, 10, 25, 2, 30, tzinfo=berlin)
+    second = first.replace(fold=1)
+    assert first == second
+    assert first.astimezone(UTC) != second.astimezone(UTC)
+    row = {"account": "a", "instance_id": "1", "gpu_index": 0, "verdict": "idle"}
+    row |= {"source": "dmon", "sm": 1.5, "mem": None}
+    instants = [(first, second), (second, first), (T0, T0), (T0 + timedelta(seconds=1), T0)]
+    rows = [{**row, "at": at, "covers_from": covers} for at, covers in instants]
+    with store_engine.begin() as conn:
+        insert_rows(conn, SAMPLES, rows)
+    with store_engine.begin() as conn:
+        read = conn.execute(select(SAMPLES.c.at, SAMPLES.c.covers_from).order_by(SAMPLES.c.id))
+        assert [tuple(instants) for instants in read] == [
+            (at.astimezone(UTC), covers.astimezone(UTC)) for at, covers in instants
+        ]
+        written = conn.execute(text("SELECT at, covers_from FROM gpu_samples ORDER BY id")).all()
+    expected = [
+        ("2026-10-25 00:30:00.000000", "2026-10-25 01:30:00.000000"),
+        ("2026-10-25 01:30:00.000000", "2026-10-25 00:30:00.000000"),
+        ("2026-03-02 20:00:00.000000", "2026-03-02 20:00:00.000000"),
+        ("2026-03-02 20:00:01.000000", "2026-03-02 20:00:00.000000"),
+    ]
+    if store_engine.dialect.name == "sqlite":
+        assert [tuple(instants) for instants in written] == expected

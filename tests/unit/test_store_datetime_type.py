@@ -8,7 +8,7 @@ dialect's formatting; the dialect's parsing then ``process_result_value``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, cast
 
 import pytest
@@ -18,7 +18,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.types import TypeDecorator
 
 from watchdog_gpu.store.types import UtcDateTime
-from watchdog_gpu.store.values import NaiveDatetimeError
+from watchdog_gpu.store.values import NaiveDatetimeError, bind_time
 
 DIALECT = sqlite.dialect()
 TYPE = cast(UtcDateTime, UtcDateTime().dialect_impl(DIALECT))
@@ -96,3 +96,48 @@ def test_a_canonical_length_text_with_an_offset_keeps_its_offset() -> None:
     text = "2026-03-02 20:00:00.1+0500"  # 26 characters, "." at 19: looks canonical
     assert len(text) == 26
     assert read(text) == datetime(2026, 3, 2, 15, 0, 0, 100000, tzinfo=UTC)
+
+
+def _bind_time_by_conversion(moment: datetime) -> str:
+    """``bind_time``'s text by the general conversion (to UTC, naive, formatted)."""
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31), timezones=st.just(UTC)
+    )
+)
+def test_an_instant_already_in_utc_is_written_as_the_conversion_writes_it(
+    instant: datetime,
+) -> None:
+    # bind_time takes a short cut for datetime.UTC instants: the same text, microseconds
+    # always written (also when they are 0), nothing of the offset left.
+    assert instant.tzinfo is UTC
+    assert bind_time(instant) == _bind_time_by_conversion(instant)
+    assert len(bind_time(instant)) == 26
+
+
+@given(instants)
+def test_an_instant_of_another_zone_is_written_as_the_conversion_writes_it(
+    instant: datetime,
+) -> None:
+    assert bind_time(instant) == _bind_time_by_conversion(instant)
+    assert bind_time(instant) == bind_time(instant.astimezone(UTC))
+
+
+def test_bind_time_refuses_a_naive_instant_and_one_whose_zone_gives_no_offset() -> None:
+    class NoOffset(tzinfo):
+        def utcoffset(self, _moment: datetime | None) -> timedelta | None:
+            return None
+
+        def dst(self, _moment: datetime | None) -> timedelta | None:
+            return None
+
+        def tzname(self, _moment: datetime | None) -> str | None:
+            return None
+
+    with pytest.raises(NaiveDatetimeError):
+        bind_time(datetime(2026, 3, 2, 20, 0))  # naive: the point
+    with pytest.raises(NaiveDatetimeError):
+        bind_time(datetime(2026, 3, 2, 20, 0, tzinfo=NoOffset()))

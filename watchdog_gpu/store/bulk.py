@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime
-from operator import itemgetter
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, Dialect, Float, Table, insert
@@ -27,13 +26,13 @@ Values = dict[str, Any]
 
 
 class _Plan:
-    __slots__ = ("checked", "get", "sql", "times")
+    __slots__ = ("checked", "keys", "sql", "times")
 
     def __init__(
         self, sql: str, keys: tuple[str, ...], times: tuple[int, ...], checked: dict[int, type]
     ) -> None:
         self.sql = sql
-        self.get = itemgetter(*keys)
+        self.keys = keys  # the parameters' keys in the statement's positional order
         self.times = times  # positions of the instants (UtcDateTime columns)
         self.checked = checked  # positions bound as they are when of this type (or None)
 
@@ -61,28 +60,57 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Values]) -> None:
 
 
 def _tuples(plan: _Plan, rows: Sequence[Values], width: int) -> list[tuple[Any, ...]] | None:
-    """The rows as parameter tuples; ``None`` when a value needs SQLAlchemy's binding."""
-    get, times, checked = plan.get, plan.times, plan.checked.items()
-    params: list[tuple[Any, ...]] = []
-    for row in rows:
-        if len(row) != width:
+    """The rows as parameter tuples; ``None`` when a value needs SQLAlchemy's binding.
+
+    Column by column (each column's values checked and bound in one pass over it, then zipped
+    into rows): a round's thousands of rows cost a third of what they did row by row."""
+    if any(len(row) != width for row in rows):
+        return None
+    columns: list[Sequence[Any]] = [[row[key] for row in rows] for key in plan.keys]
+    for index, kind in plan.checked.items():
+        if not _only(columns[index], kind):
             return None
-        values = get(row) if width > 1 else (get(row),)
-        for index, kind in checked:
-            value = values[index]
-            if value is not None and type(value) is not kind:
-                return None
-        if times:
-            mutable = list(values)
-            for index in times:
-                instant = mutable[index]
-                if instant is not None:
-                    if type(instant) is not datetime or instant.utcoffset() is None:
-                        return None  # SQLAlchemy raises its TypeError or NaiveDatetimeError
-                    mutable[index] = bind_time(instant)
-            values = tuple(mutable)
-        params.append(values)
-    return params
+    for index in plan.times:
+        texts = _texts(columns[index])
+        if texts is None:
+            return None  # SQLAlchemy raises its TypeError or NaiveDatetimeError
+        columns[index] = texts
+    return list(zip(*columns, strict=True))
+
+
+_NONE = type(None)
+
+
+def _only(values: Sequence[Any], kind: type) -> bool:
+    """Whether every value is of exactly ``kind`` or None."""
+    kinds = set(map(type, values))
+    kinds.discard(_NONE)
+    return not kinds or kinds == {kind}
+
+
+def _texts(instants: Sequence[Any]) -> list[str | None] | None:
+    """The instants' texts (:func:`bind_time`); None unless each is an aware ``datetime`` or
+    None. Each UTC instant's text is made once: a round's rows share a few (its probes' time,
+    their runs' starts, the samples of one host second), and a datetime keeps its hash. Only
+    UTC ones: two instants of another zone that differ only by ``fold`` compare equal."""
+    if not _only(instants, datetime):
+        return None
+    kept: dict[datetime, str] = {}
+    texts: list[str | None] = []
+    append = texts.append
+    for instant in instants:
+        if instant is None:
+            append(None)
+        elif instant.tzinfo is UTC:
+            text = kept.get(instant)
+            if text is None:
+                text = kept[instant] = bind_time(instant)
+            append(text)
+        elif instant.utcoffset() is None:
+            return None
+        else:
+            append(bind_time(instant))
+    return texts
 
 
 def _plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan | None:
