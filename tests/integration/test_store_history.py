@@ -4,9 +4,14 @@ Store's view is always the view a Store that keeps nothing reads from the databa
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine
 
 from tests.integration.store_builders import (
@@ -19,7 +24,10 @@ from tests.integration.store_builders import (
     sample,
 )
 from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.model import ProbeStatus
 from watchdog_gpu.store import Store
+from watchdog_gpu.store.history import FleetHistory, RecentRows
+from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
 
 LOOKBACK = timedelta(hours=1)
 KEY = f"{ACCOUNT}/101"
@@ -205,3 +213,66 @@ def test_a_loaded_view_keeps_its_samples_while_the_cache_slides_and_sorts(
     assert list(early.instances[KEY].samples) == before
     assert [s.sm for s in late.instances[KEY].samples][-1] == 33.3
     assert 5.5 in [s.sm for s in late.instances[KEY].samples]
+
+
+def _noting(build: Callable[[Any], Any], reads: list[list[Any]]) -> Callable[[Any], Any]:
+    """``build`` that first notes the rows it was given, in their order, into ``reads``."""
+
+    def noted(rows: Any) -> Any:
+        reads.append(list(rows))
+        return build(reads[-1])
+
+    return noted
+
+
+# One probe round: (instance, minutes from T0, GPU, status) per row, recorded in this order.
+_ROUND = st.lists(
+    st.tuples(
+        st.sampled_from(("101", "102")),
+        st.integers(-20, 20),
+        st.integers(0, 2),
+        st.sampled_from((ProbeStatus.OK, ProbeStatus.UNREACHABLE)),
+    ),
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rounds=st.lists(_ROUND, min_size=1, max_size=4))
+def test_the_rows_added_since_a_load_come_in_the_order_of_the_whole_query(
+    store: Store, store_engine: Engine, rounds: list[list[tuple[str, int, int, ProbeStatus]]]
+) -> None:
+    # A load reads the rows added since the last one by id (not through the ``at`` index) and
+    # sorts them: the cache must get them in the order the query with its ORDER BY gives.
+    history = FleetHistory()
+    read: dict[str, list[list[Any]]] = {"samples": [], "probes": []}
+    caches: list[tuple[str, RecentRows[Any], Any]] = [
+        ("samples", history.samples, SAMPLES_QUERY),
+        ("probes", history.probes, PROBES_QUERY),
+    ]
+    for name, cache, _query in caches:
+        cache._build = _noting(cache._build, read[name])
+    since, now = T0 - minutes(60), T0 + minutes(60)
+    newest = None
+    for rows in [[], *rounds]:
+        # Rows with earlier instants and lower GPUs recorded after later ones: their ids and
+        # the query's order disagree.
+        store.record_samples(sample(i, T0 + minutes(m), gpu) for i, m, gpu, _ in rows)
+        store.record_probes(
+            replace(probe(i, T0 + minutes(m)), status=status) for i, m, _, status in rows
+        )
+        with store_engine.connect() as conn:
+            before, newest = newest, history.newest_ids(conn)
+            for name, cache, _query in caches:
+                cache.load(conn, since, now, getattr(newest, name))
+            if before is None:
+                continue  # the first load reads the window (ordered in SQL)
+            for name, _cache, query in caches:
+                table = query.get_final_froms()[0]
+                expected = conn.execute(
+                    query.where(table.c.id > getattr(before, name), table.c.at >= since)
+                ).all()
+                added = read[name][-1] if getattr(newest, name) > getattr(before, name) else []
+                assert [tuple(row) for row in added] == [tuple(row) for row in expected]

@@ -29,6 +29,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import Connection, Select, bindparam, func, select
@@ -38,6 +39,10 @@ from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.sample_history import SampleHistory
 from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
 from watchdog_gpu.store.history_rows import (
+    PROBE_COLUMNS,
+    PROBE_ORDER,
+    SAMPLE_COLUMNS,
+    SAMPLE_ORDER,
     Entry,
     InstanceKey,
     SampleSeries,
@@ -137,12 +142,20 @@ class RecentRows(Generic[V]):
         *,
         series: Callable[[InstanceKey], Series[V]],
         join: Join[V],
+        order: Callable[[Any], Any],
     ) -> None:
-        # Built once (see fleet_loader): the three reads a load may make.
+        """``order``: a result row's place in ``query``'s order (a sort key)."""
+        # Built once (see fleet_loader): the three reads a load may make. The rows added since
+        # the watermark are read by id and sorted here, into the query's order: ordered by
+        # ``at`` in SQL, SQLite walks the whole window's ``at`` index to pick out the new
+        # rows instead of the ids' range (≈ 29 against 13 ms for a tick's 2,680 samples at 1k).
         self._since = query.where(at_column >= bindparam("since"))
-        self._added = query.where(
-            id_column > bindparam("watermark"), at_column >= bindparam("floor")
+        self._added = (
+            query.where(id_column > bindparam("watermark"), at_column >= bindparam("floor"))
+            .order_by(None)
+            .order_by(id_column)
         )
+        self._order = order
         self._gap = query.where(at_column >= bindparam("since"), at_column < bindparam("floor"))
         self._build = build
         self._new_series = series
@@ -180,7 +193,7 @@ class RecentRows(Generic[V]):
                 self._add(self._build(conn.execute(self._since, {"since": since})))
             elif newest > self._watermark:
                 added = {"watermark": self._watermark, "floor": self._floor}
-                self._add(self._build(conn.execute(self._added, added)))
+                self._add(self._build(sorted(conn.execute(self._added, added), key=self._order)))
             self._watermark = newest
             floor = self._floor
             # A caller looking further back than the cache keeps reads the difference itself.
@@ -309,6 +322,7 @@ class FleetHistory:
             sample_entries,
             series=SampleSeries,
             join=join_samples,
+            order=itemgetter(*(SAMPLE_COLUMNS.index(name) for name in SAMPLE_ORDER)),
         )
         self.probes: RecentRows[tuple[ProbeOutcome, ...]] = RecentRows(
             PROBES_QUERY,
@@ -317,6 +331,7 @@ class FleetHistory:
             probes_from,
             series=lambda _key: _Series(_probe_order, _same_probe_run),
             join=_join_tuples,
+            order=itemgetter(*(PROBE_COLUMNS.index(name) for name in PROBE_ORDER)),
         )
 
     @staticmethod
