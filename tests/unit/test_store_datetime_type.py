@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.types import TypeDecorator
 
+from watchdog_gpu.store import types
 from watchdog_gpu.store.types import UtcDateTime
 from watchdog_gpu.store.values import NaiveDatetimeError, bind_time
 
@@ -25,6 +26,7 @@ TYPE = cast(UtcDateTime, UtcDateTime().dialect_impl(DIALECT))
 offsets = st.integers(min_value=-14 * 60, max_value=14 * 60).map(
     lambda minutes: timezone(timedelta(minutes=minutes))
 )
+MICRO = timedelta(microseconds=1)
 instants = st.datetimes(
     min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=offsets
 )
@@ -141,3 +143,37 @@ def test_bind_time_refuses_a_naive_instant_and_one_whose_zone_gives_no_offset() 
         bind_time(datetime(2026, 3, 2, 20, 0))  # naive: the point
     with pytest.raises(NaiveDatetimeError):
         bind_time(datetime(2026, 3, 2, 20, 0, tzinfo=NoOffset()))
+
+
+@given(
+    st.lists(
+        st.tuples(instants, st.integers(0, 3)).map(
+            # Instants a microsecond, a second or a day apart: texts that differ in one digit.
+            lambda pair: pair[0] + (timedelta(), MICRO, timedelta(seconds=1), timedelta(1))[pair[1]]
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_instants_read_again_are_what_the_generic_path_reads(moments: list[datetime]) -> None:
+    # A canonical text read once is kept by its text: every later read of it, and of texts
+    # that differ from it in a digit, still gives the generic path's instant.
+    fused = TYPE.result_processor(DIALECT, None)
+    generic: Any = TypeDecorator.result_processor(TYPE, DIALECT, None)
+    assert fused is not None
+    texts = [bind_time(moment) for moment in moments]
+    for text in [*texts, *reversed(texts), *texts]:
+        assert fused(text) == generic(text)
+        assert fused(text).tzinfo is UTC
+
+
+def test_the_instants_kept_are_forgotten_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(types, "_READ_INSTANTS", {})
+    monkeypatch.setattr(types, "_MAX_READ_INSTANTS", 3)
+    read = TYPE.result_processor(DIALECT, None)  # a new processor: it takes the new dict
+    assert read is not None
+    moments = [datetime(2026, 3, 2, 20, 0, second, tzinfo=UTC) for second in range(10)]
+    for moment in [*moments, *moments]:
+        assert read(bind_time(moment)) == moment
+        assert 1 <= len(types._READ_INSTANTS) <= 3
+    assert read(bind_time(moments[-1])) is read(bind_time(moments[-1]))  # kept: one object
