@@ -23,21 +23,24 @@ step are held at the read's instant (later, never earlier; ``docs/probe.md``).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import cast
 
 REANCHOR_SECONDS = 5.0
 _DATES = 64  # distinct dates remembered (a session sees one a day)
 _TIMES = 4096  # distinct times of day remembered (rows of every host, over about an hour)
-_midnights: dict[str, float] = {}
+MIDNIGHTS: dict[str, float] = {}
+"""Epoch seconds of each date read (``YYYYMMDD``); :func:`host_seconds`'s, read only."""
 # Every GPU of a host, and every host with a synchronised clock, prints the same time each
 # second: parsing it once saves most of a row's date/time cost (``bench/README.md``, runs).
-_times_of_day: dict[str, int] = {}
+TIMES_OF_DAY: dict[str, int] = {}
+"""Seconds since midnight of each valid time of day read (``HH:MM:SS``); read only. A date
+and a time found in both caches are ``host_seconds(date, time) == MIDNIGHTS[date] +
+TIMES_OF_DAY[time]`` (the stream reader reads them inline)."""
 
 
 def host_seconds(date: str, time: str) -> float | None:
     """Epoch seconds of dmon's ``date`` (``YYYYMMDD``) and ``time`` (``HH:MM:SS``) read as UTC;
     ``None`` when either is not a valid date or time of day (such a row is garbage)."""
-    midnight = _midnights.get(date)
+    midnight = MIDNIGHTS.get(date)
     if midnight is None:
         if len(date) != 8 or not (date.isascii() and date.isdigit()):
             return None
@@ -45,10 +48,10 @@ def host_seconds(date: str, time: str) -> float | None:
             day = datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=UTC)
         except ValueError:
             return None
-        if len(_midnights) >= _DATES:
-            _midnights.clear()
-        midnight = _midnights[date] = day.timestamp()
-    of_day = _times_of_day.get(time)
+        if len(MIDNIGHTS) >= _DATES:
+            MIDNIGHTS.clear()
+        midnight = MIDNIGHTS[date] = day.timestamp()
+    of_day = TIMES_OF_DAY.get(time)
     if of_day is None:
         if len(time) != 8 or time[2] != ":" or time[5] != ":":
             return None
@@ -58,9 +61,9 @@ def host_seconds(date: str, time: str) -> float | None:
         hours, minutes, seconds = int(digits[:2]), int(digits[2:4]), int(digits[4:])
         if hours > 23 or minutes > 59 or seconds > 59:
             return None
-        if len(_times_of_day) >= _TIMES:
-            _times_of_day.clear()
-        of_day = _times_of_day[time] = hours * 3600 + minutes * 60 + seconds
+        if len(TIMES_OF_DAY) >= _TIMES:
+            TIMES_OF_DAY.clear()
+        of_day = TIMES_OF_DAY[time] = hours * 3600 + minutes * 60 + seconds
     return midnight + of_day
 
 
@@ -88,11 +91,33 @@ class HostClockMap:
         a row without one), then their :meth:`instants`."""
         if None in hosts:
             newest = max((host for host in hosts if host is not None), default=None)
+            if newest is not None:
+                self.observe(read_at, newest)
+            return self.instants(hosts, read_at)
+        # Every row dated (every read of a steady stream): observe and stamp here, without
+        # the calls (12 reads a minute of every host).
+        dated: list[float] = hosts  # type: ignore[assignment]
+        lag = read_at - max(dated)
+        before = self.offset
+        if before is None:
+            stamping = self.offset = lag
+        elif lag < before or lag > before + REANCHOR_SECONDS:
+            self.offset = lag
+            stamping = before if before > lag else lag
         else:
-            newest = max(cast(list[float], hosts))
-        if newest is not None:
-            self.observe(read_at, newest)
-        return self.instants(hosts, read_at)
+            stamping = before
+        self._stamping = stamping
+        last = self._last
+        instants: list[float] = []
+        for host in dated:
+            at = host + stamping
+            if at > read_at:  # noqa: PLR1730 - max(min(…), last) without calls
+                at = read_at
+            if at > last:  # noqa: PLR1730
+                last = at
+            instants.append(last)
+        self._last = last
+        return instants
 
     def instant(self, host: float, read_at: float) -> float:
         """The instant (epoch seconds) of a row with host time ``host`` read at ``read_at``

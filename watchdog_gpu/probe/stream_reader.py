@@ -27,7 +27,13 @@ from datetime import UTC, datetime
 
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
-from watchdog_gpu.probe.command import ProbeSections, interactive_login
+from watchdog_gpu.probe import host_time
+from watchdog_gpu.probe.command import (
+    ProbeSections,
+    interactive_login,
+    split_probe_output_at,
+    tty_part,
+)
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
 from watchdog_gpu.probe.host_time import HostClockMap, host_seconds
@@ -77,6 +83,35 @@ _NOT_JUDGED = object()
 class StreamReader:
     """Reads one session of one host (a new session gets a new reader)."""
 
+    # Slots: a reader's fields sit in the object (1,000 readers are read in turn, each a dozen
+    # times a minute: every field lookup of a dict-backed object missed the CPU caches more).
+    __slots__ = (
+        "_aux_head",
+        "_aux_sections",
+        "_aux_text",
+        "_dated",
+        "_groups",
+        "_host_clock",
+        "_hosts",
+        "_inert",
+        "_last_row",
+        "_lines",
+        "_parsed",
+        "_parsed_columns",
+        "_pending",
+        "_processes",
+        "_processes_key",
+        "_processes_of_key",
+        "_recent",
+        "_seen_gpus",
+        "_threshold",
+        "buffer",
+        "dmon_exit",
+        "error",
+        "garbage",
+        "rows",
+    )
+
     def __init__(
         self, buffer: HostBuffer, *, threshold: float, interactive_recent_seconds: int
     ) -> None:
@@ -102,6 +137,10 @@ class StreamReader:
         # repeats its header, as the simulator's does every second, pays one read of each).
         self._inert: set[str] = set()
         self._aux_text = ""
+        # The newest aux block's text up to its clock part, and its sections: a steady host's
+        # next block repeats that text (``_parse_block``).
+        self._aux_head: str | None = None
+        self._aux_sections: ProbeSections | None = None
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
         self._processes_key: tuple[str, str, tuple[int, ...]] | None = None
@@ -125,21 +164,23 @@ class StreamReader:
 
     def feed_stdout(self, text: str, at: datetime) -> None:
         """Text read from dmon's stdout at ``at`` (any piece: lines are cut here)."""
-        self._read(self._cut(text))
+        # The complete lines of what was pending and ``text``; the rest waits for its end.
+        if self._pending:
+            text = self._pending + text
+        carriage = "\r" in text
+        if carriage:
+            text = text.replace("\r\n", "\n")
+        lines = text.split("\n")
+        pending = lines.pop()
+        if len(pending) > MAX_LINE:
+            pending = ""
+            self.garbage += 1
+        self._pending = pending
+        if carriage:
+            lines = [line.rstrip("\r") for line in lines]
+        self._read(lines)
         if self._hosts:
             self._stamp(at)
-
-    def _cut(self, text: str) -> list[str]:
-        """The complete lines of what was pending and ``text``; the rest waits for its end."""
-        text = (self._pending + text).replace("\r\n", "\n")
-        lines = text.split("\n")
-        self._pending = lines.pop()
-        if len(self._pending) > MAX_LINE:
-            self._pending = ""
-            self.garbage += 1
-        if "\r" in text:
-            lines = [line.rstrip("\r") for line in lines]
-        return lines
 
     def _read(self, lines: list[str]) -> None:
         """Read complete lines: each row joins its read's rows of its host time."""
@@ -148,6 +189,7 @@ class StreamReader:
         # does not change during a read: each row is judged as it arrives.
         reader, parsed_lines, hosts, groups = self._lines, self._parsed, self._hosts, self._groups
         processes = self._processes
+        midnights, times_of_day = host_time.MIDNIGHTS, host_time.TIMES_OF_DAY
         fast = self._dated and reader.columns is self._parsed_columns
         last_date = last_time = ""
         last_host: float | None = None
@@ -157,11 +199,18 @@ class StreamReader:
             if fast:
                 parts = line.split(None, 2)
                 if len(parts) == 3:
-                    parsed = parsed_lines.get(parts[2])
+                    date, time, rest = parts
+                    parsed = parsed_lines.get(rest)
                     if parsed is not None:
-                        if parts[1] != last_time or parts[0] != last_date:
-                            last_date, last_time = parts[0], parts[1]
-                            last_host = host_seconds(last_date, last_time)
+                        if time != last_time or date != last_date:
+                            last_date, last_time = date, time
+                            # host_seconds, its caches read here: a call a second of rows.
+                            midnight, of_day = midnights.get(date), times_of_day.get(time)
+                            last_host = (
+                                host_seconds(date, time)
+                                if midnight is None or of_day is None
+                                else midnight + of_day
+                            )
                             if last_host is not None:
                                 entries = []
                                 hosts.append(last_host)
@@ -194,7 +243,7 @@ class StreamReader:
 
     def feed_stderr(self, text: str, at: datetime) -> None:
         """Text read from the session's stderr (aux blocks, dmon's exit marker) at ``at``."""
-        blocks, self._aux_text, dmon_exit = split_aux(self._aux_text + text)
+        blocks, self._aux_text, dmon_exit = split_aux(self._aux_text + text, self._parse_block)
         if dmon_exit is not None:
             self.dmon_exit = dmon_exit
         if len(self._aux_text) > _MAX_AUX:
@@ -203,6 +252,29 @@ class StreamReader:
         for block in blocks:
             if block.sections is not None:
                 self._aux(block.sections, at)
+
+    def _parse_block(self, text: str) -> ProbeSections | None:
+        """An aux block's sections (``split_probe_output``): a block that repeats the previous
+        one's text up to its clock part (every minute of a steady host) reads only that part."""
+        head, known = self._aux_head, self._aux_sections
+        if head is not None and known is not None and text.startswith(head):
+            remote_now, tty_input_times, complete = tty_part(text[len(head) :])
+            return ProbeSections(
+                known.dmon_text,
+                known.dmon_exit,
+                known.apps_text,
+                known.apps_exit,
+                known.gpus_text,
+                remote_now,
+                tty_input_times,
+                complete,
+            )
+        sections, at = split_probe_output_at(text)
+        if sections is None or at < 0:
+            self._aux_head = self._aux_sections = None
+        else:
+            self._aux_head, self._aux_sections = text[:at], sections
+        return sections
 
     def _line(self, line: str) -> None:
         # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
@@ -267,10 +339,13 @@ class StreamReader:
         """Add the rows of the read at ``at``, each at its host time mapped to our clock (or at
         ``at`` without date/time columns): one instant per group of rows with one host time."""
         hosts, groups = self._hosts, self._groups
-        self._hosts, self._groups = [], []
         read_at = at.timestamp()
-        instants = self._host_clock.read(hosts, read_at)
-        self.buffer.add_grouped(zip(instants, groups, strict=True))
+        try:
+            instants = self._host_clock.read(hosts, read_at)
+            self.buffer.add_grouped(zip(instants, groups, strict=True))
+        finally:
+            hosts.clear()  # the lists serve the next read
+            groups.clear()
         self._last_row = (instants[-1], at, read_at)
 
     def _judge(self, parsed: _ParsedLine, processes: Mapping[int, int] | None) -> Entry:

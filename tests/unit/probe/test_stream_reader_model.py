@@ -172,3 +172,29 @@ def test_the_host_clock_map_stamps_as_its_formula_says(
         read_at += pause
         hosts = [None if second is None else T0.timestamp() + second for second in seconds]
         assert clock.read(hosts, read_at) == formula.read(hosts, read_at)
+
+
+@settings(max_examples=100, deadline=None)
+@given(reads())
+def test_carriage_returns_before_line_ends_change_nothing(
+    events: list[tuple[str, float]],
+) -> None:
+    plain = StreamReader(HostBuffer(health()), threshold=THRESHOLD, interactive_recent_seconds=60)
+    crlf = StreamReader(HostBuffer(health()), threshold=THRESHOLD, interactive_recent_seconds=60)
+    for text, seconds in events:
+        at = T0 + timedelta(seconds=seconds)
+        plain.feed_stdout(text, at)
+        crlf.feed_stdout(text.replace("\n", "\r\n"), at)
+        assert (crlf.rows, crlf.garbage, crlf.last_row_at) == (
+            plain.rows,
+            plain.garbage,
+            plain.last_row_at,
+        )
+    taken, expected = crlf.buffer.take(), plain.buffer.take()
+    assert {
+        gpu: [(r.first, r.last, r.verdict, r.metrics, r.rows) for r in runs]
+        for gpu, runs in taken.runs.items()
+    } == {
+        gpu: [(r.first, r.last, r.verdict, r.metrics, r.rows) for r in runs]
+        for gpu, runs in expected.runs.items()
+    }
