@@ -62,6 +62,7 @@ BACKOFF_CAP_SECONDS = 30.0
 USER_AGENT = "watchdog-gpu"
 
 _EXCERPT_CHARS = 200
+_MAX_URLS = 64  # paths remembered per account (listings, and an instance's own paths)
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
 # Error codes in a body that mean "your key is wrong", whatever the HTTP status says.
 _AUTH_ERROR_CODES = frozenset(
@@ -101,6 +102,15 @@ class ProviderHttp:
         self._budget = max(0.0, retry_budget_seconds)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._timeout = _timeout_for(client)
+        self._headers = {
+            "Authorization": f"Bearer {api_key}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        # Each path's URL merged with the client's base URL once (httpx parses and joins them
+        # on every request: a fifth of a listing's client-side cost); kept for that base URL.
+        self._urls: dict[str, httpx.URL] = {}
+        self._urls_base: httpx.URL | None = None
 
     @property
     def client(self) -> httpx.Client:
@@ -177,14 +187,10 @@ class ProviderHttp:
         try:
             response = self._client.request(
                 method,
-                path,
+                self._url(path),
                 params=params,
                 json=body,
-                headers={
-                    "Authorization": f"Bearer {self._api_key}",
-                    "Accept": "application/json",
-                    "User-Agent": USER_AGENT,
-                },
+                headers=self._headers,
                 timeout=self._timeout,
             )
         except httpx.TimeoutException as exc:
@@ -197,6 +203,22 @@ class ProviderHttp:
                 f"{where}: connection failed ({type(exc).__name__}: {detail})"
             ) from None
         return self._payload(where, response, accept_status)
+
+    def _url(self, path: str) -> httpx.URL:
+        """``path`` merged with the client's base URL, as httpx merges it for a request."""
+        base = self._client.base_url
+        if base is not self._urls_base or len(self._urls) >= _MAX_URLS:
+            self._urls.clear()
+            self._urls_base = base
+        url = self._urls.get(path)
+        if url is None:
+            # httpx's own merge (``BaseClient._merge_url``): a relative path is appended to the
+            # base URL, which always ends in "/".
+            url = httpx.URL(path)
+            if url.is_relative_url:
+                url = base.copy_with(raw_path=base.raw_path + url.raw_path.lstrip(b"/"))
+            self._urls[path] = url
+        return url
 
     def _payload(
         self, where: str, response: httpx.Response, accept_status: frozenset[int]
