@@ -8,18 +8,21 @@ classes — and a value SQLAlchemy refuses is refused the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, Table, event, insert, select, text
+from sqlalchemy import Connection, Engine, Table, Update, event, insert, select, text
 from sqlalchemy.exc import StatementError
 
-from watchdog_gpu.store.bulk import insert_rows
-from watchdog_gpu.store.observations import PROBES, SAMPLES
+from tests.integration.store_builders import instance, observation
+from watchdog_gpu.store import Store
+from watchdog_gpu.store.bulk import insert_rows, update_rows
+from watchdog_gpu.store.observations import _EXTEND_SPANS, _UPDATE_INSTANCES, PROBES, SAMPLES
 from watchdog_gpu.store.values import NaiveDatetimeError
 
 T0 = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
@@ -165,3 +168,44 @@ def test_each_instant_is_written_as_its_own_text_when_a_batch_repeats_or_confuse
     ]
     if store_engine.dialect.name == "sqlite":
         assert [tuple(instants) for instants in written] == expected
+
+
+@st.composite
+def updates(draw: st.DrawFn) -> tuple[Update, list[dict[str, Any]]]:
+    """Rows for a poll's two executemany UPDATEs (a few ids that do not exist among them)."""
+    statement = draw(st.sampled_from([_UPDATE_INSTANCES, _EXTEND_SPANS]))
+    keys = ("observed_at", "last_seen") if statement is _UPDATE_INSTANCES else ("last_seen",)
+    rows: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 6))):
+        row: dict[str, Any] = {"pk": draw(st.integers(1, 6))}
+        row |= {key: draw(instants) for key in keys}
+        rows.append(dict(reversed(row.items())) if draw(st.booleans()) else row)
+    return statement, rows
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(updates())
+def test_the_rows_are_updated_as_sqlalchemy_updates_them(
+    store_engine: Engine, update: tuple[Update, list[dict[str, Any]]]
+) -> None:
+    statement, rows = update
+    Store(store_engine).record_observation(
+        observation(*(instance(str(number)) for number in range(101, 106))), T0
+    )
+    table = cast(Table, statement.table)
+    names = [column.name for column in table.columns]
+    if store_engine.dialect.name == "sqlite":  # and each value's storage class
+        names = [f"{name}, typeof({name})" for name in names]
+    query = text(f"SELECT {', '.join(names)} FROM {table.name} ORDER BY id")
+
+    def after(apply: Callable[[Connection], object]) -> list[Any]:
+        with store_engine.connect() as conn, conn.begin() as transaction:
+            apply(conn)
+            written = [tuple(row) for row in conn.execute(query)]
+            transaction.rollback()
+        return written
+
+    expected = after(lambda conn: conn.execute(statement, rows))
+    assert after(lambda conn: update_rows(conn, statement, rows)) == expected

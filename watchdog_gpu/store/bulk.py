@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Dialect, Float, Table, insert
+from sqlalchemy import Boolean, Connection, Dialect, Float, Table, Update, insert
+from sqlalchemy.types import TypeEngine
 
 from watchdog_gpu.store.types import UtcDateTime
 from watchdog_gpu.store.values import bind_time
@@ -57,6 +58,50 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Values]) -> None:
             conn.exec_driver_sql(plan.sql, params)
             return
     conn.execute(insert(table), list(rows))
+
+
+def update_rows(conn: Connection, statement: Update, rows: Sequence[Values]) -> None:
+    """``conn.execute(statement, rows)`` for an UPDATE whose values are all bound by name
+    (``update(table).where(table.c.id == bindparam("pk"))``, each row with the keys of the
+    first): on SQLite as :func:`insert_rows` inserts. A poll updates every listed instance's
+    two instants and its span's ``last_seen``: SQLAlchemy's executemany cost ≈ 150 µs for an
+    account's 20 rows, the same SQL with these tuples ≈ 100."""
+    if not rows:
+        return
+    keys = tuple(rows[0])
+    plan = _update_plan(conn.dialect, statement, keys) if conn.dialect.name == "sqlite" else None
+    if plan is not None:
+        try:
+            params = _tuples(plan, rows, len(keys))
+        except KeyError:
+            params = None
+        if params is not None:
+            conn.exec_driver_sql(plan.sql, params)
+            return
+    conn.execute(statement, list(rows))
+
+
+_update_plans: dict[tuple[int, tuple[str, ...]], tuple[Update, _Plan | None]] = {}
+
+
+def _update_plan(dialect: Dialect, statement: Update, keys: tuple[str, ...]) -> _Plan | None:
+    with _plans_lock:
+        key = (id(statement), keys)
+        kept = _update_plans.get(key)
+        if kept is None or kept[0] is not statement:  # the statement keeps its id while kept
+            kept = _update_plans[key] = (statement, _make_update_plan(dialect, statement, keys))
+        return kept[1]
+
+
+def _make_update_plan(dialect: Dialect, statement: Update, keys: tuple[str, ...]) -> _Plan | None:
+    table = statement.table
+    if not isinstance(table, Table) or any(column.onupdate for column in table.columns):
+        return None  # SQLAlchemy fills those in
+    compiled = statement.compile(dialect=dialect, column_keys=list(keys))
+    order = tuple(compiled.positiontup or ())
+    if sorted(order) != sorted(keys) or len(set(order)) != len(order):
+        return None
+    return _typed_plan(dialect, str(compiled), order, [compiled.binds[name].type for name in order])
 
 
 def _tuples(plan: _Plan, rows: Sequence[Values], width: int) -> list[tuple[Any, ...]] | None:
@@ -132,17 +177,24 @@ def _make_plan(dialect: Dialect, table: Table, keys: tuple[str, ...]) -> _Plan |
     order = tuple(compiled.positiontup or ())
     if sorted(order) != sorted(keys):
         return None
+    return _typed_plan(dialect, str(compiled), order, [table.c[name].type for name in order])
+
+
+def _typed_plan(
+    dialect: Dialect, sql: str, order: tuple[str, ...], types: list[TypeEngine[Any]]
+) -> _Plan | None:
+    """The plan binding ``sql``'s parameters ``order`` of these types; None when one of them
+    needs SQLAlchemy's binding."""
     times: list[int] = []
     checked: dict[int, type] = {}
-    for index, name in enumerate(order):
-        column_type = table.c[name].type
+    for index, column_type in enumerate(types):
         if isinstance(column_type, UtcDateTime):
             times.append(index)
         elif type(column_type) in _AS_THEY_ARE:
             checked[index] = _AS_THEY_ARE[type(column_type)]
         elif column_type.dialect_impl(dialect).bind_processor(dialect) is not None:
             return None  # JSON, … : SQLAlchemy binds those
-    return _Plan(str(compiled), order, tuple(times), checked)
+    return _Plan(sql, order, tuple(times), checked)
 
 
 # Column types whose values of one Python type SQLAlchemy binds unchanged on SQLite (its float

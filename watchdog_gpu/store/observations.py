@@ -24,7 +24,7 @@ from watchdog_gpu.model import (
     InstanceState,
     ProbeOutcome,
 )
-from watchdog_gpu.store.bulk import insert_rows
+from watchdog_gpu.store.bulk import insert_rows, update_rows
 from watchdog_gpu.store.inventory import record_ssh_keys, record_volumes
 from watchdog_gpu.store.named_rows import named
 from watchdog_gpu.store.outbox import changed_rows
@@ -335,13 +335,13 @@ def _record_instances(
             forget.append(instance_id)
             written[row.id] = None
     if changes.seen:
-        conn.execute(_UPDATE_INSTANCES, changes.seen)
+        update_rows(conn, _UPDATE_INSTANCES, changes.seen)
     if updates:
         conn.execute(_UPDATE_INSTANCES, updates)
     if gone:
         conn.execute(_UPDATE_INSTANCES, gone)
     if extended:
-        conn.execute(_EXTEND_SPANS, extended)
+        update_rows(conn, _EXTEND_SPANS, extended)
     if forget:
         _forget_host_keys(conn, account, forget)
     if new:
