@@ -419,7 +419,7 @@ class Jobs:
     def _refresh_summary(self, now: datetime) -> None:
         store = self.watchdog.store
         try:
-            instances = len(store.latest_instances())
+            instances = store.instance_count()
             pending = len(store.list_actions(OPEN_ACTION_STATUSES))
         except Exception:  # the status line is cosmetic: keep the previous numbers
             log.exception("status summary failed")

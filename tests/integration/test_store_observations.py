@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine
 
 from tests.integration.store_builders import (
     ACCOUNT,
@@ -276,3 +279,40 @@ def test_latest_seen_is_the_newest_last_seen_of_a_present_instance(store: Store)
     assert store.latest_instances() == []
     assert store.latest_instances(include_gone=True) != []
     assert store.latest_seen() is None
+
+
+_STATES = st.sampled_from(
+    [InstanceState.RUNNING, InstanceState.STOPPED, InstanceState.GONE, InstanceState.UNKNOWN]
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    polls=st.lists(
+        st.tuples(
+            st.sampled_from([ACCOUNT, "runpod-main"]),
+            st.dictionaries(st.sampled_from(["101", "102", "103", "104"]), _STATES, max_size=4),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_instance_count_is_the_number_of_latest_instances(
+    store_engine: Engine, polls: list[tuple[str, dict[str, InstanceState]]]
+) -> None:
+    # The daemon's status line counts instances without building their records: the count of
+    # those latest_instances lists (gone ones aside; absent from a listing: gone).
+    store = Store(store_engine)
+    with store_engine.connect() as connection:  # each example later than the last one
+        polled = connection.exec_driver_sql("SELECT count(*) FROM account_snapshots").scalar()
+    now = T0 + minutes(polled or 0)
+    for account, listed in polls:
+        now += minutes(1)
+        snapshots = [
+            instance(instance_id, state, at=now, account=account)
+            for instance_id, state in listed.items()
+        ]
+        store.record_observation(observation(*snapshots, at=now, account=account), now)
+        assert store.instance_count() == len(store.latest_instances())

@@ -148,6 +148,9 @@ _PRESENT_INSTANCES = _ALL_INSTANCES.where(Instance.state != InstanceState.GONE.v
 _LATEST_SEEN = select(func.max(Instance.last_seen)).where(
     Instance.state != InstanceState.GONE.value
 )
+_PRESENT_COUNT = (
+    select(func.count()).select_from(Instance).where(Instance.state != InstanceState.GONE.value)
+)
 _FINDINGS = select(*FindingRow.__table__.columns).order_by(FindingRow.first_seen, FindingRow.id)
 _FINDINGS_SEEN_SINCE = _FINDINGS.where(FindingRow.last_seen >= bindparam("seen_since"))
 
@@ -213,6 +216,11 @@ def instance_records(conn: Connection, *, include_gone: bool) -> list[InstanceRe
 def latest_seen(conn: Connection) -> datetime | None:
     """See ``Store.latest_seen``."""
     return conn.scalar(_LATEST_SEEN)
+
+
+def instance_count(conn: Connection) -> int:
+    """See ``Store.instance_count``."""
+    return conn.scalar(_PRESENT_COUNT) or 0
 
 
 def finding_records(conn: Connection, seen_since: datetime | None) -> list[FindingRecord]:

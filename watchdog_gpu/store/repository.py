@@ -276,6 +276,13 @@ class Store:
         with self._connection(write=False, own=True) as connection:
             return fleet_loader.instance_records(connection, include_gone=include_gone)
 
+    def instance_count(self) -> int:
+        """How many instances are not gone: ``len(latest_instances())`` without building their
+        records (the daemon's status line counts them after every evaluation; ≈ 20–35 ms of
+        CPU at 1,000 instances to build and drop them)."""
+        with self._connection(write=False, own=True) as connection:
+            return fleet_loader.instance_count(connection)
+
     def latest_seen(self) -> datetime | None:
         """When a present (not gone) instance was last seen, the newest such time; None without
         one. ``status`` dates its view by it without building every instance's record."""
