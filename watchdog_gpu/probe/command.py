@@ -177,54 +177,34 @@ def split_probe_output(stdout: str) -> ProbeSections | None:
     Returns ``None`` when the begin marker is absent (the command never started, e.g. no ``sh``);
     never raises. Text printed before the begin marker (login banners, rc files) is dropped.
     """
-    return split_probe_output_at(stdout)[0]
-
-
-def split_probe_output_at(stdout: str) -> tuple[ProbeSections | None, int]:
-    """:func:`split_probe_output`, and where the clock and terminal part (after the GPU list's
-    marker) begins in ``stdout`` (``-1``: no such part). Every text that starts with
-    ``stdout[:at]`` has the same sections up to that part (each marker is the first of its
-    kind after the one before it, all inside that prefix), so :func:`tty_part` of the rest
-    completes them: a stream's aux block repeats all but its clock every minute."""
     start = stdout.find(BEGIN_MARKER + "\n")
     if start < 0:
-        return None, -1
+        return None
     text = stdout[start + len(BEGIN_MARKER) + 1 :]
     dmon_match = _DMON_EXIT.search(text)
     if dmon_match is None:
-        return ProbeSections(text, None, "", None, "", None, (), complete=False), -1
+        return ProbeSections(text, None, "", None, "", None, (), complete=False)
     dmon_text = text[: dmon_match.start()]
     rest = text[dmon_match.end() + 1 :]
     apps_match = _APPS_EXIT.search(rest)
     if apps_match is None:
-        sections = ProbeSections(
-            dmon_text, int(dmon_match.group(1)), rest, None, "", None, (), False
-        )
-        return sections, -1
+        return ProbeSections(dmon_text, int(dmon_match.group(1)), rest, None, "", None, (), False)
     apps_text = rest[: apps_match.start()]
     tail = rest[apps_match.end() + 1 :]
-    gpus_text, marker, tty_text = tail.partition(f"{GPUS_MARKER}\n")
-    remote_now, tty_input_times, complete = tty_part(tty_text)
-    sections = ProbeSections(
+    gpus_text, _, tty_text = tail.partition(f"{GPUS_MARKER}\n")
+    complete = END_MARKER in tty_text
+    tty_lines = tty_text.split(END_MARKER)[0].split()
+    numbers = [int(token) for token in tty_lines if token.isascii() and token.isdigit()]
+    return ProbeSections(
         dmon_text=dmon_text,
         dmon_exit=int(dmon_match.group(1)),
         apps_text=apps_text,
         apps_exit=int(apps_match.group(1)),
         gpus_text=gpus_text,
-        remote_now=remote_now,
-        tty_input_times=tty_input_times,
+        remote_now=numbers[0] if numbers else None,
+        tty_input_times=tuple(numbers[1:]),
         complete=complete,
     )
-    return sections, (len(stdout) - len(tty_text) if marker else -1)
-
-
-def tty_part(tty_text: str) -> tuple[int | None, tuple[int, ...], bool]:
-    """The remote clock, the terminals' last-input times and whether the end marker came, of
-    the text after the GPU list's marker."""
-    complete = END_MARKER in tty_text
-    tty_lines = tty_text.partition(END_MARKER)[0].split()
-    numbers = [int(token) for token in tty_lines if token.isascii() and token.isdigit()]
-    return (numbers[0] if numbers else None), tuple(numbers[1:]), complete
 
 
 def interactive_login(sections: ProbeSections, recent_seconds: int) -> bool | None:

@@ -38,7 +38,6 @@ Like the burst command, the text is built only from validated integers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog_gpu.probe.command import (
@@ -144,11 +143,8 @@ class AuxBlock:
     sections: ProbeSections | None
 
 
-def split_aux(
-    buffer: str, parse: Callable[[str], ProbeSections | None] = split_probe_output
-) -> tuple[list[AuxBlock], str, int | None]:
-    """Cut complete aux blocks out of accumulated stderr text (each block's text, from its
-    begin marker to its end marker's line end, read by ``parse``).
+def split_aux(buffer: str) -> tuple[list[AuxBlock], str, int | None]:
+    """Cut complete aux blocks out of accumulated stderr text.
 
     Returns the blocks, the text left over (an incomplete block or marker, kept for the next
     read; other text before a begin marker is dropped) and dmon's exit status if its marker
@@ -171,5 +167,5 @@ def split_aux(
         if end < 0:
             return blocks, buffer[start:], dmon_exit
         text = buffer[start : end + len(END_MARKER)] + "\n"
-        blocks.append(AuxBlock(parse(text)))
+        blocks.append(AuxBlock(split_probe_output(text)))
         buffer = buffer[end + len(END_MARKER) :]

@@ -28,12 +28,7 @@ from datetime import UTC, datetime
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe import host_time
-from watchdog_gpu.probe.command import (
-    ProbeSections,
-    interactive_login,
-    split_probe_output_at,
-    tty_part,
-)
+from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
 from watchdog_gpu.probe.host_time import HostClockMap, host_seconds
@@ -86,8 +81,6 @@ class StreamReader:
     # Slots: a reader's fields sit in the object (1,000 readers are read in turn, each a dozen
     # times a minute: every field lookup of a dict-backed object missed the CPU caches more).
     __slots__ = (
-        "_aux_head",
-        "_aux_sections",
         "_aux_text",
         "_dated",
         "_groups",
@@ -137,10 +130,6 @@ class StreamReader:
         # repeats its header, as the simulator's does every second, pays one read of each).
         self._inert: set[str] = set()
         self._aux_text = ""
-        # The newest aux block's text up to its clock part, and its sections: a steady host's
-        # next block repeats that text (``_parse_block``).
-        self._aux_head: str | None = None
-        self._aux_sections: ProbeSections | None = None
         self._seen_gpus: set[int] = set()
         self._processes: Mapping[int, int] | None = None
         self._processes_key: tuple[str, str, tuple[int, ...]] | None = None
@@ -243,7 +232,7 @@ class StreamReader:
 
     def feed_stderr(self, text: str, at: datetime) -> None:
         """Text read from the session's stderr (aux blocks, dmon's exit marker) at ``at``."""
-        blocks, self._aux_text, dmon_exit = split_aux(self._aux_text + text, self._parse_block)
+        blocks, self._aux_text, dmon_exit = split_aux(self._aux_text + text)
         if dmon_exit is not None:
             self.dmon_exit = dmon_exit
         if len(self._aux_text) > _MAX_AUX:
@@ -252,29 +241,6 @@ class StreamReader:
         for block in blocks:
             if block.sections is not None:
                 self._aux(block.sections, at)
-
-    def _parse_block(self, text: str) -> ProbeSections | None:
-        """An aux block's sections (``split_probe_output``): a block that repeats the previous
-        one's text up to its clock part (every minute of a steady host) reads only that part."""
-        head, known = self._aux_head, self._aux_sections
-        if head is not None and known is not None and text.startswith(head):
-            remote_now, tty_input_times, complete = tty_part(text[len(head) :])
-            return ProbeSections(
-                known.dmon_text,
-                known.dmon_exit,
-                known.apps_text,
-                known.apps_exit,
-                known.gpus_text,
-                remote_now,
-                tty_input_times,
-                complete,
-            )
-        sections, at = split_probe_output_at(text)
-        if sections is None or at < 0:
-            self._aux_head = self._aux_sections = None
-        else:
-            self._aux_head, self._aux_sections = text[:at], sections
-        return sections
 
     def _line(self, line: str) -> None:
         # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
