@@ -49,15 +49,8 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Values]) -> None:
         return
     keys = tuple(rows[0])
     plan = _plan(conn.dialect, table, keys) if conn.dialect.name == "sqlite" else None
-    if plan is not None:
-        try:
-            params = _tuples(plan, rows, len(keys))
-        except KeyError:
-            params = None  # a row with other keys: SQLAlchemy sorts that out
-        if params is not None:
-            conn.exec_driver_sql(plan.sql, params)
-            return
-    conn.execute(insert(table), list(rows))
+    if not _executed(conn, plan, rows, keys):
+        conn.execute(insert(table), list(rows))
 
 
 def update_rows(conn: Connection, statement: Update, rows: Sequence[Values]) -> None:
@@ -70,15 +63,26 @@ def update_rows(conn: Connection, statement: Update, rows: Sequence[Values]) -> 
         return
     keys = tuple(rows[0])
     plan = _update_plan(conn.dialect, statement, keys) if conn.dialect.name == "sqlite" else None
-    if plan is not None:
-        try:
-            params = _tuples(plan, rows, len(keys))
-        except KeyError:
-            params = None
-        if params is not None:
-            conn.exec_driver_sql(plan.sql, params)
-            return
-    conn.execute(statement, list(rows))
+    if not _executed(conn, plan, rows, keys):
+        conn.execute(statement, list(rows))
+
+
+def _executed(
+    conn: Connection, plan: _Plan | None, rows: Sequence[Values], keys: tuple[str, ...]
+) -> bool:
+    """Run ``plan``'s SQL with ``rows`` as its parameter tuples. False, nothing run, without a
+    plan, for a row with other keys or a value that needs SQLAlchemy's binding: the caller's
+    statement through SQLAlchemy sorts those out."""
+    if plan is None:
+        return False
+    try:
+        params = _tuples(plan, rows, len(keys))
+    except KeyError:
+        return False
+    if params is None:
+        return False
+    conn.exec_driver_sql(plan.sql, params)
+    return True
 
 
 _update_plans: dict[tuple[int, tuple[str, ...]], tuple[Update, _Plan | None]] = {}
