@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import logging
 import os
 import pstats
@@ -46,11 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_simulate import machine, write_readme_block
-from watchdog_gpu.gc_freeze import (
-    FULL_COLLECTION_INTERVAL,
-    full_collections_on_schedule,
-    long_lived_frozen,
-)
+from watchdog_gpu.gc_freeze import long_lived_frozen
 from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.probe.stream_buffer import HostBuffer
 from watchdog_gpu.probe.stream_reader import StreamReader
@@ -293,14 +288,12 @@ def run(
     written: list[float] = []
     grown: list[float] = []
     own: list[float] = []
-    # The engine built, then the start-up objects frozen and the full collections left to a
-    # schedule as the daemon does (gc_freeze.py) before the history a running daemon finds in
-    # its database.
+    # The engine built, then the start-up objects frozen as the daemon and `simulate` do
+    # (gc_freeze.py) before the history a running daemon finds in its database.
     with (
         tempfile.TemporaryDirectory(prefix="bench-cycle-") as scratch,
         simulation(scenario, database=migrated_as_the_daemon_does(Path(scratch))) as sim,
         long_lived_frozen(),
-        full_collections_on_schedule(),
     ):
         minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
         samples = backfill(sim, minutes) if history else 0
@@ -319,12 +312,6 @@ def run(
             grown.append(database_bytes(sim.database) - size)
         current.clear()  # the profiled cycle below has no split
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        # The daemon's scheduled full collection (every FULL_COLLECTION_INTERVAL of real time),
-        # timed once here and charged to every cycle in its share.
-        collected = time.thread_time()
-        freed = gc.collect(2)
-        full_collection = time.thread_time() - collected
-        poll_interval = sim.settings.watchdog.poll_interval.total_seconds()
         shares = simulator_share(sim, profile_to) if split else None
     instances = accounts * per_account
     lines = [
@@ -342,18 +329,14 @@ def run(
     lines += [_size_row("bytes written (write calls: WAL, checkpoints)", written)]
     lines += [_size_row("database growth (file + WAL)", grown)]
     lines += ["", f"Peak RSS: {rss:.0f} MiB (before the profiled cycle)."]
-    full_share = full_collection * poll_interval / FULL_COLLECTION_INTERVAL
     steady = statistics.median(cpus[1:]) if len(cpus) > 1 else cpus[0]
-    daemon = (statistics.median(own[1:]) if len(own) > 1 else own[0]) + full_share
+    daemon = statistics.median(own[1:]) if len(own) > 1 else own[0]
     lines += [
         f"Steady cycle CPU: {steady * 1000:.0f} ms, {steady * 1e6 / instances:.0f} µs per instance"
         f"; first (cold) cycle {cpus[0] / steady:.2f}× a steady one.",
         f"The daemon's own CPU in a steady cycle (the cycle's minus the simulator's code, timed "
-        f"at its entry points, and its share of the scheduled full collection): "
-        f"{daemon * 1000:.0f} ms, {daemon * 1e6 / instances:.0f} µs per instance.",
-        f"The scheduled full collection: {full_collection * 1000:.0f} ms of CPU ({freed} objects "
-        f"freed) every {FULL_COLLECTION_INTERVAL:.0f} s, {full_share * 1000:.1f} ms a "
-        f"{poll_interval:.0f}-s cycle.",
+        f"at its entry points): {daemon * 1000:.0f} ms, {daemon * 1e6 / instances:.0f} µs per "
+        "instance.",
     ]
     if shares is not None:
         simulated = shares["simulator"] / sum(shares.values())

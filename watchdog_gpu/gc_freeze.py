@@ -15,36 +15,17 @@ what start-up built, which lives until shutdown anyway; :func:`long_lived_frozen
 the way out, so an in-process caller (a test starting and stopping daemons) gets its objects
 back to the collector.
 
-The young generations keep CPython's thresholds: larger ones cut the remaining collection time
-by a further ≈ 15–25 ms a tick at 1,000 instances but raised the peak resident size by ≈ 1 MiB
-(bench/README.md), and memory is the scarcer resource on the small machines this runs on.
-
-**Full collections on a schedule** (:func:`full_collections_on_schedule`, :class:`FullCollections`).
-CPython also runs a full collection whenever the objects promoted since the last one exceed a
-quarter of those that survived it. After the freeze that second number is small, so the
-objects a tick keeps (the fleet view's new samples, the stream buffers' runs) trigger one every
-second tick at 1,000 instances: ≈ 40 ms each, walking the whole cache, and in the steady cycles
-measured they found **nothing** to free (bench/README.md, "Full collections on a schedule"):
-cyclic garbage dies young, in the first two generations, which keep their automatic passes.
-The daemon turns CPython's full passes off and runs one itself after a job, at most every
-:data:`FULL_COLLECTION_INTERVAL` seconds of real time, so a cycle that does become garbage after
-surviving two young passes is freed within that interval (then the heap release hands the pages
-back: heap_release.py).
+The collection thresholds stay at CPython's defaults: larger young generations cut the
+remaining collection time by a further ≈ 15–25 ms a tick at 1,000 instances but raised the peak
+resident size by ≈ 1 MiB (bench/README.md), and memory is the scarcer resource on the small
+machines this runs on.
 """
 
 from __future__ import annotations
 
 import gc
-import logging
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-
-log = logging.getLogger(__name__)
-
-FULL_COLLECTION_INTERVAL = 600.0  # seconds of real time between the daemon's full collections
-# A third threshold no count reaches: CPython then never starts a full collection by itself.
-_NO_AUTOMATIC_FULL = 1 << 30
 
 
 @contextmanager
@@ -57,70 +38,3 @@ def long_lived_frozen() -> Iterator[int]:
         yield gc.get_freeze_count()
     finally:
         gc.unfreeze()
-
-
-class _Schedule:
-    """Who holds CPython's full collections off, and the threshold to give back."""
-
-    lock = threading.Lock()
-    holders = 0
-    saved_third_threshold = 0
-
-
-@contextmanager
-def full_collections_on_schedule() -> Iterator[None]:
-    """CPython's automatic full collections off for the block (the young generations keep
-    theirs): the caller runs them, with :class:`FullCollections`. Blocks may nest or overlap
-    (daemons in one test process): the first sets the threshold, the last restores it."""
-    with _Schedule.lock:
-        if _Schedule.holders == 0:
-            first, second, third = gc.get_threshold()
-            _Schedule.saved_third_threshold = third
-            gc.set_threshold(first, second, _NO_AUTOMATIC_FULL)
-        _Schedule.holders += 1
-    try:
-        yield
-    finally:
-        with _Schedule.lock:
-            _Schedule.holders -= 1
-            if _Schedule.holders == 0:
-                first, second, _third = gc.get_threshold()
-                gc.set_threshold(first, second, _Schedule.saved_third_threshold)
-
-
-class FullCollections:
-    """Run a full collection after a job, at most once per ``interval`` seconds of
-    ``monotonic`` time (the first one ``interval`` after this is made: start-up has just
-    collected and frozen everything)."""
-
-    def __init__(
-        self,
-        monotonic: Callable[[], float],
-        *,
-        interval: float = FULL_COLLECTION_INTERVAL,
-        collect: Callable[[int], int] = gc.collect,
-    ) -> None:
-        if not interval > 0:
-            raise ValueError("interval must be greater than 0")
-        self._monotonic = monotonic
-        self._interval = interval
-        self._collect = collect
-        self._lock = threading.Lock()
-        self._last = monotonic()
-        self.calls = 0
-        self.freed = 0  # unreachable objects found by this daemon's full collections
-
-    def after_job(self) -> bool:
-        """Collect now if the last one ran ``interval`` ago or more. True when it ran."""
-        now = self._monotonic()
-        with self._lock:
-            if now - self._last < self._interval:
-                return False
-            self._last = now
-        try:
-            self.freed += self._collect(2)
-        except Exception:  # memory housekeeping must never fail a job
-            log.debug("full collection failed", exc_info=True)
-            return False
-        self.calls += 1
-        return True

@@ -1,5 +1,4 @@
-"""A monotonic clock the test moves by hand (``now``), for pacers such as the heap release and
-the scheduled full collections."""
+"""A monotonic clock the test moves by hand (``now``), for pacers such as the heap release."""
 
 from __future__ import annotations
 
