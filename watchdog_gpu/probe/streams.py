@@ -92,6 +92,15 @@ class StreamSettings:
     command: StreamCommandSpec = field(default_factory=StreamCommandSpec)
 
 
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A session that could not be opened: what the host's health shows, without the
+    exception (see :meth:`StreamManager._connect`)."""
+
+    status: ProbeStatus
+    detail: str
+
+
 @dataclass(eq=False)
 class _Host:
     target: SshTarget
@@ -133,7 +142,7 @@ class StreamManager:
         self._state_log = StateChangeLog(logger, what="probe stream")
         self._hosts: dict[InstanceRef, _Host] = {}
         self._lock = threading.Lock()
-        self._opened: queue.SimpleQueue[tuple[_Host, paramiko.Channel | ProbeError]] = (
+        self._opened: queue.SimpleQueue[tuple[_Host, paramiko.Channel | _Refused]] = (
             queue.SimpleQueue()
         )
         self._selector = selectors.DefaultSelector()
@@ -243,8 +252,8 @@ class StreamManager:
             except queue.Empty:
                 return
             host.connecting = False
-            if isinstance(result, ProbeError):
-                self._failed(host, _status(result.status), str(result), now)
+            if isinstance(result, _Refused):
+                self._failed(host, result.status, result.detail, now)
                 continue
             if host.removed:
                 result.close()
@@ -321,17 +330,22 @@ class StreamManager:
     # -- sessions -----------------------------------------------------------------------------
 
     def _connect(self, host: _Host) -> None:
-        """On a connector thread: open the session (blocking), hand it to the reader thread."""
+        """On a connector thread: open the session (blocking), hand it to the reader thread.
+
+        A failure travels as a :class:`_Refused` (its status and text), never as the exception:
+        the exception's traceback holds this frame, which would hold the exception — a
+        reference cycle per failed connection, freed only by the cyclic collector (a long
+        outage of many hosts would fill its old generation)."""
         try:
-            channel: paramiko.Channel | ProbeError = self._opener.open_channel(
+            result: paramiko.Channel | _Refused = self._opener.open_channel(
                 host.target, self._command
             )
         except ProbeError as error:
-            channel = error
+            result = _Refused(_status(error.status), str(error))
         except Exception as error:  # a bug must cost one attempt, not the stream
             logger.exception("probe stream connect failed instance=%s", host.target.ref.key)
-            channel = ProbeError(f"unexpected {type(error).__name__}", status="unreachable")
-        self._opened.put((host, channel))
+            result = _Refused(ProbeStatus.UNREACHABLE, f"unexpected {type(error).__name__}")
+        self._opened.put((host, result))
 
     def _end(self, host: _Host, reason: str, status: ProbeStatus) -> None:
         reader = host.reader

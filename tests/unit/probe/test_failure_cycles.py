@@ -1,0 +1,166 @@
+"""Failed SSH connections leave no reference cycle through our code.
+
+A long outage (a thousand hosts refusing every connection) must cost nothing that outlives each
+failure: an exception kept in a frame its own traceback holds is a cycle that only the cyclic
+collector frees, and a steady stream of them reaches its old generation (bench/README.md, "Full
+collections on a schedule — tried and taken out"). Each test drives the real code — the paramiko
+runner, the burst prober, the stream manager — through real failures on 127.0.0.1 with the
+collector off and ``gc.DEBUG_SAVEALL`` on, then looks at what only the collector could free.
+
+paramiko's own cycles stay (not ours to change, the report of the change says which): every
+``Transport`` holds bound methods of itself (``_handler_table``), and its thread saves the error
+that ended it (``saved_exception``, whose traceback holds the thread's frame). None of them holds
+a frame of ours; the cycles these tests catch did, and through it the caller's whole stack.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import socket
+import types
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+import watchdog_gpu
+from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.errors import WatchdogError
+from watchdog_gpu.model import InstanceSnapshot, InstanceState
+from watchdog_gpu.probe.hostkeys import MemoryHostKeyStore
+from watchdog_gpu.probe.prober import Prober
+from watchdog_gpu.probe.runner import SshTarget
+from watchdog_gpu.probe.ssh import ParamikoRunner, SshTimeouts
+from watchdog_gpu.probe.stream_buffer import StreamState
+from watchdog_gpu.probe.streams import StreamManager
+
+FAILURES = 8
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+QUICK = SshTimeouts(connect_seconds=2, banner_seconds=1, handshake_seconds=2, auth_seconds=2)
+PACKAGE = str(Path(watchdog_gpu.__file__).parent)
+
+
+def new_key() -> paramiko.PKey:
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
+    return paramiko.Ed25519Key.from_private_key(io.StringIO(pem.decode()))
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: connections to it are refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def cyclic_garbage(action: Callable[[], None]) -> list[object]:
+    """Everything ``action`` left that only the cyclic collector frees."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    gc.collect()
+    gc.garbage.clear()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        action()
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+
+
+def _our_frame(frame: types.FrameType) -> bool:
+    return frame.f_code.co_filename.startswith(PACKAGE)
+
+
+def ours(garbage: list[object]) -> list[str]:
+    """The cyclic garbage that holds our code: its frames, tracebacks through them, our errors."""
+    found = []
+    for thing in garbage:
+        if type(thing) is types.FrameType and _our_frame(thing):
+            found.append(f"frame {thing.f_code.co_name} ({thing.f_code.co_filename})")
+        elif type(thing) is types.TracebackType and _our_frame(thing.tb_frame):
+            found.append(f"traceback through {thing.tb_frame.f_code.co_name}")
+        elif issubclass(type(thing), WatchdogError):  # type(): garbage holds dead weak proxies
+            found.append(f"{type(thing).__name__}: {thing}")
+    return found
+
+
+def instance(port: int, number: int) -> InstanceSnapshot:
+    return InstanceSnapshot(
+        provider="vast",
+        account="acct",
+        instance_id=f"i-{number}",
+        name="train",
+        state=InstanceState.RUNNING,
+        raw_state="running",
+        observed_at=NOW,
+        ssh_host="127.0.0.1",
+        ssh_port=port,
+        ssh_user="root",
+        gpu_count=1,
+    )
+
+
+def burst_probes(port: int, key: paramiko.PKey) -> tuple[Callable[[], None], list[str]]:
+    """``FAILURES`` burst probes of hosts on ``port``; the details land in the list."""
+    details: list[str] = []
+
+    def probe() -> None:
+        with ParamikoRunner([key], MemoryHostKeyStore(), timeouts=QUICK) as runner:
+            prober = Prober(runner, clock=SystemClock(), workers=1)
+            for number in range(FAILURES):
+                outcome = prober.probe_one(instance(port, number), NOW, log=False)
+                details.append(f"{outcome.status.value} {outcome.detail}")
+
+    return probe, details
+
+
+def test_refused_stream_connections_leave_no_cycle() -> None:
+    port = closed_port()
+    targets = [SshTarget("acct", f"i-{n}", "127.0.0.1", port) for n in range(FAILURES)]
+    details: list[str] = []
+
+    def stream() -> None:
+        runner = ParamikoRunner([new_key()], MemoryHostKeyStore(), timeouts=QUICK)
+        with runner, StreamManager(runner, clock=SystemClock()) as manager:
+            manager.sync(targets)
+            for _ in range(200):  # each host's first connection fails within a tick or two
+                health = manager.health()
+                if all(h.state is StreamState.BACKOFF for h in health.values()):
+                    break
+                SystemClock().sleep(0.02)
+            details.extend(f"{h.state.value} {h.status.value} {h.detail}" for h in health.values())
+
+    garbage = cyclic_garbage(stream)
+
+    assert ours(garbage) == []
+    assert len(details) == FAILURES
+    assert all(
+        detail.startswith(f"backoff unreachable root@127.0.0.1:{port}: cannot connect: ")
+        for detail in details
+    ), details
+
+
+def test_refused_burst_probes_leave_no_cycle() -> None:
+    port = closed_port()
+    probe, details = burst_probes(port, new_key())
+
+    garbage = cyclic_garbage(probe)
+
+    assert ours(garbage) == []
+    assert len(details) == FAILURES
+    assert all(
+        detail.startswith(f"unreachable root@127.0.0.1:{port}: cannot connect: ")
+        for detail in details
+    ), details
