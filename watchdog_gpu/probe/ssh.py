@@ -71,6 +71,19 @@ def _unreachable(target: SshTarget, what: str) -> ProbeError:
     return ProbeError(f"{target.endpoint}: {what}", status=ProbeStatus.UNREACHABLE.value)
 
 
+def _let_go(error: BaseException) -> None:
+    """Drop the traceback of an error paramiko raised, once caught.
+
+    paramiko re-raises a failure its transport thread saved from a local variable
+    (``e = self.get_exception(); raise e`` in ``start_client``, ``open_channel`` and the auth
+    handler's ``wait_for_response``), so the error's traceback holds a frame that holds the
+    error: a reference cycle per failure, which also keeps our frames alive (and through them
+    the caller's), until the cyclic collector runs. We only ever keep its text (the
+    :class:`ProbeError` raised from it suppresses it as context), so its traceback can go.
+    """
+    error.__traceback__ = None
+
+
 class ParamikoRunner:
     """A :class:`~watchdog_gpu.probe.runner.CommandRunner` over paramiko.
 
@@ -112,6 +125,7 @@ class ParamikoRunner:
             try:
                 channel = self._start(connection.transport, command)
             except _CONNECTION_ERRORS as exc:
+                _let_go(exc)
                 self._discard(target.ref)
                 if not reused:
                     raise _unreachable(target, f"could not start the command: {exc}") from None
@@ -121,6 +135,7 @@ class ParamikoRunner:
                 try:
                     channel = self._start(connection.transport, command)
                 except _CONNECTION_ERRORS as retry_exc:
+                    _let_go(retry_exc)
                     self._discard(target.ref)
                     raise _unreachable(
                         target, f"could not start the command: {retry_exc}"
@@ -147,6 +162,7 @@ class ParamikoRunner:
             try:
                 return self._start(connection.transport, command)
             except _CONNECTION_ERRORS as exc:
+                _let_go(exc)
                 self._discard(target.ref)
                 if not reused:
                     raise _unreachable(target, f"could not start the command: {exc}") from None
@@ -154,6 +170,7 @@ class ParamikoRunner:
             try:
                 return self._start(connection.transport, command)
             except _CONNECTION_ERRORS as exc:
+                _let_go(exc)
                 self._discard(target.ref)
                 raise _unreachable(target, f"could not start the command: {exc}") from None
 
@@ -258,6 +275,7 @@ class ParamikoRunner:
         try:
             transport.start_client(timeout=limit)
         except _CONNECTION_ERRORS as exc:
+            _let_go(exc)
             raise _unreachable(target, f"SSH negotiation failed: {exc}") from None
         if not transport.is_active() or transport.host_key is None:
             raise _unreachable(target, f"SSH negotiation did not finish within {limit:g} s")
@@ -292,11 +310,14 @@ class ParamikoRunner:
             for key in candidates:
                 try:
                     transport.auth_publickey(target.user, key)
-                except paramiko.BadAuthenticationType:
+                except paramiko.BadAuthenticationType as exc:
+                    _let_go(exc)
                     break  # the server does not take keys at all
-                except paramiko.AuthenticationException:
+                except paramiko.AuthenticationException as exc:
+                    _let_go(exc)
                     continue
                 except _CONNECTION_ERRORS as exc:
+                    _let_go(exc)
                     raise _unreachable(target, f"connection lost during login: {exc}") from None
                 if transport.is_authenticated():
                     return

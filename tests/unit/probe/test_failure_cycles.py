@@ -18,14 +18,17 @@ from __future__ import annotations
 import gc
 import io
 import socket
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import paramiko
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from paramiko import common
 
 import watchdog_gpu
 from watchdog_gpu.clock import SystemClock
@@ -164,3 +167,120 @@ def test_refused_burst_probes_leave_no_cycle() -> None:
         detail.startswith(f"unreachable root@127.0.0.1:{port}: cannot connect: ")
         for detail in details
     ), details
+
+
+@pytest.fixture
+def hangs_up() -> Iterator[int]:
+    """A loopback port that accepts every connection and closes it at once (no SSH banner)."""
+    server = socket.create_server(("127.0.0.1", 0), backlog=64)
+    server.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_a_host_that_hangs_up_before_the_banner_leaves_no_cycle_through_our_code(
+    hangs_up: int,
+) -> None:
+    probe, details = burst_probes(hangs_up, new_key())
+
+    garbage = cyclic_garbage(probe)
+
+    assert ours(garbage) == []
+    prefix = f"unreachable root@127.0.0.1:{hangs_up}: SSH negotiation failed: "
+    assert len(details) == FAILURES
+    assert all(detail.startswith(prefix) for detail in details), details
+
+
+class _Refusing(paramiko.ServerInterface):
+    """Logs in nobody (``accept_key`` False), or everybody without opening any session."""
+
+    def __init__(self, accept_key: bool) -> None:
+        self.accept_key = accept_key
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        return common.AUTH_SUCCESSFUL if self.accept_key else common.AUTH_FAILED
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        return common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+
+@pytest.fixture
+def refusing() -> Iterator[Callable[[bool], int]]:
+    """``refusing(accept_key)``: the port of an in-process SSH server that refuses our login,
+    or (``accept_key``) takes it and refuses every session."""
+    stop = threading.Event()
+    servers: list[socket.socket] = []
+    transports: list[paramiko.Transport] = []
+    threads: list[threading.Thread] = []
+    host_key = new_key()
+
+    def start(accept_key: bool) -> int:
+        server = socket.create_server(("127.0.0.1", 0), backlog=64)
+        server.settimeout(0.05)
+        servers.append(server)
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    connection, _ = server.accept()
+                except TimeoutError:
+                    continue
+                transport = paramiko.Transport(connection)
+                transports.append(transport)
+                transport.add_server_key(host_key)
+                transport.start_server(server=_Refusing(accept_key))
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        threads.append(thread)
+        return int(server.getsockname()[1])
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(5)
+    for transport in transports:
+        transport.close()
+    for server in servers:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("accept_key", "expected"),
+    [
+        (False, "auth_failed root@127.0.0.1:{port}: the server accepted none of our 1 key(s)"),
+        (
+            True,
+            "unreachable root@127.0.0.1:{port}: could not start the command: "
+            "ChannelException(1, 'Administratively prohibited')",
+        ),
+    ],
+    ids=["login refused", "session refused"],
+)
+def test_a_refused_login_or_session_leaves_no_cycle_through_our_code(
+    refusing: Callable[[bool], int], accept_key: bool, expected: str
+) -> None:
+    port = refusing(accept_key)
+    probe, details = burst_probes(port, new_key())
+
+    garbage = cyclic_garbage(probe)
+
+    assert ours(garbage) == []
+    assert details == [expected.format(port=port)] * FAILURES
