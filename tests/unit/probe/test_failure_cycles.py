@@ -15,7 +15,6 @@ a frame of ours; the cycles these tests catch did, and through it the caller's w
 
 from __future__ import annotations
 
-import gc
 import io
 import socket
 import threading
@@ -31,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from paramiko import common
 
 import watchdog_gpu
+from tests.support.cycles import cyclic_garbage
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.errors import WatchdogError
 from watchdog_gpu.model import InstanceSnapshot, InstanceState
@@ -61,25 +61,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def cyclic_garbage(action: Callable[[], None]) -> list[object]:
-    """Everything ``action`` left that only the cyclic collector frees."""
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    gc.collect()
-    gc.garbage.clear()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        action()
-        gc.collect()
-        return list(gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if enabled:
-            gc.enable()
 
 
 def _our_frame(frame: types.FrameType) -> bool:
