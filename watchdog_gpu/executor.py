@@ -623,7 +623,10 @@ class Executor:
                 try:
                     state.listings[account] = provider.list_instances(state.now)
                 except ProviderError as error:
-                    state.listings[account] = error
+                    # Kept for the pass without its traceback, which holds this frame and so
+                    # the pass: a cycle that left the pass and all its listings to the cyclic
+                    # collector. Only its kind and text are used.
+                    state.listings[account] = error.with_traceback(None)
         return state.listings[account]
 
     def _verified(self, row: ActionRow, state: _Pass) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import types
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.cycles import cyclic_garbage
 from watchdog_gpu.errors import PermanentError, ProviderError, TransientError
 from watchdog_gpu.executor import CALLING, MAX_REFUSED_CALLS, Executor, listed_change
 from watchdog_gpu.fleet import ProtectionKind
@@ -232,6 +234,32 @@ def test_a_kill_is_escalated_by_time_since_the_call_while_listing_fails(store: S
     action = store.get_action(KEY)
     assert action is not None
     assert action.status in {ActionStatus.CALLED, ActionStatus.UNVERIFIED}  # never "done"
+
+
+def test_a_failing_listing_leaves_no_cycle_holding_the_pass(store: Store) -> None:
+    """The listing error is kept for the pass without its traceback: the traceback held the
+    frame that held the pass, so each pass and its listings waited for the cyclic collector."""
+    enqueue(store)
+    runner = executor(store, FailingListing(gone_after_call=False))
+    runner.run(NOW)  # the destroy call goes out; verifying it then finds the listing failing
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.next_attempt_at is not None
+    later = action.next_attempt_at
+
+    garbage = cyclic_garbage(lambda: runner.run(later))
+
+    kept = [
+        type(thing).__name__
+        for thing in garbage  # type() only: the garbage holds dead weak proxies
+        if issubclass(type(thing), ProviderError)
+        or type(thing).__name__ == "_Pass"
+        or type(thing) in (types.FrameType, types.TracebackType)
+    ]
+    assert kept == []
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.last_error == "transient: vast: HTTP 500"
 
 
 def test_a_transient_error_is_retried_later_not_immediately(store: Store) -> None:
