@@ -265,7 +265,9 @@ class StreamReader:
         try:
             row = self._lines.read(line)
         except DmonError as error:
-            self.error = error
+            # Kept without its traceback, which holds this frame and so the reader: a cycle
+            # per session an nvidia-smi error ends, left to the cyclic collector.
+            self.error = error.with_traceback(None)
             return
         except ValueError:
             self.garbage += 1

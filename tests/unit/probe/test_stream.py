@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.cycles import cyclic_garbage
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.model import InstanceRef, InstanceSnapshot, InstanceState, ProbeStatus, Verdict
 from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, GPUS_MARKER, exit_marker
@@ -200,6 +201,21 @@ def test_an_nvidia_smi_error_text_is_an_error() -> None:
     )
     assert stream.error is not None
     assert stream.error.kind == "gpu_lost"
+
+
+def test_a_reader_ended_by_an_nvidia_smi_error_is_freed_without_the_cyclic_collector() -> None:
+    # The error is kept without its traceback: that held the reader's frame, so the reader.
+    def session() -> None:
+        stream = reader()
+        stream.feed_stdout(HEADER + "Unable to determine the device handle: GPU is lost\n", T0)
+        assert stream.error is not None
+        assert stream.error.kind == "gpu_lost"
+
+    garbage = cyclic_garbage(session)
+
+    kept = [type(thing).__name__ for thing in garbage]
+    assert "StreamReader" not in kept
+    assert "DmonError" not in kept
 
 
 def test_mig_rows_are_busy_with_processes_and_unknown_without() -> None:
