@@ -294,6 +294,7 @@ def run(
         tempfile.TemporaryDirectory(prefix="bench-cycle-") as scratch,
         simulation(scenario, database=migrated_as_the_daemon_does(Path(scratch))) as sim,
         long_lived_frozen(),
+        sim.collecting(),  # between the cycles, as the daemon between its jobs
     ):
         minutes = int(sim.assembly.watchdog.settings.lookback.total_seconds() // 60)
         samples = backfill(sim, minutes) if history else 0

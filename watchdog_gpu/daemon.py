@@ -46,7 +46,7 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.executor import ExecutorReport
-from watchdog_gpu.gc_freeze import long_lived_frozen
+from watchdog_gpu.gc_freeze import CollectBetweenJobs, long_lived_frozen
 from watchdog_gpu.heap_release import HeapRelease
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs, Progress
@@ -103,6 +103,7 @@ class Daemon:
         time_scale: float = 1.0,
         wall_clock: Clock | None = None,
         heap_release: HeapRelease | None = None,
+        collector: CollectBetweenJobs | None = None,
     ) -> None:
         if not time_scale > 0:
             raise ValueError("time_scale must be greater than 0")
@@ -124,6 +125,8 @@ class Daemon:
         self.observer = observer
         # Freed heap back to the OS after the jobs (heap_release.py: why), paced in real time.
         self.heap_release = heap_release or HeapRelease.from_libc(self.wall_clock.monotonic)
+        # The cyclic collector's full passes between the jobs (gc_freeze.py: why), real time.
+        self.collector = collector or CollectBetweenJobs(self.wall_clock.monotonic)
         self.scheduler = build_scheduler(len(assembly.providers))
         self.jobs = Jobs(
             assembly.watchdog,
@@ -159,7 +162,9 @@ class Daemon:
         self.scheduler.start()
 
     def _after_job(self, _event: Any) -> None:
-        # Freed heap back to the OS once a job is done (heap_release.py paces it).
+        # What the job left behind collected (gc_freeze.py), then the freed heap back to the
+        # OS (heap_release.py); each paces itself.
+        self.collector.after_job()
         self.heap_release.after_job()
 
     def wake_act(self) -> None:
@@ -607,8 +612,9 @@ def _run_locked(
             daemon=True,
         ).start()
     # Start-up is done (configuration, wiring, the migrated database, metrics): what it built
-    # lives until shutdown, and leaves the garbage collector's full passes (gc_freeze.py).
-    with long_lived_frozen():
+    # lives until shutdown, and leaves the garbage collector's full passes; what the jobs
+    # build is collected between them (gc_freeze.py).
+    with long_lived_frozen(), daemon.collector.active():
         return _serve(daemon, settings, environ, lost, on_started)
 
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.daemon import EXIT_OK, Daemon, run_daemon
-from watchdog_gpu.gc_freeze import long_lived_frozen
+from watchdog_gpu.gc_freeze import BACKSTOP, CollectBetweenJobs, long_lived_frozen
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.simulate import Simulation, simulation
 
@@ -81,6 +81,7 @@ def test_the_daemon_runs_with_its_start_up_objects_frozen(sim: Simulation) -> No
     def started(daemon: Daemon) -> None:
         seen["frozen"] = gc.get_freeze_count()
         seen["assembly tracked"] = tracked(daemon.assembly)
+        seen["full collections every"] = gc.get_threshold()[2]
         daemon.request_stop("test")
 
     code = run_daemon(
@@ -90,4 +91,103 @@ def test_the_daemon_runs_with_its_start_up_objects_frozen(sim: Simulation) -> No
     assert code == EXIT_OK
     assert seen["frozen"] > 0
     assert seen["assembly tracked"] is False  # alive when start-up ended: frozen
+    assert seen["full collections every"] == BACKSTOP  # the jobs' passes do them
     assert gc.get_freeze_count() == 0  # given back at shutdown
+    assert gc.get_threshold()[2] != BACKSTOP
+
+
+# -- full collections between jobs ----------------------------------------------------------------
+
+
+class HandClock:
+    """Monotonic seconds moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cycle() -> weakref.ref[Node]:
+    """A reference cycle nothing else refers to: only the collector frees it."""
+    first, second = Node(), Node()
+    first.other, second.other = second, first
+    return weakref.ref(first)
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[CollectBetweenJobs, HandClock]]:
+    clock = HandClock()
+    before = gc.get_threshold()
+    try:
+        yield CollectBetweenJobs(clock, min_interval=10.0, full_every=600.0), clock
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def test_between_jobs_garbage_is_collected_and_the_survivors_frozen(
+    collector: tuple[CollectBetweenJobs, HandClock],
+) -> None:
+    jobs, clock = collector
+    with jobs.active():
+        kept = Node()
+        gone = cycle()
+        clock.now = 10.0
+        assert jobs.after_job() is True
+        assert gone() is None
+        assert not tracked(kept)  # alive at the pass: set aside, not walked again
+        made_after = Node()
+        assert tracked(made_after)
+    assert tracked(kept)  # given back when the block ends
+    assert gc.get_freeze_count() == 0
+
+
+def test_cpythons_own_full_collections_become_a_backstop_only_while_active(
+    collector: tuple[CollectBetweenJobs, HandClock],
+) -> None:
+    jobs, _clock = collector
+    young = gc.get_threshold()[:2]
+    gc.set_threshold(*young, 10)
+    with jobs.active():
+        assert gc.get_threshold() == (*young, BACKSTOP)
+    assert gc.get_threshold() == (*young, 10)
+
+
+def test_passes_are_paced_and_need_the_block(
+    collector: tuple[CollectBetweenJobs, HandClock],
+) -> None:
+    jobs, clock = collector
+    clock.now = 100.0
+    assert jobs.after_job() is False  # not active: a test's daemon leaves the collector alone
+    assert gc.get_freeze_count() == 0
+    with jobs.active():  # the block's start counts as a pass
+        clock.now = 109.9
+        assert jobs.after_job() is False
+        clock.now = 110.0
+        assert jobs.after_job() is True
+        clock.now = 115.0
+        assert jobs.after_job() is False
+        assert jobs.passes == 1
+
+
+def test_garbage_that_was_frozen_alive_waits_for_the_full_pass(
+    collector: tuple[CollectBetweenJobs, HandClock],
+) -> None:
+    jobs, clock = collector
+    with jobs.active():
+        holder = [Node()]
+        holder[0].other = Node()
+        holder[0].other.other = holder[0]  # a cycle, alive through holder
+        watched = weakref.ref(holder[0])
+        clock.now = 10.0
+        jobs.after_job()  # frozen while alive
+        holder.clear()  # now garbage, but frozen: a plain pass does not see it
+        clock.now = 20.0
+        assert jobs.after_job() is True
+        assert watched() is not None
+        clock.now = 600.0  # full_every after the block's start: everything is walked
+        assert jobs.after_job() is True
+        assert jobs.full_passes == 1
+        assert watched() is None

@@ -69,9 +69,13 @@ def run_simulate(args: argparse.Namespace) -> int:
     previous_level = package_logger.level
     package_logger.setLevel(logging.WARNING)
     try:
-        # As the daemon after its start-up (gc_freeze.py): a day at 1,000 instances is
-        # thousands of ticks.
-        with simulation(scenario, base, database=args.db) as sim, long_lived_frozen():
+        # As the daemon after its start-up and between its jobs (gc_freeze.py): a day at 1,000
+        # instances is thousands of ticks.
+        with (
+            simulation(scenario, base, database=args.db) as sim,
+            long_lived_frozen(),
+            sim.collecting(),
+        ):
             progress = Progress(sys.stderr, scenario.end - scenario.start)
             result = sim.run(on_step=progress.show if progress.enabled else None)
             progress.done()

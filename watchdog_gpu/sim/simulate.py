@@ -27,6 +27,7 @@ from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import AccountConfig, Settings
 from watchdog_gpu.config.checks import actions_providers_cannot_take
 from watchdog_gpu.errors import ConfigError
+from watchdog_gpu.gc_freeze import CollectBetweenJobs
 from watchdog_gpu.model import ActionStatus, PlannedNotification
 from watchdog_gpu.notify.delivery import Deliverer, DeliveryResult
 from watchdog_gpu.secrets import SecretReference
@@ -231,6 +232,7 @@ class Simulation:
         # Wakes between ticks (wake.py) with the streaming probe, whose rows come in batches.
         self.wakes = Wakes() if settings.probe.mode == "stream" else None
         self.wakes_ran = 0
+        self.collector: CollectBetweenJobs | None = None  # while collecting()
 
     def build(self) -> Assembly:
         """(Re)build the engine over the same store, world and clock: a restart of the daemon."""
@@ -252,6 +254,17 @@ class Simulation:
         timeout = account.request_timeout.total_seconds()
         return InProcessTransport(self.dialects[account.provider], self.clock, timeout)
 
+    @contextmanager
+    def collecting(self) -> Iterator[CollectBetweenJobs]:
+        """The cyclic collector between ticks as the daemon runs it between its jobs
+        (gc_freeze.py), on the virtual clock: for a run of many ticks (``simulate``, benchmarks)."""
+        self.collector = CollectBetweenJobs(self.clock.monotonic)
+        try:
+            with self.collector.active():
+                yield self.collector
+        finally:
+            self.collector = None
+
     @property
     def finished(self) -> bool:
         return self.next_tick > self.scenario.end
@@ -265,6 +278,8 @@ class Simulation:
         report = self.assembly.watchdog.tick(now)
         self.next_tick += self.scenario.tick
         self.wakes_ran += self._wake_until(report, now)
+        if self.collector is not None:
+            self.collector.after_job()
 
     def _wake_until(self, report: TickReport, probed_at: datetime) -> int:
         """Run the wakes ``report`` calls for before the next tick (and the scenario's end);
