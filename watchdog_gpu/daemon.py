@@ -154,7 +154,8 @@ class Daemon:
         self.scheduler.add_listener(
             self._on_scheduler_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
         )
-        self.scheduler.add_listener(self._after_job, EVENT_JOB_EXECUTED)
+        # After a failed job too: an outage that fails every job must not stop the passes.
+        self.scheduler.add_listener(self._after_job, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
         specs = job_specs(
             self.jobs, self.settings, self.wall_clock.now(), time_scale=self.time_scale
         )

@@ -25,6 +25,7 @@ from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.config import Settings
 from watchdog_gpu.daemon import Daemon
 from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.gc_freeze import CollectBetweenJobs
 from watchdog_gpu.jobs import ACT, EVALUATE, NullObserver, poll_job_id
 from watchdog_gpu.providers.base import BaseProvider
 from watchdog_gpu.sim.scenario import parse_scenario
@@ -198,3 +199,26 @@ def test_a_daemon_stopped_before_it_started_closes_everything(sim: Simulation) -
 
     assert not daemon.scheduler.running
     assert all_clients_closed(sim)
+
+
+def test_the_cyclic_collector_runs_between_the_daemons_jobs(sim: Simulation) -> None:
+    # gc_freeze.CollectBetweenJobs: a pass after the jobs (paced; here after every one).
+    collector = CollectBetweenJobs(SystemClock().monotonic, min_interval=0.0)
+    daemon = Daemon(fast_settings(sim), sim.assembly, SystemClock(), {}, collector=collector)
+    progress = daemon.progress
+
+    def stop_after_evaluations() -> None:
+        wait_until(lambda: progress.stats(EVALUATE).successes >= 2, "two evaluations")
+        daemon.request_stop("SIGTERM")
+
+    helper = threading.Thread(target=stop_after_evaluations)
+    with collector.active():
+        daemon.start()
+        helper.start()
+        try:
+            daemon.serve()
+        finally:
+            daemon.shutdown()
+            helper.join(timeout=WAIT_SECONDS)
+
+    assert collector.passes >= 2
