@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -71,6 +72,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     probes: int = 0
     log_lines: int = 0
+    log_kinds: list[tuple[str, int]] = field(default_factory=list)  # the most frequent ones
     tables: list[tuple[str, float]] = field(default_factory=list)
 
 
@@ -164,8 +166,19 @@ def measure(args: argparse.Namespace, scratch: Path, database: Path) -> Run:
         server.wait(timeout=30)
     lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     run.log_lines = len(lines)
+    run.log_kinds = Counter(_log_kind(line) for line in lines).most_common(5)
     run.probes, run.tables = database_facts(database)
     return run
+
+
+def _log_kind(line: str) -> str:
+    """A log line's message without its time, level, logger and ``key=value`` fields."""
+    words: list[str] = []
+    for word in line.split(": ", 1)[-1].split():
+        if "=" in word:
+            break
+        words.append(word)
+    return " ".join(words)[:60]
 
 
 def migrate(database: Path) -> None:
@@ -267,7 +280,12 @@ def report(run: Run, hours: float, *, unreachable: bool, warm_up: float = 1.5) -
         "daemon does, start-up included)",
         f"- database growth: {growth_per_hour:.1f} MiB per virtual hour, "
         f"≈ {24 * growth_per_hour:.0f} MiB per day",
-        f"- daemon log lines: {run.log_lines}",
+        f"- daemon log lines: {run.log_lines}"
+        + (
+            " (" + ", ".join(f"{count}× {kind!r}" for kind, count in run.log_kinds) + ")"
+            if run.log_kinds
+            else ""
+        ),
         f"- load average (1 min) while it ran: {min(s.load for s in samples):.1f}–"
         f"{max(s.load for s in samples):.1f}",
     ]
