@@ -6,7 +6,7 @@ import gc
 from collections.abc import Callable
 
 
-def cyclic_garbage(action: Callable[[], None]) -> list[object]:
+def cyclic_garbage(action: Callable[[], object]) -> list[object]:
     """Everything ``action`` left that plain reference counting does not free: run with the
     collector off and ``gc.DEBUG_SAVEALL`` on, then one collection. (Other threads' garbage of
     the same moment shows up too: assert on what is yours, not on an empty list.)"""
