@@ -98,6 +98,13 @@ def test_the_engine_turns_on_wal_foreign_keys_and_a_busy_timeout(empty_engine: E
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000
 
 
+def test_every_pooled_connection_keeps_a_small_page_cache(empty_engine: Engine) -> None:
+    # Each pooled connection keeps its page cache for good: the daemon's memory (engine.py).
+    with empty_engine.connect() as first, empty_engine.connect() as second:
+        for connection in (first, second):
+            assert connection.exec_driver_sql("PRAGMA cache_size").scalar() == -512
+
+
 def test_migrations_run_with_foreign_keys_off_and_the_connection_gets_them_back(
     empty_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

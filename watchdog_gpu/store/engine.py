@@ -4,6 +4,10 @@ SQLite specifics, and why:
 - ``journal_mode=WAL``: readers (status, metrics, the fleet view) never block the writer.
 - ``foreign_keys=ON``: SQLite leaves it off by default.
 - ``busy_timeout``: a writer waits for another writer's short transaction instead of failing.
+- ``cache_size``: 512 KiB a connection instead of SQLite's 2 MiB. Each pooled connection fills
+  its own page cache and keeps it for good; the pages come back from the OS page cache for a
+  syscall each. At 1,000 instances the two busy connections held ≈ 1.6 MiB more (bench/README
+  "SQLite's page cache at 512 KiB").
 - pysqlite's own transaction handling is switched off and SQLAlchemy emits ``BEGIN`` itself
   (the recipe in SQLAlchemy's pysqlite documentation), so that write transactions can start with
   ``BEGIN IMMEDIATE``: a deferred transaction that reads, then writes, fails at once with
@@ -35,6 +39,9 @@ __all__ = [
 ]
 
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
+
+# Negative: in KiB (SQLite's cache_size pragma). See the module docstring.
+PAGE_CACHE_KIB = 512
 
 # Execution option read by the BEGIN hook below: "IMMEDIATE" for write transactions.
 SQLITE_BEGIN_OPTION = "watchdog_sqlite_begin"
@@ -99,6 +106,7 @@ def _install_sqlite_hooks(engine: Engine, *, busy_timeout_ms: int, wal: bool) ->
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute(f"PRAGMA cache_size = {-PAGE_CACHE_KIB}")
             if wal:
                 cursor.execute("PRAGMA journal_mode = WAL")
                 # In WAL mode NORMAL never corrupts the database and survives a killed process
