@@ -1,17 +1,22 @@
 """Benchmark: how the database grows, day by day, under the daemon's write path at 1,000
 instances × 2 GPUs.
 
-No providers and no rules, only what a tick writes, on a SQLite file with the real migrations:
-every virtual minute a poll of every account (``record_observation``: instances, spans, one
-account snapshot per account) and a probe round (``record_probes``: one outcome and one
-condensed sample per GPU per instance, nine instances in ten busy), each phase in one
-transaction as the engine writes them, and every virtual hour ``prune`` with the default
-retention (7 days; samples older than a day rolled up). Reports the file's size (after a WAL
-checkpoint) at the end of each virtual day and the largest tables.
+No providers and no rules, only what a tick writes with the default configuration (the
+streaming probe), on a SQLite file with the real migrations: every virtual minute a poll of
+every account (``record_observation``: instances, spans, one account snapshot per account; the
+accounts are Vast.ai, RunPod and Lambda in turn, and RunPod's listing brings each running GPU's
+utilisation, one ``provider_api`` sample per GPU, ``record_samples``) and a probe round
+(``record_probes``: one outcome per instance, and per GPU the stream's condensed run of the
+minute, ``covers_from`` set, as ``probe/condense.py`` makes it; nine instances in ten busy), each
+phase in one transaction as the engine writes them, and every virtual hour ``prune`` with the
+default retention (7 days; raw samples rolled up into hourly counts after ``RAW_SAMPLES_FOR``).
+Reports the file's size (after a WAL checkpoint) every ``--every`` virtual hours and at the end
+of each virtual day, and the largest tables.
 
 Run from the repository root::
 
     .venv/bin/python -m bench.bench_growth [--days 2] [--accounts 50] [--per-account 20]
+        [--every HOURS]
 
 Not a test: nothing here asserts a size.
 """
@@ -50,23 +55,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=2.0)
     parser.add_argument("--accounts", type=int, default=50)
     parser.add_argument("--per-account", type=int, default=20)
+    parser.add_argument(
+        "--every", type=float, default=24.0, help="virtual hours between size rows (default 24)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-growth-") as scratch:
         path = Path(scratch) / "watchdog-gpu.db"
-        print(grow(path, args.days, args.accounts, args.per_account))
+        print(grow(path, args.days, args.accounts, args.per_account, every=args.every))
     return 0
 
 
-def grow(path: Path, days: float, accounts: int, per_account: int) -> str:
+PROVIDERS = ("vast", "runpod", "lambda")
+
+
+def grow(path: Path, days: float, accounts: int, per_account: int, *, every: float = 24.0) -> str:
     engine = create_engine_for(sqlite_url(path))
     upgrade_to_head(engine)
     store = Store(engine)
-    names = [f"vast-{number:02d}" for number in range(accounts)]
+    names = [f"{PROVIDERS[number % 3]}-{number:02d}" for number in range(accounts)]
     started = time.perf_counter()
     rows = [
-        "| virtual time | database | growth that day |",
+        "| virtual time | database | growth since the row before |",
         "|---|---|---|",
     ]
+    every_minutes = max(1, round(every * 60))
     minutes = int(days * 24 * 60)
     previous = 0.0
     for minute in range(1, minutes + 1):
@@ -75,13 +87,15 @@ def grow(path: Path, days: float, accounts: int, per_account: int) -> str:
         with batch() if batch else nullcontext():
             for account in names:
                 store.record_observation(_observation(account, per_account, now), now)
+                if account.startswith("runpod"):
+                    store.record_samples(_provider_samples(account, per_account, now))
         with batch() if batch else nullcontext():
             store.record_probes(
                 _probe(account, index, now) for account in names for index in range(per_account)
             )
         if minute % 60 == 0:
             store.prune(now)
-        if minute % (24 * 60) == 0 or minute == minutes:
+        if minute % every_minutes == 0 or minute % (24 * 60) == 0 or minute == minutes:
             size = _checkpointed_size(path)
             rows.append(
                 f"| {timedelta(minutes=minute)} | {size:.1f} MiB | {size - previous:+.1f} MiB |"
@@ -99,10 +113,11 @@ def grow(path: Path, days: float, accounts: int, per_account: int) -> str:
 
 
 def _observation(account: str, per_account: int, now: datetime) -> AccountObservation:
+    provider = account.rsplit("-", 1)[0]
     return AccountObservation(
         account=AccountSnapshot(
             account=account,
-            provider="vast",
+            provider=provider,
             observed_at=now,
             balance_usd=1000.0,
             spend_usd_per_hour=per_account * 0.5,
@@ -111,7 +126,7 @@ def _observation(account: str, per_account: int, now: datetime) -> AccountObserv
             InstanceSnapshot(
                 account=account,
                 instance_id=_instance_id(account, index),
-                provider="vast",
+                provider=provider,
                 name=f"job-{index}",
                 state=InstanceState.RUNNING,
                 raw_state="running",
@@ -127,35 +142,69 @@ def _observation(account: str, per_account: int, now: datetime) -> AccountObserv
     )
 
 
+def _util(index: int) -> float:
+    return 0.0 if index % 10 == 9 else 90.0
+
+
+def _provider_samples(account: str, per_account: int, now: datetime) -> list[GpuSample]:
+    """RunPod's listing: each running GPU's utilisation (``probe/prober.provider_samples``)."""
+    return [
+        GpuSample(
+            account=account,
+            instance_id=_instance_id(account, index),
+            at=now,
+            gpu_index=gpu,
+            verdict=Verdict.IDLE if _util(index) == 0 else Verdict.BUSY,
+            source=SampleSource.PROVIDER_API,
+            sm=_util(index),
+        )
+        for index in range(per_account)
+        for gpu in range(2)
+    ]
+
+
+# A stream's minute: rows a second apart from 59 s before the tick to 1 s before it, stamped
+# at the host's seconds mapped to our clock (hence the microseconds).
+_RUN_START = timedelta(seconds=59, microseconds=-417_233)
+_RUN_END = timedelta(seconds=1, microseconds=-417_233)
+
+
 def _probe(account: str, index: int, now: datetime) -> ProbeOutcome:
-    util = 0.0 if index % 10 == 9 else 90.0
+    """One instance's streamed minute as the stream buffer hands it over: one continuous
+    sample per GPU (its run of one verdict, ``covers_from`` its first row), the metrics as the
+    simulated ``dmon`` prints them (no video, no media), and the round's outcome."""
+    util = _util(index)
     verdict = Verdict.IDLE if util == 0 else Verdict.BUSY
     instance_id = _instance_id(account, index)
     samples = tuple(
         GpuSample(
             account=account,
             instance_id=instance_id,
-            at=now,
+            at=now - _RUN_END,
             gpu_index=gpu,
             verdict=verdict,
             source=SampleSource.DMON,
             sm=util,
-            mem=util / 2,
+            mem=util * 0.6,
             enc=0.0,
             dec=0.0,
+            jpg=0.0,
+            ofa=0.0,
+            covers_from=now - _RUN_START,
         )
         for gpu in range(2)
     )
-    detail = f"10 samples of 2 GPU(s); {verdict.value}: 0,1"
+    detail = "stream: 120 rows of 2 GPU(s) in 2 runs"
     return ProbeOutcome(
         account=account,
         instance_id=instance_id,
         at=now,
         status=ProbeStatus.OK,
-        duration_seconds=10.4,
+        duration_seconds=60.0,
         detail=detail,
         samples=samples,
         interactive_login=False,
+        mode="stream",
     )
 
 

@@ -77,6 +77,7 @@ class TickSettings:
     context: PlanContext
     lookback: timedelta = timedelta(hours=3)
     sample_retention: timedelta = timedelta(days=7)
+    raw_sample_retention: timedelta = RAW_SAMPLES_FOR
     budget_timezone: str = "UTC"
     # A finding seen at the previous evaluation continues its episode (see episodes.py): a bit
     # more than one poll interval, so one missed tick does not split an episode.
@@ -496,8 +497,9 @@ class Watchdog:
             return None
 
     def prune(self, now: datetime) -> int:
-        # Raw samples stay while the rules may read them (a long unobserved.after), a day at least.
-        raw_samples_for = max(RAW_SAMPLES_FOR, self.settings.lookback)
+        # Raw samples stay while the rules may read them (a long unobserved.after), and at least
+        # as long as configured.
+        raw_samples_for = max(self.settings.raw_sample_retention, self.settings.lookback)
         return self.store.prune(
             now, self.settings.sample_retention, raw_samples_for=raw_samples_for
         )

@@ -231,6 +231,7 @@ def tick_settings(settings: Settings) -> TickSettings:
         context=plan_context(settings),
         lookback=lookback_for(rules),
         sample_retention=settings.watchdog.sample_retention,
+        raw_sample_retention=settings.watchdog.raw_sample_retention,
         budget_timezone=settings.rules.budget.timezone,
         continuity=2 * settings.watchdog.poll_interval + timedelta(seconds=30),
         notify_backoff=Backoff(settings.notify.retry_initial, settings.notify.retry_max),

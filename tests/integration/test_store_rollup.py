@@ -1,5 +1,5 @@
-"""Retention: GPU samples older than a day become hourly counts; prune takes only the rows it
-deleted out of the fleet view's cache."""
+"""Retention: raw GPU samples older than the raw retention (two hours by default) become hourly
+counts; prune takes only the rows it deleted out of the fleet view's cache."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ def _probe_every_minute(store: Store, start: datetime, count: int, sm: float | N
     )
 
 
-def test_samples_older_than_a_day_become_hourly_counts_per_gpu(
+def test_samples_older_than_the_raw_retention_become_hourly_counts_per_gpu(
     tmp_path: Path, store: Store
 ) -> None:
     store.record_observation(observation(instance("101")), T0)
     _probe_every_minute(store, T0, 60, sm=80.0)  # 12:00-12:59, GPU 0 busy
     _probe_every_minute(store, T0 + minutes(60), 30, sm=None)  # 13:00-13:29, GPU 0 blind
-    now = T0 + DAY + minutes(121)  # a day after 14:01: both hours ended more than a day ago
+    now = T0 + minutes(241)  # 16:01: both hours ended more than two hours ago
 
     store.prune(now)
 
@@ -63,10 +63,12 @@ def test_samples_older_than_a_day_become_hourly_counts_per_gpu(
     assert store.gpu_hours(ACCOUNT, "101", since=T0 + minutes(60))[0].hour == T0 + minutes(60)
 
 
-def test_only_whole_hours_older_than_a_day_are_rolled_up(tmp_path: Path, store: Store) -> None:
+def test_only_whole_hours_older_than_the_raw_retention_are_rolled_up(
+    tmp_path: Path, store: Store
+) -> None:
     store.record_observation(observation(instance("101")), T0)
     _probe_every_minute(store, T0, 120, sm=50.0)  # 12:00-13:59
-    now = T0 + DAY + minutes(90)  # a day before is 13:30: only 12:00-12:59 is whole and older
+    now = T0 + minutes(210)  # two hours before is 13:30: only 12:00-12:59 is whole and older
 
     store.prune(now)
 

@@ -123,6 +123,8 @@ def test_an_unknown_provider_names_the_known_ones(tmp_path: Path) -> None:
     [
         ("watchdog", "poll_interval", '"-1m"', "negative"),
         ("watchdog", "poll_interval", '"0s"', "longer than 0s"),
+        ("watchdog", "raw_sample_retention", '"0s"', "longer than 0s"),
+        ("watchdog", "raw_sample_retention", '"two hours"', "not a duration"),
         ("probe", "connect_timeout", "10", "with a unit"),
         ("rules.paused_interruptible", "after", '"soon"', "not a duration"),
     ],

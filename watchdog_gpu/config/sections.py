@@ -100,6 +100,12 @@ class WatchdogSection(StrictModel):
     sample_retention: PositiveDuration = Field(
         default=timedelta(days=7), description="GPU samples older than this are deleted"
     )
+    # The same default as store/rollup.RAW_SAMPLES_FOR (a test keeps them equal).
+    raw_sample_retention: PositiveDuration = Field(
+        default=timedelta(hours=2),
+        description="raw GPU samples older than this (and than the rules' lookback) are kept "
+        "as hourly busy/idle/unknown counts per GPU",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text", description="text: key=value lines; json: one JSON object per line"
     )

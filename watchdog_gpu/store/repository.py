@@ -768,8 +768,9 @@ class Store:
     def gpu_hours(
         self, account: str, instance_id: str, since: datetime | None = None
     ) -> list[GpuHour]:
-        """The hourly rollups of the instance's GPU samples (older than a day; hour at or after
-        ``since``), by hour and GPU; rows of the same hour and GPU added together."""
+        """The hourly rollups of the instance's GPU samples (those older than the raw retention;
+        hour at or after ``since``), by hour and GPU; rows of the same hour and GPU added
+        together."""
         with self._connection(write=False) as connection:
             return rollup.gpu_hours(connection, account, instance_id, since)
 

@@ -1,10 +1,14 @@
-"""Rolling GPU samples older than a day up into hourly counts (``gpu_sample_rollups``).
+"""Rolling raw GPU samples older than a few hours up into hourly counts (``gpu_sample_rollups``).
 
-The rules read raw samples only inside their lookback (about an hour with the defaults); older
-samples are evidence for ``status`` and ``events``. At 1,000 instances of 2 GPUs and one probe a
-minute, raw samples are ≈ 2.9 million rows (≈ 300 MB) a day; one row per GPU and hour keeps
-what was observed — how many samples were busy, idle or unknown (blind), and the highest
-utilisation — in ≈ 48,000 rows (≈ 5 MB) a day.
+The rules read raw samples only inside their lookback (73 minutes with the defaults); nothing
+else reads them. At 1,000 instances of 2 GPUs with the streaming probe (a condensed run per GPU
+a minute, ``covers_from`` set, and RunPod's API utilisation per GPU a minute besides), raw
+samples are ≈ 3.9 million rows a day, ≈ 21 MiB an hour with their time index (bench/README.md,
+"The database at default retention"): a whole day of them alone would be over the 500 MB the
+whole database may take at the default 7-day retention. One row per GPU and hour keeps what was
+observed — how many samples were busy, idle or unknown (blind), and the highest utilisation —
+in ≈ 48,000 rows (≈ 5 MB) a day. So raw samples are kept ``RAW_SAMPLES_FOR`` (two hours: the
+lookback and most of an hour more; ``watchdog.raw_sample_retention``), then rolled up.
 
 Only whole hours are rolled up (the cutoff is rounded down to the hour; the hour at the
 retention's cutoff keeps only its samples after the cutoff), one hour per transaction, oldest
@@ -36,8 +40,9 @@ from watchdog_gpu.model import Verdict
 from watchdog_gpu.store.schema import GpuSampleRollupRow, GpuSampleRow
 
 HOUR = timedelta(hours=1)
-# Raw samples are kept at least this long (and at least as long as the rules look back).
-RAW_SAMPLES_FOR = timedelta(days=1)
+# Raw samples are kept at least this long (and at least as long as the rules look back): the
+# default of ``watchdog.raw_sample_retention`` (config/sections.py keeps the same value).
+RAW_SAMPLES_FOR = timedelta(hours=2)
 
 SAMPLES = cast(Table, GpuSampleRow.__table__)
 ROLLUPS = cast(Table, GpuSampleRollupRow.__table__)

@@ -10,7 +10,7 @@ Conventions:
   needs no migration and an unknown value read back becomes ``unknown`` instead of a crash;
 - history tables (spans, audit, actions, notifications) are append-mostly and never pruned;
   GPU samples, probe outcomes, sample rollups and old account snapshots are pruned by retention
-  (GPU samples older than a day are first rolled up into hourly ``gpu_sample_rollups``).
+  (raw GPU samples older than a few hours are first rolled up into hourly ``gpu_sample_rollups``).
 """
 
 from __future__ import annotations
