@@ -62,13 +62,21 @@ PHASES = ("poll_all", "probe", "evaluate", "act", "deliver")
 STORE_CALLS = ("record_observation", "record_probes", "load_fleet_view")
 
 
-def fleet(accounts: int, per_account: int, gpus: int = 2) -> Scenario:
+def fleet(accounts: int, per_account: int, gpus: int = 2, *, bursty: bool = False) -> Scenario:
     """The benchmark's scenario: ``accounts`` × ``per_account`` instances."""
-    return parse_scenario(fleet_data(accounts, per_account, gpus))
+    return parse_scenario(fleet_data(accounts, per_account, gpus, bursty=bursty))
 
 
-def fleet_data(accounts: int, per_account: int, gpus: int = 2) -> dict[str, Any]:
-    """The scenario of :func:`fleet` as the TOML table it would be read from."""
+# An inference server: a request every 7 s keeps its GPUs busy for 1 s (never in step with
+# the minute): a run a second or two, the most samples a GPU can make (docs/probe.md).
+BURSTY = {"period": "7s", "busy_for": "1s", "util": 60}
+
+
+def fleet_data(
+    accounts: int, per_account: int, gpus: int = 2, *, bursty: bool = False
+) -> dict[str, Any]:
+    """The scenario of :func:`fleet` as the TOML table it would be read from; ``bursty``: one
+    instance in ten (of the busy ones) serves inference in bursts (:data:`BURSTY`)."""
     data: dict[str, Any] = {
         "name": f"cycle-{accounts}x{per_account}",
         "start": START,
@@ -88,7 +96,7 @@ def fleet_data(accounts: int, per_account: int, gpus: int = 2) -> dict[str, Any]
                     "name": f"job-{number}-{index}",
                     "gpu_count": gpus,
                     "compute_usd_per_hour": 0.5,
-                    "events": [{"at": "0s", "state": "running", "gpu_util": _util(index)}],
+                    "events": [_start(index, bursty=bursty)],
                     # Lambda bills no per-instance storage.
                     **(
                         {}
@@ -107,6 +115,12 @@ def fleet_data(accounts: int, per_account: int, gpus: int = 2) -> dict[str, Any]
             account["balance_usd"] = 10_000.0
         data["accounts"].append(account)
     return data
+
+
+def _start(index: int, *, bursty: bool) -> dict[str, Any]:
+    if bursty and index % 10 == 5:
+        return {"at": "0s", "state": "running", "gpu_pattern": BURSTY}
+    return {"at": "0s", "state": "running", "gpu_util": _util(index)}
 
 
 def _util(index: int) -> int:
@@ -280,8 +294,9 @@ def run(
     *,
     split: bool = True,
     profile_to: Path | None = None,
+    bursty: bool = False,
 ) -> tuple[str, float]:
-    scenario = fleet(accounts, per_account)
+    scenario = fleet(accounts, per_account, bursty=bursty)
     timings: Timings = defaultdict(list)
     walls: list[float] = []
     cpus: list[float] = []
@@ -316,7 +331,9 @@ def run(
         shares = simulator_share(sim, profile_to) if split else None
     instances = accounts * per_account
     lines = [
-        f"{instances} instances in {accounts} accounts, {samples} samples of history "
+        f"{instances} instances in {accounts} accounts"
+        + (", one in ten serving inference in bursts" if bursty else "")
+        + f", {samples} samples of history "
         f"({minutes} min lookback), {cycles} cycles:",
         "",
         "| part | first cycle | later cycles (median) |",
@@ -457,6 +474,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, metavar="FILE", help="save the profiled cycle's pstats to FILE"
     )
+    parser.add_argument(
+        "--bursty",
+        action="store_true",
+        help="one instance in ten serves inference in bursts (busy 1 s in 7)",
+    )
     parser.add_argument("--write-readme", action="store_true", help="update bench/README.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
@@ -468,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_history,
         split=not args.no_split,
         profile_to=args.profile,
+        bursty=args.bursty,
     )
     load_text = "load average " + " / ".join(f"{value:.1f}" for value in load)
     report += f"\n\nMachine load when it started: {load_text} (1/5/15 min, 2 cores)."

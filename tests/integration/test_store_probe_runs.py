@@ -120,3 +120,21 @@ def test_a_warm_store_sees_each_extended_run_once(store: Store, store_engine: En
 
     assert seen[2] == [("ok", 3)]
     assert seen[-1] == [("ok", 3), ("unreachable", 1), ("ok", 2)]
+
+
+def test_how_many_samples_a_probe_brought_does_not_split_a_run_whether_it_brought_any_does(
+    tmp_path: Path, store: Store
+) -> None:
+    # A GPU used in bursts folds into a different number of samples every round.
+    store.record_observation(observation(instance("101")), T0)
+    for minute, gpus in enumerate([(0, 1), (0, 1, 1), (0,), (0, 1, 1, 1)]):
+        at = T0 + minutes(minute)
+        store.record_probes([probe("101", at, *(sample("101", at, gpu) for gpu in gpus))])
+    at = T0 + minutes(4)
+    store.record_probes([probe("101", at)])  # OK and the same text, but no sample
+
+    rows = _rows(tmp_path / "watchdog-gpu.db")
+    assert [row[3] for row in rows] == [4, 1]
+    with sqlite3.connect(tmp_path / "watchdog-gpu.db") as connection:
+        counts = connection.execute("SELECT sample_count FROM probe_outcomes ORDER BY id")
+        assert [count for (count,) in counts] == [4, 0]  # a run keeps its latest count

@@ -21,7 +21,18 @@ The streaming probe reads a row a second per GPU; :func:`condense_runs` turns it
 :data:`CONTIGUOUS_GAP` after the previous — with ``covers_from`` set to the run's first row. So
 the first idle row after the last busy one is kept to the second (the exact idle onset), holes in
 the stream stay holes (blind time), and a steady idle GPU costs one sample per tick. Samples that
-already carry ``covers_from`` pass :func:`condense_samples` unchanged. Pure: no I/O, no clock.
+already carry ``covers_from`` pass :func:`condense_samples` unchanged.
+
+A GPU whose use comes in bursts (an inference server answering a request every few seconds)
+flips verdict every second or two: a run each, up to 60 samples a GPU a minute, each stored and
+held in the rules' window. :func:`fold_before_last_busy` folds the runs that can no longer
+matter into one: before a GPU's last busy run nothing moves the idle clock (its onset is after
+the last activity), so that busy run and the contiguous busy and idle runs before it become one
+busy sample (``covers_from`` the first one's, ``at`` and evidence the busy one's, the metrics
+the maxima). Unknown runs and blind holes are never folded (blind time stays blind), nor is
+anything after the last busy run. ``docs/probe.md``, "Bursty GPUs".
+
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -94,6 +105,46 @@ def condense_runs(rows: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
         if run:
             condensed.append(_run(run))
     return tuple(condensed)
+
+
+def fold_before_last_busy(samples: Sequence[GpuSample]) -> tuple[GpuSample, ...]:
+    """``samples`` (one take's continuous samples of one instance, by GPU then time, as
+    ``stream_buffer.run_samples`` makes them) with each GPU's last busy run folded together
+    with the runs before it that are contiguous with it and busy or idle (see the module
+    docstring). The rules decide the same on the result: the last activity is the busy run's
+    ``at``, and what follows it is kept; a folded sample is busy under any threshold its busy
+    run was busy under (its maxima are at least that run's; a missing ``sm`` stays missing).
+    Under a threshold raised after recording, the activity is the folded sample's ``at``, never
+    earlier than the unfolded samples' (the idle clock starts later, never earlier)."""
+    folded: list[GpuSample] = []
+    start = 0
+    for end in range(1, len(samples) + 1):
+        if end == len(samples) or samples[end].gpu_index != samples[start].gpu_index:
+            folded.extend(_fold_gpu(samples[start:end]))
+            start = end
+    return tuple(folded)
+
+
+def _fold_gpu(runs: Sequence[GpuSample]) -> Sequence[GpuSample]:
+    """One GPU's runs in time order, the last busy one folded with its stretch (see above)."""
+    last = len(runs) - 1
+    while last >= 0 and runs[last].verdict is not Verdict.BUSY:
+        last -= 1
+    if last < 0:
+        return runs
+    first = last
+    while first > 0:
+        before, after = runs[first - 1], runs[first]
+        if before.verdict is Verdict.UNKNOWN or before.covers_from is None:
+            break
+        if after.covers_from is None or after.covers_from - before.at > CONTIGUOUS_GAP:
+            break  # a blind hole: what lies before it is kept as it was observed
+        first -= 1
+    if first == last:
+        return runs
+    stretch = list(runs[first : last + 1])
+    one = replace(_condense(stretch), covers_from=stretch[0].covers_from)
+    return [*runs[:first], one, *runs[last + 1 :]]
 
 
 def _run(rows: Sequence[GpuSample]) -> GpuSample:

@@ -38,6 +38,7 @@ from watchdog_gpu.model import (
     SampleSource,
 )
 from watchdog_gpu.probe.command import ProbeCommandSpec, build_probe_command
+from watchdog_gpu.probe.condense import fold_before_last_busy
 from watchdog_gpu.probe.hostkeys import HostKeyStore
 from watchdog_gpu.probe.interpret import ProbeContext, failed, interpret
 from watchdog_gpu.probe.runner import CommandRunner, ConnectionKeeper, SshTarget, StreamSource
@@ -251,8 +252,13 @@ class Prober:
                 mode=ProbeMode.STREAM.value,
             )
         else:
-            samples = run_samples(read, account=instance.account, instance_id=instance.instance_id)
-            text = f"stream: {rows} rows of {len(gpus)} GPU(s) in {len(samples)} runs"
+            runs = run_samples(read, account=instance.account, instance_id=instance.instance_id)
+            # A bursty GPU's runs before its last busy one change no decision: one sample
+            # (probe/condense.py), not one a second or two, in the database and the window.
+            samples = fold_before_last_busy(runs)
+            # The same text every round while nothing changes (no counts of this round's rows
+            # or runs): a steady stream is one stored outcome row (store/observations.py).
+            text = f"stream: rows of {len(gpus)} GPU(s)"
             outcome = ProbeOutcome(
                 account=instance.account,
                 instance_id=instance.instance_id,

@@ -67,13 +67,18 @@ _INSERT_INSTANCES = insert(INSTANCES)
 _DELETE_PROBE = delete(PROBES).where(PROBES.c.id == bindparam("pk"))
 # Ids only grow (a run's new row is inserted before the old one goes), so the highest id of an
 # instance is its latest run; the (account, instance_id, at) index covers the grouping.
-_RUN_FIELDS = ("status", "detail", "interactive_login", "sample_count", "mode")
+# A run's probes agree on these, and on whether they brought samples at all: how many they
+# brought changes every round on a GPU used in bursts (probe/condense.py), and a new row every
+# round for a week of retention would be most of the database (bench/README.md, "Bursty GPUs").
+# The run's row keeps its latest probe's count.
+_RUN_FIELDS = ("status", "detail", "interactive_login", "mode")
 _LATEST_PROBES = select(
     PROBES.c.id,
     PROBES.c.account,
     PROBES.c.instance_id,
     PROBES.c.at,
     *(PROBES.c[name] for name in _RUN_FIELDS),
+    PROBES.c.sample_count,
     PROBES.c.first_at,
     PROBES.c.repeats,
 ).where(
@@ -228,7 +233,11 @@ def _probe_values(outcome: ProbeOutcome) -> Values:
 
 
 def _same_run(previous: Values, row: Values) -> bool:
-    return previous["at"] <= row["at"] and all(previous[name] == row[name] for name in _RUN_FIELDS)
+    return (
+        previous["at"] <= row["at"]
+        and all(previous[name] == row[name] for name in _RUN_FIELDS)
+        and (previous["sample_count"] > 0) == (row["sample_count"] > 0)
+    )
 
 
 def _latest_runs(conn: Connection, accounts: set[str]) -> dict[tuple[str, str], Values]:

@@ -235,7 +235,8 @@ class GpuSampleRow(Base):
 class ProbeOutcomeRow(Base):
     """How the SSH probes of one instance ended (their samples are in ``gpu_samples``).
 
-    One row per run of identical outcomes (status, detail, interactive login, sample count):
+    One row per run of identical outcomes (status, detail, interactive login, mode, and whether
+    they brought samples; ``sample_count`` is the latest probe's):
     ``first_at`` is the run's first probe, ``at`` its latest, ``repeats`` how many probes it
     stands for. A probe equal to the instance's latest row extends the run by replacing that row
     with a new one (a new id, so the fleet view's cache sees it, see store/history.py); a steady
