@@ -3,6 +3,7 @@ decide exactly as on the unfolded runs (probe/condense.py, ``fold_before_last_bu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -42,7 +43,7 @@ def buffer() -> HostBuffer:
     return HostBuffer(health, capacity=10_000)
 
 
-def runs_of(rows: list[tuple[int, float, Metrics]]) -> tuple[GpuSample, ...]:
+def runs_of(rows: Sequence[tuple[int, float, Metrics]]) -> tuple[GpuSample, ...]:
     """(GPU, second after T0, metrics) rows judged as the reader judges them, as runs."""
     host = buffer()
     for gpu, second, metrics in rows:
@@ -180,7 +181,8 @@ def bursty_streams(draw: st.DrawFn) -> tuple[list[list[Second]], list[int]]:
 
 
 def recorded(gpus: list[list[Second]], takes: list[int], fold: bool) -> list[GpuSample]:
-    host, samples, taken = buffer(), [], 0
+    host, taken = buffer(), 0
+    samples: list[GpuSample] = []
     for take in [*takes, len(gpus[0])]:
         for second in range(taken, take):
             for gpu, own in enumerate(gpus):
