@@ -7,8 +7,9 @@ samples are ≈ 3.9 million rows a day, ≈ 21 MiB an hour with their time index
 "The database at default retention"): a whole day of them alone would be over the 500 MB the
 whole database may take at the default 7-day retention. One row per GPU and hour keeps what was
 observed — how many samples were busy, idle or unknown (blind), and the highest utilisation —
-in ≈ 48,000 rows (≈ 5 MB) a day. So raw samples are kept ``RAW_SAMPLES_FOR`` (two hours: the
-lookback and most of an hour more; ``watchdog.raw_sample_retention``), then rolled up.
+in ≈ 64,000 rows (≈ 14 MiB with their indexes) a day. So raw samples are kept
+``RAW_SAMPLES_FOR`` (two hours: the lookback and most of an hour more;
+``watchdog.raw_sample_retention``), then rolled up.
 
 Only whole hours are rolled up (the cutoff is rounded down to the hour; the hour at the
 retention's cutoff keeps only its samples after the cutoff), one hour per transaction, oldest
