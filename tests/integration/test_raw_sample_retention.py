@@ -10,15 +10,7 @@ from typing import cast
 
 import pytest
 
-from tests.integration.store_builders import (
-    ACCOUNT,
-    T0,
-    instance,
-    minutes,
-    observation,
-    probe,
-    sample,
-)
+from tests.integration import store_builders as build
 from watchdog_gpu.config import load_settings
 from watchdog_gpu.executor import Executor
 from watchdog_gpu.store import Store
@@ -64,17 +56,19 @@ def test_the_tick_rolls_up_what_is_older_than_the_configured_time_and_the_lookba
         settings = settings.model_copy(update={"watchdog": watchdog_section})
     # The tick's prune reads only the store and its settings.
     watchdog = Watchdog(store, {}, cast(Executor, None), tick_settings(settings))
-    store.record_observation(observation(instance("101")), T0)
+    store.record_observation(build.observation(build.instance("101")), build.T0)
     store.record_probes(
-        probe("101", at, sample("101", at, 0, sm=90.0))
-        for at in (T0 + minutes(m) for m in range(HOURS * 60))
+        build.probe("101", at, build.sample("101", at, 0, sm=90.0))
+        for at in (build.T0 + build.minutes(m) for m in range(HOURS * 60))
     )
 
-    watchdog.prune(T0 + timedelta(hours=HOURS))
+    watchdog.prune(build.T0 + timedelta(hours=HOURS))
 
     raw = _raw_sample_times(tmp_path / "watchdog-gpu.db")
     assert raw[0].startswith(f"2026-03-01 {12 + first_raw_hour}:00:00")
     assert len(raw) == (HOURS - first_raw_hour) * 60
-    rolled = {hour.hour for hour in store.gpu_hours(ACCOUNT, "101")}
-    assert rolled == {T0 + timedelta(hours=h) for h in range(first_raw_hour)}
-    assert sum(hour.samples for hour in store.gpu_hours(ACCOUNT, "101")) == first_raw_hour * 60
+    rolled = {hour.hour for hour in store.gpu_hours(build.ACCOUNT, "101")}
+    assert rolled == {build.T0 + timedelta(hours=h) for h in range(first_raw_hour)}
+    assert (
+        sum(hour.samples for hour in store.gpu_hours(build.ACCOUNT, "101")) == first_raw_hour * 60
+    )
