@@ -7,7 +7,7 @@ SQLite specifics, and why:
 - ``cache_size``: 512 KiB a connection instead of SQLite's 2 MiB. Each pooled connection fills
   its own page cache and keeps it for good; the pages come back from the OS page cache for a
   syscall each. At 1,000 instances the two busy connections held ≈ 1.6 MiB more (bench/README
-  "SQLite's page cache at 512 KiB").
+  "The database at default retention; bursty GPUs; SQLite's page cache").
 - pysqlite's own transaction handling is switched off and SQLAlchemy emits ``BEGIN`` itself
   (the recipe in SQLAlchemy's pysqlite documentation), so that write transactions can start with
   ``BEGIN IMMEDIATE``: a deferred transaction that reads, then writes, fails at once with

@@ -69,7 +69,7 @@ _DELETE_PROBE = delete(PROBES).where(PROBES.c.id == bindparam("pk"))
 # instance is its latest run; the (account, instance_id, at) index covers the grouping.
 # A run's probes agree on these, and on whether they brought samples at all: how many they
 # brought changes every round on a GPU used in bursts (probe/condense.py), and a new row every
-# round for a week of retention would be most of the database (bench/README.md, "Bursty GPUs").
+# round for a week of retention would be most of the database (docs/probe.md, "Bursty GPUs").
 # The run's row keeps its latest probe's count.
 _RUN_FIELDS = ("status", "detail", "interactive_login", "mode")
 _LATEST_PROBES = select(
