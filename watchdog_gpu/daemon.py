@@ -53,7 +53,7 @@ from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs
 from watchdog_gpu.model import ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs, phase_intervals
-from watchdog_gpu.store.leadership import PostgresLeadership
+from watchdog_gpu.store.leadership import LEASE_SECONDS, PostgresLeadership
 from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.tick import TickReport
@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+# Internal: _serve's result when the leadership was lost (run_daemon stands by again).
+LEADERSHIP_LOST = -1
+REJOIN_DELAY_SECONDS = 3.0
 
 SHUTDOWN_CHECK_SECONDS = 10.0
 # How long a starting daemon waits for a `watchdog-gpu once` that holds the database's lock.
@@ -445,39 +448,56 @@ def run_daemon(
     # comes as a standby takes over is never lost between the two.
     stops = StopRequests()
     with stop_on_signals(stops.request):
-        leadership: PostgresLeadership | None = None
-        try:
-            lock = database_lock(database_url, role="run", node=settings.watchdog.node_name)
-            if isinstance(lock, PostgresLeadership):
-                leadership = lock
-                if not stand_by_until_leading(
-                    leadership, environ, stops.event, metrics=settings.metrics
-                ):
-                    return EXIT_OK  # stopped while standing by
-            else:
-                lock = hold_database_lock(database_url)
-        except (DatabaseInUseError, MetricsAddressError) as error:
-            if leadership is not None:
-                leadership.release()
-            print(f"cannot start: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        except StoreError as error:
-            log.error("cannot start: %s", error)
-            return EXIT_FAILURE
-        try:
-            return _run_locked(
-                settings,
-                clock,
-                environ,
-                stops,
-                build=build,
-                time_scale=time_scale,
-                wall_clock=wall_clock,
-                on_started=on_started,
-                leadership=leadership,
+        while True:
+            leadership: PostgresLeadership | None = None
+            try:
+                lock = database_lock(database_url, role="run", node=settings.watchdog.node_name)
+                if isinstance(lock, PostgresLeadership):
+                    leadership = lock
+                    if not stand_by_until_leading(
+                        leadership,
+                        environ,
+                        stops.event,
+                        metrics=settings.metrics,
+                        lease_seconds=settings.watchdog.leader_lease.total_seconds(),
+                    ):
+                        return EXIT_OK  # stopped while standing by
+                else:
+                    lock = hold_database_lock(database_url)
+            except (DatabaseInUseError, MetricsAddressError) as error:
+                if leadership is not None:
+                    leadership.release()
+                print(f"cannot start: {error}", file=sys.stderr)
+                return EXIT_USAGE
+            except StoreError as error:
+                log.error("cannot start: %s", error)
+                return EXIT_FAILURE
+            try:
+                code = _run_locked(
+                    settings,
+                    clock,
+                    environ,
+                    stops,
+                    build=build,
+                    time_scale=time_scale,
+                    wall_clock=wall_clock,
+                    on_started=on_started,
+                    leadership=leadership,
+                )
+            finally:
+                lock.release()
+            if code != LEADERSHIP_LOST:
+                return code
+            # A node that lost the lead (a database outage, a cut connection, a lease expired
+            # while it was frozen) stands by again in this process: exiting would meet
+            # systemd's start limit after a few outages and leave the team a node short.
+            log.warning(
+                "leadership lost: standing by again node=%s", leadership and leadership.node
             )
-        finally:
-            lock.release()
+            stops.detach()
+            # Give a live standby (it retries every second) the first chance to lead.
+            if stops.event.wait(REJOIN_DELAY_SECONDS):
+                return EXIT_OK
 
 
 class StopRequests:
@@ -502,6 +522,10 @@ class StopRequests:
         for reason in self.reasons:
             daemon.request_stop(reason)
 
+    def detach(self) -> None:
+        """The daemon stopped (its leadership was lost): signals wait for the next one."""
+        self._daemon = None
+
 
 def stand_by_until_leading(
     leadership: PostgresLeadership,
@@ -509,14 +533,18 @@ def stand_by_until_leading(
     stop: threading.Event,
     *,
     metrics: MetricsSection | None = None,
+    lease_seconds: float = LEASE_SECONDS,
 ) -> bool:
     """Wait (as a standby: no polling, no probing) until this node leads the watchdogs sharing
     the PostgreSQL database; False when ``stop`` (SIGTERM/SIGINT) came first. systemd is told
     the unit is ready (a standby is a healthy state) and kept fed while it waits; with
     ``metrics`` enabled the standby's own ``/metrics`` answers meanwhile
     (``metrics/standby.py``). Raises MetricsAddressError when that endpoint cannot listen."""
-    if leadership.try_acquire():
-        return True
+    try:
+        if leadership.try_acquire():
+            return True
+    except StoreError as error:  # the database is down: wait for it as a standby does
+        log.warning("standing by: the database cannot be reached error=%s", error)
     stop_endpoint = _start_standby_metrics(metrics, leadership.node)
     systemd_notify.ready(f"standing by: node {leadership.node}", environ=environ)
     done = threading.Event()
@@ -525,7 +553,7 @@ def stand_by_until_leading(
     )
     pinger.start()
     try:
-        return leadership.wait_for_leadership(stop)
+        return leadership.wait_for_leadership(stop, lease_seconds=lease_seconds)
     finally:
         done.set()
         if stop_endpoint is not None:
@@ -604,8 +632,13 @@ def _run_locked(
     daemon = daemon_or_code
     stops.attach(daemon)  # a signal during start-up stops it right away
     if leadership is not None:
-        daemon.assembly.store.fence_epoch = leadership.epoch
-        check_every = min(5.0, settings.watchdog.poll_interval.total_seconds() / time_scale / 2)
+        daemon.assembly.store.fence = leadership.fence
+        # Each check renews the lease a standby watches: at least four times a lease.
+        check_every = min(
+            5.0,
+            settings.watchdog.leader_lease.total_seconds() / 4,
+            settings.watchdog.poll_interval.total_seconds() / time_scale / 2,
+        )
         threading.Thread(
             target=_watch_leadership,
             args=(leadership, daemon, lost, max(check_every, 0.2)),
@@ -646,7 +679,7 @@ def _serve(
         daemon.serve()
     finally:
         daemon.shutdown()
-    return EXIT_FAILURE if lost else EXIT_OK
+    return LEADERSHIP_LOST if lost else EXIT_OK
 
 
 def _start(

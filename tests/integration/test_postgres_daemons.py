@@ -6,9 +6,9 @@ is tested is who leads). The sequence:
 
 1. node-a leads; node-b stands by; ``once`` and ``db upgrade`` are refused naming node-a;
    ``status`` prints the leader line.
-2. node-a's lock connection is terminated by the server (a network cut): node-a notices, stops at
-   once and exits 1; node-b takes over with a new epoch.
-3. node-a comes back as a standby; node-b is SIGKILLed; node-a leads again.
+2. node-a's lock connection is terminated by the server (a network cut): node-a notices, stops
+   acting at once and stands by again (it does not exit); node-b takes over with a new epoch.
+3. node-b is SIGKILLed; node-a, still the same process, leads again.
 4. SIGTERM stops the leader cleanly (exit 0), and a standby too.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from sqlalchemy import text
 from tests.integration.test_daemon_run import child_environment as daemon_environment
 from tests.support.databases import postgres_server
 from tests.support.http_receiver import free_port
+from tests.support.postgres import running_postgres
 from watchdog_gpu.store import create_engine_for
 from watchdog_gpu.store.leadership import read_leader
 from watchdog_gpu.store.rows import Leader
@@ -36,6 +38,7 @@ from watchdog_gpu.store.rows import Leader
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 POLL_SECONDS = 4
+LEASE_SECONDS = 3
 WAIT_SECONDS = 60.0
 _pause = threading.Event().wait
 
@@ -49,6 +52,7 @@ mode = "monitor"
 poll_interval = "{POLL_SECONDS}s"
 database_url = "{database_url}"
 node_name = "{node}"
+leader_lease = "{LEASE_SECONDS}s"
 
 [metrics]
 port = {metrics_port}
@@ -191,7 +195,7 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
         assert "leader: node node-a since" in status.stdout
 
         # 2. The server ends node-a's lock connection (a network cut): node-a stops acting and
-        #    exits 1; node-b takes over.
+        #    stands by again; node-b takes over.
         with engine.connect() as connection:
             ended = connection.execute(
                 text(
@@ -201,9 +205,8 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
             ).all()
         assert len(ended) == 1
         takeover = wait_until(leads("node-b", 2), "node-b taking over", nodes)
-        a.running.wait(timeout=WAIT_SECONDS)
-        assert a.running.returncode == 1
-        assert "leadership lost" in a.log()
+        wait_until(lambda: "leadership lost: standing by again" in a.log(), "node-a", nodes)
+        assert a.running.poll() is None  # no exit into systemd's start limit
         wait_until(lambda: "started accounts=1" in b.log(), "node-b starting its jobs", nodes)
         # The standby's endpoint gave its port to the leader's.
         wait_until(
@@ -211,8 +214,7 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
         )
         assert "watchdog_gpu_standby" not in b.metrics()
 
-        # 3. node-a comes back as a standby; node-b is killed; node-a leads again.
-        a.start()
+        # 3. node-a stands by in the same process; node-b is killed; node-a leads again.
         wait_until(
             lambda: a.log().count("standing by node=node-a") >= 1, "node-a standing by", nodes
         )
@@ -303,3 +305,79 @@ def test_every_operator_command_works_on_postgresql_and_never_shows_the_password
     assert events.returncode == 0, events.stderr
     assert "protection_added" in events.stdout
     assert "protection_removed" in events.stdout
+
+
+def test_a_frozen_leader_is_replaced_within_its_lease_and_stands_by_when_it_thaws(
+    tmp_path: Path, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = create_engine_for(database_url)
+    a, b = Node(tmp_path, database_url, "node-a"), Node(tmp_path, database_url, "node-b")
+    nodes = [a, b]
+    try:
+        a.start()
+        wait_until(lambda: "started accounts=1" in a.log(), "node-a starting", nodes)
+        b.start()
+        wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", nodes)
+        a.running.send_signal(signal.SIGSTOP)  # frozen: its TCP connections stay up
+        takeover = wait_until(
+            lambda: (leader := read_leader(engine)) is not None and leader.node == "node-b",
+            "node-b taking over from a frozen leader",
+            nodes,
+        )
+        with capsys.disabled():
+            print(f"\ntakeover from a frozen leader {takeover:.1f} s (lease {LEASE_SECONDS} s)")
+        assert takeover < LEASE_SECONDS + 2 * POLL_SECONDS
+        a.running.send_signal(signal.SIGCONT)
+        wait_until(lambda: "leadership lost: standing by again" in a.log(), "node-a", nodes)
+        wait_until(lambda: "standing by node=node-a" in a.log(), "node-a standing by", nodes)
+        assert a.running.poll() is None
+        leader = read_leader(engine)
+        assert leader is not None
+        assert leader.node == "node-b"
+    finally:
+        for node in nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGCONT)
+            node.stop()
+        engine.dispose()
+
+
+def test_a_database_outage_kills_no_node_and_the_leader_leads_again_after_it(
+    tmp_path: Path,
+) -> None:
+    with running_postgres(Path(tempfile.mkdtemp(prefix="watchdog-gpu-pg-"))) as server:
+        url = server.create_database()
+        engine = create_engine_for(url)
+        a = Node(tmp_path, url, "node-a")
+        try:
+            a.start()
+            wait_until(lambda: "started accounts=1" in a.log(), "node-a starting", [a])
+            server.stop()
+            wait_until(lambda: "leadership lost" in a.log(), "node-a noticing the outage", [a])
+            _pause(3 * LEASE_SECONDS)
+            assert a.running.poll() is None, a.log()[-2000:]  # standing by, not exited
+            server.start_again()
+            wait_until(
+                lambda: a.log().count("started accounts=1") >= 2, "node-a leading again", [a]
+            )
+            leader = read_leader(engine)
+            assert leader is not None
+            assert (leader.node, leader.epoch) == ("node-a", 2)
+        finally:
+            a.stop()
+            engine.dispose()
+
+
+def test_a_daemon_started_while_the_database_is_down_waits_for_it(tmp_path: Path) -> None:
+    with running_postgres(Path(tempfile.mkdtemp(prefix="watchdog-gpu-pg-"))) as server:
+        url = server.create_database()
+        server.stop()
+        a = Node(tmp_path, url, "node-a")
+        try:
+            a.start()
+            wait_until(lambda: "cannot be reached" in a.log(), "node-a waiting", [a])
+            assert a.running.poll() is None, a.log()[-2000:]
+            server.start_again()
+            wait_until(lambda: "started accounts=1" in a.log(), "node-a starting", [a])
+        finally:
+            a.stop()

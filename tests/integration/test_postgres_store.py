@@ -253,14 +253,14 @@ def test_a_deposed_leaders_writes_are_fenced_by_the_epoch(pg_url: str) -> None:
     try:
         assert first.try_acquire()
         old_leader = Store(engine)
-        old_leader.fence_epoch = first.epoch
+        old_leader.fence = first.fence
         old_leader.enqueue_action(planned_action("k1", at=T0))
-        epoch = first.epoch
+        fence = first.fence
         # The old leader's lock connection dies (host partitioned, process stuck): the lock is
         # gone, a standby takes over, but the old process still runs with its store.
         first.release()
         assert second.try_acquire()
-        old_leader.fence_epoch = epoch
+        old_leader.fence = fence
 
         with pytest.raises(LeadershipLostError):
             old_leader.claim_actions(T0 + minutes(1), "node-a")
@@ -270,7 +270,7 @@ def test_a_deposed_leaders_writes_are_fenced_by_the_epoch(pg_url: str) -> None:
             first.check()
 
         new_leader = Store(engine)
-        new_leader.fence_epoch = second.epoch
+        new_leader.fence = second.fence
         assert [row.idempotency_key for row in new_leader.claim_actions(T0, "node-b")] == ["k1"]
         assert [row.idempotency_key for row in new_leader.list_actions()] == ["k1"]
     finally:

@@ -31,7 +31,7 @@ def main(scenario_path: str, workdir: str, database_url: str, node: str) -> int:
 
     def still_leading(sim: Simulation) -> None:
         leadership.check()  # raises LeadershipLostError: this process stops acting
-        sim.store.fence_epoch = leadership.epoch
+        sim.store.fence = leadership.fence
 
     resume_night(scenario_path, work, database_url=database_url, before_tick=still_leading)
     leadership.release()

@@ -91,6 +91,10 @@ class PostgresServer:
         )
         if initdb.returncode != 0:
             raise RuntimeError(f"initdb failed: {initdb.stderr.strip()}")
+        self.start_again()
+
+    def start_again(self) -> None:
+        """Start the server on its existing data directory (after :meth:`stop`)."""
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
             f"-c unix_socket_directories={self.workdir} -c fsync=off "

@@ -93,6 +93,13 @@ class WatchdogSection(StrictModel):
         description="this daemon's name among watchdogs sharing a PostgreSQL database "
         "(unset = the host name)",
     )
+    leader_lease: PositiveDuration = Field(
+        default=timedelta(seconds=30),
+        ge=timedelta(seconds=2),
+        le=timedelta(minutes=10),
+        description="a team's leader whose lock session stays silent this long (a frozen "
+        "process, a host cut off from the database) is replaced by a standby",
+    )
     database_password: SecretReference | None = Field(
         default=None,
         description="the database password (PostgreSQL), kept out of database_url",

@@ -47,6 +47,27 @@ PAGE_CACHE_KIB = 512
 SQLITE_BEGIN_OPTION = "watchdog_sqlite_begin"
 
 
+# libpq's TCP settings on every connection: a silent peer is dropped after about 25 s of
+# keepalives, and data unacknowledged for 20 s fails the statement (a blackholed network).
+TCP_SETTINGS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,
+}
+
+
+def postgres_connect_args(url: URL) -> dict[str, Any]:
+    """The TCP settings of :data:`TCP_SETTINGS` a URL does not set itself (libpq drivers)."""
+    if url.get_backend_name() != "postgresql" or url.get_driver_name() not in {
+        "psycopg",
+        "psycopg2",
+    }:
+        return {}
+    return {key: value for key, value in TCP_SETTINGS.items() if key not in url.query}
+
+
 def create_engine_for(url: str | URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:
     """An Engine for ``url`` (any SQLAlchemy URL; ``sqlite:///path`` is the usual one).
 
@@ -59,7 +80,7 @@ def create_engine_for(url: str | URL, *, busy_timeout_ms: int = DEFAULT_BUSY_TIM
     """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True, connect_args=postgres_connect_args(parsed))
     in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed)
     options: dict[str, Any] = {
         "connect_args": {"check_same_thread": False},

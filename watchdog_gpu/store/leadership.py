@@ -6,13 +6,20 @@ A team runs two (or more) daemons against one database; exactly one of them acts
   connection of its own (``pg_try_advisory_lock``). PostgreSQL releases it the moment that
   connection ends — the process was killed, its host died, the network dropped — so there is never
   a stale lock, and a standby that keeps trying takes over within one retry interval.
-- **The epoch (fencing).** Whoever takes the lock counts ``leadership.epoch`` up, in a transaction
-  that locks the row. Every write transaction of the leader's store first reads the epoch with a
-  shared row lock and fails (``LeadershipLostError``) when it is not its own: a deposed leader —
-  one that lost its lock connection but still runs — can no longer claim an action, move one to
-  "calling the provider" or enqueue anything, and the new leader's epoch change waits for any
-  write transaction of the old one that is still in flight. So no action is claimed by two
-  leaders, and no destroy is called twice.
+- **The fence.** Every write transaction of the leader's store first reads the epoch with a
+  shared row lock *and* proves that its own lock session still holds the advisory lock
+  (``pg_locks``); it fails (``LeadershipLostError``) otherwise. So the moment a leader's lock
+  session ends, its next transaction fails — before any standby has taken the lock, let alone
+  raised the epoch: there is no window between "lock lost" and "epoch raised". A standby that
+  takes the lock first terminates every transaction that passed the old leader's fence and is
+  still open (a frozen leader's), then counts ``leadership.epoch`` up. So no action is claimed
+  by two leaders, and no destroy is called twice.
+- **Bounded loss detection.** Every connection has TCP keepalives and ``tcp_user_timeout``
+  (a cut network fails a statement within 20 s: ``store/engine.py``, never after Linux's
+  2 hours), and the lock session a lock timeout. The leader renews its lease (a statement on
+  its lock session) every few seconds; a standby that sees the holder's session silent for
+  :data:`LEASE_SECONDS` (a frozen process, a host cut off) terminates that session and takes
+  over.
 - **Standby.** A standby does nothing but retry the lock (no polling, no probing: one leader's
   view of the providers is the record). ``status`` and the metric ``watchdog_gpu_leader{node}``
   show who leads and since when.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, create_engine, insert, select, text, update
 from sqlalchemy.engine import make_url
@@ -35,6 +43,7 @@ from sqlalchemy.pool import NullPool
 from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.store import convert
+from watchdog_gpu.store.engine import postgres_connect_args
 from watchdog_gpu.store.lock import LockHeldError, LockHolder
 from watchdog_gpu.store.migrate_process import upgrade_in_child_process
 from watchdog_gpu.store.rows import Leader
@@ -47,6 +56,41 @@ log = logging.getLogger(__name__)
 ADVISORY_LOCK_KEY = 0x7764677075
 LEADERSHIP_ROW = 1
 RETRY_SECONDS = 1.0
+# A leader's lock session that ran no statement for this long is presumed frozen or cut off: a
+# standby terminates it (the leader renews every <= 5 s: daemon.py's leadership watcher).
+LEASE_SECONDS = 30.0
+# How long leadership work waits for a row or lock before it gives up and says so.
+LOCK_TIMEOUT = "5s"
+
+# pg_locks shows a bigint advisory key as (classid, objid) = (high, low) 32 bits, objsubid 1.
+_LOCK_KEY = {"high": ADVISORY_LOCK_KEY >> 32, "low": ADVISORY_LOCK_KEY & 0xFFFFFFFF}
+_HOLDS_LOCK = text(
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND classid = :high AND objid = :low AND objsubid = 1 AND pid = :pid)"
+)
+# Transactions that passed a fence: only the fence takes a shared row lock on the leadership
+# table (readers take no row lock), so every other holder is a deposed leader's.
+_FENCED_TRANSACTIONS = text(
+    "SELECT pid, pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'relation'"
+    " AND relation = 'leadership'::regclass AND mode = 'RowShareLock' AND granted"
+    " AND pid <> pg_backend_pid()"
+)
+_SILENT_HOLDER = text(
+    "SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_locks l"
+    " JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :high AND l.objid = :low"
+    " AND l.objsubid = 1 AND a.pid <> pg_backend_pid() AND a.state <> 'active'"
+    " AND now() - a.state_change > make_interval(secs => :lease)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a leader's write transactions prove: the epoch is still ``epoch`` and the session
+    ``lock_session`` (a ``pg_backend_pid()``) still holds the advisory lock."""
+
+    epoch: int
+    lock_session: int
 
 
 class LeadershipLostError(StoreError):
@@ -62,18 +106,26 @@ def read_leader(engine: Engine) -> Leader | None:
     return None if row is None else convert.leader(row)
 
 
-def check_fence(session_or_connection: Session | Connection, epoch: int) -> None:
-    """Raise LeadershipLostError unless the database's epoch is ``epoch``. Takes a shared lock
-    on the leadership row until the caller's transaction ends, so a takeover waits for it."""
+def check_fence(session_or_connection: Session | Connection, fence: Fence) -> None:
+    """Raise LeadershipLostError unless the database's epoch is ``fence.epoch`` and this node's
+    lock session still holds the advisory lock. Takes a shared lock on the leadership row until
+    the caller's transaction ends: a standby taking over terminates such transactions."""
     current = session_or_connection.execute(
         select(LeadershipRow.epoch)
         .where(LeadershipRow.id == LEADERSHIP_ROW)
         .with_for_update(read=True)
     ).scalar_one_or_none()
-    if current != epoch:
+    if current != fence.epoch:
         raise LeadershipLostError(
-            f"this watchdog no longer leads (epoch {epoch}, the database says {current}): "
+            f"this watchdog no longer leads (epoch {fence.epoch}, the database says {current}): "
             "another node took over"
+        )
+    holds = session_or_connection.execute(
+        _HOLDS_LOCK, {**_LOCK_KEY, "pid": fence.lock_session}
+    ).scalar_one()
+    if not holds:
+        raise LeadershipLostError(
+            "this watchdog no longer leads: its lock session ended (a standby may take over)"
         )
 
 
@@ -89,6 +141,7 @@ class PostgresLeadership:
         self.database = database
         self.clock = clock or SystemClock()
         self.epoch: int | None = None
+        self.lock_session: int | None = None
         self._engine: Engine | None = None
         self._connection: Connection | None = None
         self._guard = threading.Lock()
@@ -108,6 +161,7 @@ class PostgresLeadership:
             connection, self._connection = self._connection, None
             engine, self._engine = self._engine, None
             self.epoch = None
+            self.lock_session = None
         if connection is not None:
             try:
                 connection.execute(
@@ -119,6 +173,15 @@ class PostgresLeadership:
                 connection.close()
         if engine is not None:
             engine.dispose()
+
+    @property
+    def fence(self) -> Fence:
+        """What this leader's store proves in every write transaction (see :func:`check_fence`).
+        Raises LeadershipLostError when it does not lead."""
+        epoch, session = self.epoch, self.lock_session
+        if epoch is None or session is None:
+            raise LeadershipLostError("this watchdog does not lead")
+        return Fence(epoch=epoch, lock_session=session)
 
     # -- election ---------------------------------------------------------------------------
 
@@ -134,6 +197,7 @@ class PostgresLeadership:
                 ).scalar_one()
                 if not taken:
                     return False
+                self.lock_session = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
                 # Only the lock holder migrates: two nodes starting on an empty database (or
                 # a new version taking over) never run the migrations at the same time. In a
                 # child process: the daemon keeps no Alembic resident (migrate_process.py).
@@ -153,15 +217,23 @@ class PostgresLeadership:
         return True
 
     def wait_for_leadership(
-        self, stop: threading.Event, retry_seconds: float = RETRY_SECONDS
+        self,
+        stop: threading.Event,
+        retry_seconds: float = RETRY_SECONDS,
+        *,
+        lease_seconds: float = LEASE_SECONDS,
     ) -> bool:
         """Stand by until this node leads (True) or ``stop`` is set (False). A database that
-        cannot be reached meanwhile is retried, never fatal: a standby waits out outages."""
+        cannot be reached meanwhile is retried, never fatal: a standby waits out outages. A
+        leader whose lock session was silent for ``lease_seconds`` is deposed (its session
+        terminated), so a frozen or cut-off leader is replaced."""
         announced: str | None = None
         while not stop.is_set():
             try:
                 if self.try_acquire():
                     return True
+                if self._depose_silent_leader(lease_seconds):
+                    continue  # its lock is free now (or in a moment): try again at once
                 holder = self._holder()
                 seen = f"{holder.role}:{holder.since}"
                 if seen != announced:
@@ -184,6 +256,7 @@ class PostgresLeadership:
             epoch, connection = self.epoch, self._connection
             if epoch is None or connection is None:
                 raise LeadershipLostError("this watchdog does not lead")
+            # The update is the lease's renewal too: it moves the session's state_change.
             try:
                 moved = connection.execute(
                     update(LeadershipRow)
@@ -207,11 +280,38 @@ class PostgresLeadership:
     def _lock_connection(self) -> Connection:
         if self._connection is None:
             # A connection of its own, outside every pool: its life is the lock's life.
-            self._engine = create_engine(self._url, poolclass=NullPool)
-            self._connection = self._engine.connect().execution_options(
-                isolation_level="AUTOCOMMIT"
+            self._engine = create_engine(
+                self._url, poolclass=NullPool, connect_args=postgres_connect_args(self._url)
             )
+            connection = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            connection.execute(text(f"SET lock_timeout = '{LOCK_TIMEOUT}'"))
+            self._connection = connection
         return self._connection
+
+    def _depose_silent_leader(self, lease_seconds: float) -> bool:
+        """Terminate the lock holder's session when it ran no statement for ``lease_seconds``
+        (measured by the database's clock: no clock of ours is compared). True when one was."""
+        if self._connection is None:
+            return False
+        try:
+            deposed = self._connection.execute(
+                _SILENT_HOLDER, {**_LOCK_KEY, "lease": lease_seconds}
+            ).all()
+        except SQLAlchemyError as error:
+            log.warning("cannot check the leader's lease error=%s", _reason(error))
+            return False
+        for pid, terminated in deposed:
+            log.warning(
+                "deposing a silent leader node=%s leader_session=%s silent_for_more_than=%ss "
+                "terminated=%s",
+                self.node,
+                pid,
+                int(lease_seconds),
+                terminated,
+            )
+        if deposed:
+            self.clock.sleep(0.05)  # the terminated session's lock goes when it exits
+        return bool(deposed)
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
@@ -228,6 +328,11 @@ class PostgresLeadership:
         assert self._engine is not None
         now = self.clock.now()
         with self._engine.begin() as transaction:
+            transaction.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+            # We hold the lock, so whoever still holds the row is a deposed leader inside a
+            # fenced transaction (a frozen process): end it before it can commit a claim.
+            for pid, _ in transaction.execute(_FENCED_TRANSACTIONS).all():
+                log.warning("ended a deposed leader's open transaction session=%s", pid)
             current = transaction.execute(
                 select(LeadershipRow.epoch)
                 .where(LeadershipRow.id == LEADERSHIP_ROW)

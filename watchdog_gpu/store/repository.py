@@ -38,7 +38,7 @@ from watchdog_gpu.store import convert, decisions, fleet_loader, observations, o
 from watchdog_gpu.store import findings as findings_store
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
-from watchdog_gpu.store.leadership import check_fence, read_leader
+from watchdog_gpu.store.leadership import Fence, check_fence, read_leader
 from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR, Deleted, GpuHour, hour_of
 from watchdog_gpu.store.rows import (
     AccountRecord,
@@ -86,10 +86,10 @@ class Store:
         self._writers = sessionmaker(self._write_engine, expire_on_commit=False)
         sqlite = engine.dialect.name == "sqlite"
         self._history = FleetHistory() if keep_history and sqlite else None
-        # The leader's epoch on a shared PostgreSQL (store/leadership.py): when set, every
-        # write transaction first checks it is still the database's, or raises
-        # LeadershipLostError — the fencing token of a deposed leader.
-        self.fence_epoch: int | None = None
+        # The leader's fence on a shared PostgreSQL (store/leadership.py): when set, every
+        # write transaction first proves its epoch is current and its lock session still holds
+        # the lock, or raises LeadershipLostError — a deposed leader writes nothing.
+        self.fence: Fence | None = None
         self._batch = threading.local()  # .state: the thread's open _Batch, if any
         # What the instance rows hold: a poll rewrites only the instances that changed.
         self._written = WrittenInstances()
@@ -131,8 +131,8 @@ class Store:
                 connection = self._write_engine.connect()
                 try:
                     connection.begin()
-                    if self.fence_epoch is not None:
-                        check_fence(connection, self.fence_epoch)
+                    if self.fence is not None:
+                        check_fence(connection, self.fence)
                 except BaseException:
                     connection.close()
                     raise
@@ -150,8 +150,8 @@ class Store:
             return
         factory = self._writers if write else self._readers
         with _store_errors(), factory.begin() as session:
-            if write and self.fence_epoch is not None:
-                check_fence(session, self.fence_epoch)
+            if write and self.fence is not None:
+                check_fence(session, self.fence)
             yield session
 
     @contextmanager
@@ -166,8 +166,8 @@ class Store:
                 yield shared
             return
         with _store_errors(), (self._write_engine if write else self.engine).begin() as connection:
-            if write and self.fence_epoch is not None:
-                check_fence(connection, self.fence_epoch)
+            if write and self.fence is not None:
+                check_fence(connection, self.fence)
             yield connection
 
     # -- observations ---------------------------------------------------------------------
