@@ -40,7 +40,7 @@ from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.sim.simulate import simulation
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.leadership import LeadershipLostError, PostgresLeadership
-from watchdog_gpu.store.lock import LockHeldError
+from watchdog_gpu.store.lock import LockHeldError, database_lock
 from watchdog_gpu.store.migrate import alembic_config, current_revision, head_revision
 from watchdog_gpu.store.schema import metadata
 
@@ -309,3 +309,31 @@ def test_status_and_the_metrics_show_who_leads(pg_url: str) -> None:
     finally:
         leadership.release()
         engine.dispose()
+
+
+def test_db_copy_refuses_a_source_a_daemon_holds(tmp_path: Path, pg_url: str) -> None:
+    sqlite_file = tmp_path / "held.db"
+    empty = create_engine_for(sqlite_url(sqlite_file))
+    upgrade_to_head(empty)
+    empty.dispose()
+    daemon_lock = database_lock(sqlite_url(sqlite_file), role="run")
+    daemon_lock.acquire()
+    try:
+        held = _watchdog_gpu("db", "copy", "--from", sqlite_url(sqlite_file), "--to", pg_url)
+    finally:
+        daemon_lock.release()
+    assert held.returncode == 2, held.stderr
+    assert "in use by a watchdog-gpu daemon" in held.stderr
+    assert "Traceback" not in held.stderr
+
+    leader = PostgresLeadership(pg_url, role="run", node="node-a", database="db")
+    target = tmp_path / "copy.db"
+    try:
+        assert leader.try_acquire()
+        led = _watchdog_gpu("db", "copy", "--from", pg_url, "--to", sqlite_url(target))
+    finally:
+        leader.release()
+    assert led.returncode == 2, led.stderr
+    assert "a watchdog-gpu daemon leads" in led.stderr
+    free = _watchdog_gpu("db", "copy", "--from", pg_url, "--to", sqlite_url(target))
+    assert free.returncode == 0, free.stderr

@@ -19,9 +19,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from watchdog_gpu.store.copy import CopyResult
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -110,7 +116,6 @@ def run_copy(args: argparse.Namespace) -> int:
 
     from watchdog_gpu.log import register_secret
     from watchdog_gpu.store import create_engine_for, display_url
-    from watchdog_gpu.store.copy import copy_database
 
     engines = []
     for option, given in (("--from", args.source), ("--to", args.target)):
@@ -141,17 +146,50 @@ def run_copy(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
     source, target = engines
     try:
-        result = copy_database(source, target)
-    except StoreError as error:
-        print(str(error), file=sys.stderr)
-        return EXIT_FAILURE
+        result = _copy_unless_in_use(source, target)
     finally:
         source.dispose()
         target.dispose()
+    if isinstance(result, int):
+        return result
     for table, count in result.rows:
         print(f"  {table:<20} {count:>9} rows")
     print(f"copied {result.total} rows from {display_url(source)} to {display_url(target)}")
     return EXIT_OK
+
+
+def _copy_unless_in_use(source: Engine, target: Engine) -> CopyResult | int:
+    """Copy, or the exit code. A daemon writing the source while it is copied would leave a copy
+    of no moment: refused while one holds it (an SQLite source's lock is held meanwhile, so
+    none starts)."""
+    from watchdog_gpu.store import display_url
+    from watchdog_gpu.store.copy import copy_database
+    from watchdog_gpu.store.lock import NoLock, database_lock
+
+    postgres = source.dialect.name == "postgresql"
+    url = source.url.render_as_string(hide_password=False)
+    lock = NoLock() if postgres else database_lock(url, role="db copy")
+    try:
+        if postgres:
+            from watchdog_gpu.store.leadership import someone_leads
+
+            if someone_leads(source):
+                print(
+                    f"--from: a watchdog-gpu daemon leads on {display_url(source)}: stop every "
+                    "node first (a database in use changes while it is copied)",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+        lock.acquire()
+        return copy_database(source, target)
+    except DatabaseInUseError as error:
+        print(f"--from: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except StoreError as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        lock.release()
 
 
 def database_url(given: str | None, config_path: Path | None) -> str:

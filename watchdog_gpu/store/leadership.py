@@ -106,6 +106,19 @@ def read_leader(engine: Engine) -> Leader | None:
     return None if row is None else convert.leader(row)
 
 
+def someone_leads(engine: Engine) -> bool:
+    """Whether a session holds the leadership lock of the database behind ``engine`` now."""
+    with engine.connect() as connection:
+        held = connection.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND classid = :high AND objid = :low AND objsubid = 1)"
+            ),
+            _LOCK_KEY,
+        ).scalar_one()
+    return bool(held)
+
+
 def check_fence(session_or_connection: Session | Connection, fence: Fence) -> None:
     """Raise LeadershipLostError unless the database's epoch is ``fence.epoch`` and this node's
     lock session still holds the advisory lock. Takes a shared lock on the leadership row until

@@ -40,11 +40,13 @@ HOLDERS = {
     "run": "a watchdog-gpu daemon",
     "once": "`watchdog-gpu once`",
     "db upgrade": "`watchdog-gpu db upgrade`",
+    "db copy": "`watchdog-gpu db copy`",
 }
 REFUSED = {
     "run": "this second daemon",
     "once": "`watchdog-gpu once`",
     "db upgrade": "`watchdog-gpu db upgrade`",
+    "db copy": "`watchdog-gpu db copy` (a database in use changes while it is copied)",
 }
 
 RETRY_SECONDS = 0.2
