@@ -633,6 +633,7 @@ def _run_locked(
     stops.attach(daemon)  # a signal during start-up stops it right away
     if leadership is not None:
         daemon.assembly.store.fence = leadership.fence
+        daemon.assembly.fence_provider_calls()
         # Each check renews the lease a standby watches: at least four times a lease.
         check_every = min(
             5.0,

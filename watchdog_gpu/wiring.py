@@ -277,15 +277,36 @@ class Assembly:
     stop: threading.Event = field(default_factory=threading.Event)
     streams: StreamSource | None = None
 
+    def fence_provider_calls(self) -> None:
+        """Make every provider HTTP request prove, just before it is sent, that the store's
+        fence still holds (``Store.check_leadership``): a team's deposed leader sends nothing,
+        not even a listing, from the moment its lock session ends."""
+        store = self.store
+
+        def still_leading(_request: httpx.Request) -> None:
+            store.check_leadership()
+
+        for client in self._http_clients():
+            client.event_hooks = {
+                **client.event_hooks,
+                "request": [*client.event_hooks["request"], still_leading],
+            }
+
+    def _http_clients(self) -> list[httpx.Client]:
+        clients = []
+        for provider in self.providers.values():
+            client = getattr(getattr(provider, "http", None), "client", None)
+            if isinstance(client, httpx.Client):
+                clients.append(client)
+        return clients
+
     def close(self) -> None:
         for part in (self.streams, self.runner):  # the streams' sessions first
             close = getattr(part, "close", None)
             if callable(close):
                 close()
-        for provider in self.providers.values():
-            client = getattr(getattr(provider, "http", None), "client", None)
-            if isinstance(client, httpx.Client):
-                client.close()
+        for client in self._http_clients():
+            client.close()
 
 
 def assemble(

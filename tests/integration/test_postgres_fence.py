@@ -4,11 +4,13 @@ leader deposed after its lease, and TCP settings on every connection (store/lead
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,14 @@ from sqlalchemy import Engine, text
 
 from tests.integration.store_builders import T0, minutes, planned_action
 from tests.support.databases import postgres_server
-from watchdog_gpu.errors import StoreError
+from tests.support.http_receiver import HttpReceiver
+from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.config import AccountConfig, SecretReference, Settings
+from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
 from watchdog_gpu.store.engine import TCP_SETTINGS
 from watchdog_gpu.store.leadership import LeadershipLostError, PostgresLeadership
+from watchdog_gpu.wiring import assemble
 
 pytestmark = pytest.mark.postgres
 
@@ -214,3 +220,40 @@ def test_every_connection_has_tcp_keepalives_and_a_user_timeout(pg_url: str) -> 
     finally:
         leadership.release()
         engine.dispose()
+
+
+def test_a_leader_sends_no_provider_request_once_its_lock_session_ended(pg_url: str) -> None:
+    leader = PostgresLeadership(pg_url, role="run", node="node-a", database="db")
+    engine = create_engine_for(pg_url)
+    with HttpReceiver() as provider:
+        settings = Settings(
+            accounts=[
+                AccountConfig(
+                    name="vast-main",
+                    provider="vast",
+                    api_key=SecretReference.plain("key-for-the-receiver"),
+                    api_url=f"http://127.0.0.1:{provider.port}",
+                    retry_budget=timedelta(seconds=1),
+                )
+            ]
+        )
+        assembly = assemble(settings, SystemClock(), {}, store=Store(engine))
+        try:
+            assert leader.try_acquire()
+            assembly.store.fence = leader.fence
+            assembly.fence_provider_calls()
+            vast = assembly.providers["vast-main"]
+            now = SystemClock().now()
+            with contextlib.suppress(ProviderError):  # the receiver's answer is not Vast's
+                vast.list_instances(now)  # leading: the request goes out
+            sent = len(provider.received())
+            assert sent >= 1
+            assert leader.lock_session is not None
+            _terminate(engine, leader.lock_session)
+            with pytest.raises(LeadershipLostError):
+                vast.list_instances(now)
+            assert len(provider.received()) == sent  # nothing reached the provider
+        finally:
+            assembly.close()
+            leader.release()
+            engine.dispose()

@@ -96,6 +96,14 @@ class Store:
 
     # -- transactions ---------------------------------------------------------------------
 
+    def check_leadership(self) -> None:
+        """Raise LeadershipLostError unless this store's fence holds right now (nothing to check
+        without one): what a leader proves before each provider call (daemon.py)."""
+        if self.fence is None:
+            return
+        with _store_errors(), self._write_engine.begin() as connection:
+            check_fence(connection, self.fence)
+
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Every call of this thread inside the block shares one write transaction, committed at
