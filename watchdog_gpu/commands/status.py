@@ -77,7 +77,12 @@ from watchdog_gpu.notices import EpisodeNotices, index_notices
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
 from watchdog_gpu.plan import due_after_warning, recorded_protection
 from watchdog_gpu.rules.windows import billed_rate, state_since
-from watchdog_gpu.store.rows import AccountRecord, FindingRecord, Leader
+from watchdog_gpu.store.rows import (
+    DEFAULT_LEADER_LEASE_SECONDS,
+    AccountRecord,
+    FindingRecord,
+    Leader,
+)
 
 if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
@@ -412,10 +417,24 @@ def _fuse_line(status: FleetStatus) -> str:
 
 
 def _leader_line(leader: Leader, now: datetime) -> str:
+    silent = now - leader.renewed_at
+    # A live leader renews every 5 s at most: a heartbeat older than the default lease means a
+    # frozen or cut-off leader that a standby is about to replace (docs/postgresql.md).
+    warning = (
+        "; silent longer than a lease: frozen or cut off?"
+        if silent > timedelta(seconds=DEFAULT_LEADER_LEASE_SECONDS)
+        else ""
+    )
     return (
         f"leader: node {leader.node} since {timestamp(leader.since)} (epoch {leader.epoch}, "
-        f"last heartbeat {_ago(leader.renewed_at, now)})"
+        f"last heartbeat {_heartbeat_age(silent)}{warning})"
     )
+
+
+def _heartbeat_age(elapsed: timedelta) -> str:
+    if elapsed < timedelta(minutes=1):
+        return f"{max(0, int(elapsed.total_seconds()))} s ago"
+    return f"{format_duration(elapsed)} ago"
 
 
 def _ago(moment: datetime, now: datetime) -> str:

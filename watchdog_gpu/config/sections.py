@@ -94,7 +94,7 @@ class WatchdogSection(StrictModel):
         "(unset = the host name)",
     )
     leader_lease: PositiveDuration = Field(
-        default=timedelta(seconds=30),
+        default=timedelta(seconds=30),  # store/rows.DEFAULT_LEADER_LEASE_SECONDS
         ge=timedelta(seconds=2),
         le=timedelta(minutes=10),
         description="a team's leader whose lock session stays silent this long (a frozen "

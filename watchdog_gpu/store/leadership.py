@@ -46,7 +46,7 @@ from watchdog_gpu.store import convert
 from watchdog_gpu.store.engine import postgres_connect_args
 from watchdog_gpu.store.lock import LockHeldError, LockHolder
 from watchdog_gpu.store.migrate_process import upgrade_in_child_process
-from watchdog_gpu.store.rows import Leader
+from watchdog_gpu.store.rows import DEFAULT_LEADER_LEASE_SECONDS, Leader
 from watchdog_gpu.store.schema import LeadershipRow
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ LEADERSHIP_ROW = 1
 RETRY_SECONDS = 1.0
 # A leader's lock session that ran no statement for this long is presumed frozen or cut off: a
 # standby terminates it (the leader renews every <= 5 s: daemon.py's leadership watcher).
-LEASE_SECONDS = 30.0
+LEASE_SECONDS = DEFAULT_LEADER_LEASE_SECONDS
 # How long leadership work waits for a row or lock before it gives up and says so.
 LOCK_TIMEOUT = "5s"
 

@@ -160,6 +160,11 @@ class FindingRecord:
     usd_per_hour_at_stake: float | None = None
 
 
+# A team leader's lock session silent this long is replaced by a standby (the default of
+# ``[watchdog] leader_lease``; store/leadership.py).
+DEFAULT_LEADER_LEASE_SECONDS = 30.0
+
+
 @dataclass(frozen=True, slots=True)
 class Leader:
     """Who leads the watchdogs sharing a PostgreSQL database, as the leadership row says
