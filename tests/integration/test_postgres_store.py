@@ -7,6 +7,7 @@ laptop without the ``postgresql`` package and fail in CI (``tests/support/postgr
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from tests.integration.store_builders import (
 )
 from tests.scenarios.helpers import load
 from tests.support.databases import postgres_server
+from tests.support.http_receiver import free_port
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.commands.common import Source
 from watchdog_gpu.commands.status import collect, status_json, status_lines
@@ -337,3 +339,60 @@ def test_db_copy_refuses_a_source_a_daemon_holds(tmp_path: Path, pg_url: str) ->
     assert "a watchdog-gpu daemon leads" in led.stderr
     free = _watchdog_gpu("db", "copy", "--from", pg_url, "--to", sqlite_url(target))
     assert free.returncode == 0, free.stderr
+
+
+def test_config_check_connect_reaches_the_database_and_says_who_leads(
+    tmp_path: Path, pg_url: str
+) -> None:
+    server = postgres_server()
+    canary = "pg-canary-3f9a"
+    config = tmp_path / "team.toml"
+    config.write_text(
+        f"""
+[watchdog]
+database_url = "{pg_url}"
+database_password = {{ env = "WD_TEST_DB_PASSWORD" }}
+node_name = "node-a"
+
+[[accounts]]
+name = "vast-main"
+provider = "vast"
+api_key = "inline-key-for-the-test"
+""",
+        encoding="utf-8",
+    )
+    leader = PostgresLeadership(pg_url, role="run", node="node-a", database="db")
+
+    def check(path: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "watchdog_gpu", "config", "check", "--connect"]
+        result = subprocess.run(
+            [*command, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            env={**os.environ, "WD_TEST_DB_PASSWORD": canary},
+        )
+        assert canary not in result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        return result
+
+    try:
+        assert leader.try_acquire()
+        reached = check(config)
+    finally:
+        leader.release()
+    assert reached.returncode == 0, reached.stderr
+    assert "reachable (PostgreSQL" in reached.stdout
+    assert "this version's" in reached.stdout
+    assert "leader: node node-a, epoch 1" in reached.stdout
+
+    unreachable = tmp_path / "unreachable.toml"
+    closed = f"127.0.0.1:{free_port()}"
+    unreachable.write_text(
+        config.read_text(encoding="utf-8").replace(f"127.0.0.1:{server.port}", closed),
+        encoding="utf-8",
+    )
+    refused = check(unreachable)
+    assert refused.returncode == 1
+    assert "cannot connect" in refused.stdout

@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from watchdog_gpu.cli import EXIT_OK, EXIT_USAGE, doc_paragraph, summary
+from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
 from watchdog_gpu.commands.common import print_json
+from watchdog_gpu.commands.database_check import DatabaseCheck, check_database
 from watchdog_gpu.config import (
     NO_ACCOUNTS,
     ConfigError,
@@ -54,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "~/.config/watchdog-gpu/config.toml, /etc/watchdog-gpu/config.toml)",
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also open the database read-only: reachable, its schema revision, who leads "
+        "(exit 1 when the daemon could not use it)",
+    )
     check.set_defaults(handler=run_check)
 
 
@@ -70,13 +77,29 @@ def run_check(args: argparse.Namespace) -> int:
             print_problems(error, sys.stderr)
         return EXIT_USAGE
     warnings = config_warnings(settings)
+    database = _connect(settings, environ) if args.connect else None
+    code = EXIT_OK if database is None or database.ok else EXIT_FAILURE
     if args.json:
-        print_json(check_report(settings, origin, environ, warnings))
-        return EXIT_OK
+        report = check_report(settings, origin, environ, warnings)
+        if database is not None:
+            report["database_check"] = {"ok": database.ok, "lines": list(database.lines)}
+        print_json(report)
+        return code
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print_summary(settings, origin, environ, sys.stdout)
-    return EXIT_OK
+    if database is not None:
+        for line in database.lines:
+            print(line)
+    return code
+
+
+def _connect(settings: Settings, environ: Mapping[str, str]) -> DatabaseCheck:
+    try:
+        url = settings.watchdog.effective_database_url(environ)
+    except ConfigError as error:
+        return DatabaseCheck(False, tuple(f"database: {problem}" for problem in error.problems))
+    return check_database(url)
 
 
 def print_problems(error: ConfigError, out: TextIO) -> None:
