@@ -101,7 +101,6 @@ def test_an_exited_vast_container_whose_contract_runs_bills_its_gpu(
         # and without a known losing bid it is a stopped disk, not outbid.
         ("stopped", "running", None, None, S.STOPPED),
         ("stopped", "running", 0.22, None, S.STOPPED),
-        ("scheduling", "running", None, None, S.STARTING),
         ("stopped", "running", 0.40, 0.31, S.STOPPED),  # a winning bid: not an outbid
         # Stopped with intended "stopped": a user stop and an outbid look alike; the less
         # destructive reading is a stopped disk.
