@@ -26,7 +26,9 @@ from watchdog_gpu.sim.provider_states import PROVIDER_STATES
 
 Provider = Literal["vast", "runpod", "lambda"]
 ScriptedState = Literal["starting", "running", "paused", "stopped", "gone"]
-ApiMode = Literal["ok", "error500", "timeout", "ratelimit", "malformed", "revoked", "partial"]
+ApiMode = Literal[
+    "ok", "error500", "timeout", "ratelimit", "malformed", "revoked", "partial", "strict"
+]
 SshMode = Literal["up", "down", "refused", "hostkey_changed", "garbage"]
 # Strict numbers: a quoted "95" or a boolean in a TOML file is a mistake, not a percentage.
 Percent = Annotated[int, Field(ge=0, le=100, strict=True)]
@@ -99,6 +101,8 @@ class ScenarioInstance(_Frozen):
     # price (the pod's adjustedCostPerHr is the price times 1 − discount).
     network_volume: str | None = None
     savings_plan_discount: Annotated[float, Field(ge=0, lt=1, strict=True)] = 0.0
+    # A RunPod serverless worker of this endpoint id (its pod shows ``endpointId``).
+    serverless_endpoint: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     # Additions to the public format (documented in docs/scenario-format.md): where SSH probes
     # should connect. Defaults to loopback so nothing ever dials an address outside this machine.
     ssh_host: str = "127.0.0.1"
@@ -343,7 +347,7 @@ def _check_pod_fields(
     if account.provider != "runpod":
         return [
             ConfigProblem(f"{path}.{name}", "a RunPod pod field")
-            for name in ("network_volume", "savings_plan_discount")
+            for name in ("network_volume", "savings_plan_discount", "serverless_endpoint")
             if name in instance.model_fields_set
         ]
     if instance.network_volume is not None and instance.network_volume not in {
