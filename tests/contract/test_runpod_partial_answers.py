@@ -245,6 +245,27 @@ def test_a_refusal_that_names_no_field_is_narrowed_down_one_field_at_a_time() ->
     assert pods[0].provider_gpu_util_percent is not None
 
 
+def test_refused_fields_named_one_answer_at_a_time_are_each_dropped_alone() -> None:
+    # A cut-short 400 excerpt names one refused field per answer: each is dropped in turn.
+    def answer(request: Any) -> Any:
+        query = json.loads(request.content)["query"]
+        for name in ("networkVolumeId", "endpointId"):
+            if name in query:
+                message = f'Cannot query field "{name}" on type "Pod".'
+                return respond(400, {"errors": [{"message": message}]})
+        return respond(fixture="runpod/myself_pods.json")
+
+    api = FakeApi().add("POST", GRAPHQL, answer)
+    provider = build("runpod", api)
+
+    pods = provider.list_instances(NOW)
+
+    kept = ("adjustedCostPerHr", "runtime.uptimeInSeconds", "runtime.gpus")
+    assert json.loads(api.requests[-1].content)["query"] == pods_query(kept)
+    assert len(api.requests) == 3
+    assert {pod.unreadable for pod in pods} == {("endpointId", "networkVolumeId")}
+
+
 def test_a_bad_request_that_is_not_a_refused_document_fails_the_listing_at_once() -> None:
     api = FakeApi().add("POST", GRAPHQL, respond(400, {"errors": [{"message": "Bad Request"}]}))
 
