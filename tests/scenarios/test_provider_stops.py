@@ -22,7 +22,7 @@ from watchdog_gpu.spend import instance_spend
 STOPPED_DISK_AFTER_2H = f'{ENFORCE}\n[rules.stopped_disk]\nafter = "2h"\n'
 
 
-def test_a_bid_instance_vast_stopped_itself_waits_for_stopped_disk(tmp_path: Path) -> None:
+def test_bid_instances_vast_stopped_itself_wait_for_stopped_disk(tmp_path: Path) -> None:
     run = run_scenario("vast_stopped_by_vast", tmp_path, STOPPED_DISK_AFTER_2H)
 
     stops = [call for call in run.api_calls if call[1:3] == ("vast-prepaid", "9711")]
@@ -33,13 +33,18 @@ def test_a_bid_instance_vast_stopped_itself_waits_for_stopped_disk(tmp_path: Pat
         "destroy",
         "verified",
     )
-    rules = {note["rule"] for note in run.notifications_for("vast-prepaid/9711")}
-    assert "paused_interruptible" not in rules
+    assert "paused_interruptible" not in {note["rule"] for note in run.notifications}
     # The credit ($0.16 at $0.3208/h) runs out at ≈ 30 min; Vast stops it then.
     assert_within_tick(
         action["offset_s"], offset("30m") + offset("2h"), tick_seconds("vast_stopped_by_vast")
     )
     assert stops == [(action["offset_s"], "vast-prepaid", "9711", "destroy")]
+    # Parked by its host at 20 min with an error status: the same.
+    (parked,) = run.actions_for("vast-hosted/9712")
+    assert (parked["rule"], parked["action"]) == ("stopped_disk", "destroy")
+    assert_within_tick(
+        parked["offset_s"], offset("20m") + offset("2h"), tick_seconds("vast_stopped_by_vast")
+    )
 
 
 STOPPED_DISK_AFTER_1H = f'{ENFORCE}\n[rules.stopped_disk]\nafter = "1h"\n'

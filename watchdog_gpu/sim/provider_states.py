@@ -12,7 +12,7 @@ a state's billing the table states the simulator's assumption (``documented=Fals
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 BaseState = Literal["starting", "running", "paused", "stopped"]
@@ -27,7 +27,8 @@ class ProviderState:
     ``runtime`` whether a RunPod pod shows its runtime block; ``documented`` whether the
     billing comes from the provider's documentation (else it is the simulator's assumption);
     ``by_provider`` whether the provider put it there itself while its user still wants it
-    running (Vast's stop at a zero balance).
+    running (Vast's stop at a zero balance or for a host fault), ``detail`` what the provider
+    says about it (Vast's ``status_msg``).
     """
 
     provider: str
@@ -39,6 +40,7 @@ class ProviderState:
     runtime: bool = False
     documented: bool = True
     by_provider: bool = False
+    detail: str | None = None
 
 
 def _table(provider: str, *states: ProviderState) -> Mapping[str, ProviderState]:
@@ -132,13 +134,20 @@ def provider_state(provider: str, name: str, *, runtime: bool | None = None) -> 
 
 
 def scripted_state(
-    provider: str, state: str | None, name: str | None, runtime: bool | None
+    provider: str,
+    state: str | None,
+    name: str | None,
+    runtime: bool | None,
+    status_msg: str | None = None,
 ) -> tuple[str, ProviderState | None] | None:
     """What an event scripts: ``(base state, provider state)``; ``None`` when it scripts no
     state change (a ``name`` that is not one of ``provider``'s states only changes what the
-    listing shows: :func:`unmapped_state`). ``state`` and ``name`` exclude each other."""
+    listing shows: :func:`unmapped_state`). ``state`` and ``name`` exclude each other; a
+    ``status_msg`` (Vast ``stopped``) makes it a stop the provider made itself, saying why."""
     if name is not None and name in PROVIDER_STATES[provider]:
         exact = provider_state(provider, name, runtime=runtime)
+        if status_msg is not None:
+            exact = replace(exact, by_provider=True, detail=status_msg, documented=False)
         return exact.base, exact
     if state is not None:
         return state, None

@@ -67,6 +67,8 @@ class InstanceEvent(_Frozen):
     # ``runtime`` (RunPod) says whether a RUNNING pod shows its runtime block.
     provider_state: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     runtime: bool | None = None
+    # Vast, with provider_state = "stopped": Vast stopped it itself (a host fault) and says why.
+    status_msg: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     gpu_util: Percent | tuple[Percent, ...] | None = None
     gpu_pattern: GpuPattern | None = None
     enc: Percent | None = None
@@ -471,6 +473,13 @@ def _check_provider_state(event: InstanceEvent, provider: str, path: str) -> lis
         problems.append(
             ConfigProblem(
                 f"{path}.runtime", 'only a RunPod provider_state = "RUNNING" event takes runtime'
+            )
+        )
+    if event.status_msg is not None and (provider != "vast" or event.provider_state != "stopped"):
+        problems.append(
+            ConfigProblem(
+                f"{path}.status_msg",
+                'only a Vast provider_state = "stopped" event takes status_msg',
             )
         )
     return problems

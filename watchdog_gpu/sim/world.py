@@ -399,7 +399,11 @@ class SimulatedWorld:
             record.instances[instance.id] = item
             for event in instance.events:
                 scripted = scripted_state(
-                    spec.provider, event.state, event.provider_state, event.runtime
+                    spec.provider,
+                    event.state,
+                    event.provider_state,
+                    event.runtime,
+                    event.status_msg,
                 )
                 if scripted is not None:
                     self._schedule(

@@ -17,9 +17,10 @@ requires login."; an unknown key → 401 "Invalid user key" (``error_403_no_auth
 
 State mapping: starting → ``loading``; running → ``running``; paused (outbid) → ``scheduling``
 with the bid below ``min_bid``; stopped → ``stopped`` in all four status fields; stopped by Vast
-itself (zero balance) → ``stopped`` with ``intended_status`` still ``running`` and no
-``min_bid``; ``exited`` → ``exited`` with ``cur_state`` ``running`` (the GPU still held); a
-pending destroy keeps its status with ``next_state: "unloaded"``; gone → absent from lists.
+itself (zero balance, or a scripted host fault with its ``status_msg``) → ``stopped`` with
+``intended_status`` still ``running`` and no ``min_bid``; ``exited`` → ``exited`` with
+``cur_state`` ``running`` (the GPU still held); a pending destroy keeps its status with
+``next_state: "unloaded"``; gone → absent from lists.
 """
 
 from __future__ import annotations
@@ -471,6 +472,8 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
 def _status_message(view: InstanceView) -> str | None:
     if view.destroying:
         return "Destroying instance"
+    if view.provider_state is not None and view.provider_state.detail is not None:
+        return view.provider_state.detail
     if view.provider_state is not None and view.provider_state.name in _STATUS_MESSAGES:
         return _STATUS_MESSAGES[view.provider_state.name]
     if view.state == "paused":
