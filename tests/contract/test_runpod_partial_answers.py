@@ -15,7 +15,12 @@ import pytest
 from watchdog_gpu.errors import PermanentError
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.providers.parsing import runpod as parse
-from watchdog_gpu.providers.runpod import OPTIONAL_POD_FIELDS, PODS_QUERY, SDK_PODS_QUERY
+from watchdog_gpu.providers.runpod import (
+    OPTIONAL_POD_FIELDS,
+    PODS_QUERY,
+    SDK_PODS_QUERY,
+    pods_query,
+)
 
 from .provider_harness import NOW, FakeApi, build, fixture_json, respond
 
@@ -58,6 +63,7 @@ def test_the_pods_query_asks_the_sdks_fields_plus_only_the_documented_optional_o
     assert extra == {
         "adjustedCostPerHr",
         "networkVolumeId",
+        "endpointId",
         "uptimeInSeconds",
         "gpus",
         "gpuUtilPercent",
@@ -138,23 +144,156 @@ def test_an_unreadable_field_is_logged_once_per_account_not_every_poll(
     assert "treated as unknown" in lines[0]
 
 
-def test_a_rejected_optional_field_falls_back_to_the_sdks_fields_for_good() -> None:
-    rejected = {"errors": [{"message": 'Cannot query field "networkVolumeId" on type "Pod".'}]}
-    api = FakeApi().add(
-        "POST",
-        GRAPHQL,
-        respond(400, rejected),
-        respond(fixture="runpod/myself_pods.json"),
-        respond(fixture="runpod/myself_pods.json"),
+# The Pod fields an official source shows: the SDK's query (runpod 1.12.0) and RunPod's GraphQL
+# guide (sdks/graphql/manage-pods.mdx: adjustedCostPerHr, runtime.uptimeInSeconds,
+# runtime.gpus { id gpuUtilPercent }). networkVolumeId and endpointId are in no official source.
+DOCUMENTED_FIELDS = SDK_FIELDS | {"adjustedCostPerHr", "uptimeInSeconds", "gpus", "gpuUtilPercent"}
+_TYPES = {"gpus": "PodRuntime", "gpuUtilPercent": "PodRuntimeGpus", "uptimeInSeconds": "PodRuntime"}
+
+
+def _schema_of_the_official_sources(status: int) -> Any:
+    """A GraphQL endpoint that knows only :data:`DOCUMENTED_FIELDS` and refuses any other field
+    the way graphql-js does (one error per unknown field, no ``data``), with HTTP ``status``."""
+
+    def answer(request: Any) -> Any:
+        unknown = sorted(_fields(json.loads(request.content)["query"]) - DOCUMENTED_FIELDS)
+        if not unknown:
+            return respond(fixture="runpod/myself_pods.json")
+        errors = [
+            {
+                "message": f'Cannot query field "{name}" on type "{_TYPES.get(name, "Pod")}".',
+                "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"},
+            }
+            for name in unknown
+        ]
+        return respond(status, {"errors": errors})
+
+    return answer
+
+
+@pytest.mark.parametrize("status", [400, 200])
+def test_a_rejected_optional_field_loses_only_that_field(status: int) -> None:
+    api = FakeApi().add("POST", GRAPHQL, _schema_of_the_official_sources(status))
+    provider = build("runpod", api)
+
+    first = {pod.instance_id: pod for pod in provider.list_instances(NOW)}
+    provider.list_instances(NOW)
+
+    kept = ("adjustedCostPerHr", "runtime.uptimeInSeconds", "runtime.gpus")
+    queries = [json.loads(request.content)["query"] for request in api.requests]
+    # One refusal, then the query without the two undocumented fields, kept from then on.
+    assert queries == [PODS_QUERY, pods_query(kept), pods_query(kept)]
+    busy = first["k3f9x2m7q1w8za"]
+    assert busy.unreadable == ("endpointId", "networkVolumeId")
+    # What the documented fields give is still read: utilisation, uptime, the plan's rate.
+    assert busy.provider_gpu_util_percent is not None
+    assert busy.started_at is not None
+    assert busy.compute_usd_per_hour == pytest.approx(0.69)
+
+
+def test_an_http_200_validation_error_does_not_blind_the_account() -> None:
+    refused = {
+        "errors": [
+            {
+                "message": 'Cannot query field "networkVolumeId" on type "Pod".',
+                "locations": [{"line": 5, "column": 45}],
+                "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"},
+            }
+        ]
+    }
+    account = fixture_json("runpod/myself_account.json")
+    api = (
+        FakeApi()
+        .add("POST", GRAPHQL, respond(200, refused), body_contains="networkVolumeId")
+        .add("POST", GRAPHQL, respond(fixture="runpod/myself_pods.json"), body_contains="pods {")
+        .add("POST", GRAPHQL, respond(200, account), body_contains="clientBalance")
     )
     provider = build("runpod", api)
 
-    first = provider.list_instances(NOW)
-    provider.list_instances(NOW)
+    observations = [provider.observe(NOW), provider.observe(NOW)]
 
-    queries = [json.loads(request.content)["query"] for request in api.requests]
-    assert queries == [PODS_QUERY, SDK_PODS_QUERY, SDK_PODS_QUERY]
-    assert set(OPTIONAL_POD_FIELDS) <= set(first[0].unreadable)
+    for observation in observations:
+        assert len(observation.instances) == 5
+        assert observation.problems == {}
+        (volume,) = observation.volumes
+        assert volume.attached is None  # which pod mounts it is what was lost
+    # Refused once; every later poll asks without the field.
+    assert sum("networkVolumeId" in request.content.decode() for request in api.requests) == 1
+
+
+def test_a_refusal_that_names_no_field_is_narrowed_down_one_field_at_a_time() -> None:
+    def answer(request: Any) -> Any:
+        if "uptimeInSeconds" in json.loads(request.content)["query"]:
+            return respond(
+                400,
+                {
+                    "errors": [
+                        {
+                            "message": "Validation error of type FieldUndefined",
+                            "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"},
+                        }
+                    ]
+                },
+            )
+        return respond(fixture="runpod/myself_pods.json")
+
+    provider = build("runpod", FakeApi().add("POST", GRAPHQL, answer))
+
+    pods = provider.list_instances(NOW)
+
+    assert {pod.unreadable for pod in pods} == {("runtime.uptimeInSeconds",)}
+    assert pods[0].provider_gpu_util_percent is not None
+
+
+def test_refused_fields_named_one_answer_at_a_time_are_each_dropped_alone() -> None:
+    # A cut-short 400 excerpt names one refused field per answer: each is dropped in turn.
+    def answer(request: Any) -> Any:
+        query = json.loads(request.content)["query"]
+        for name in ("networkVolumeId", "endpointId"):
+            if name in query:
+                message = f'Cannot query field "{name}" on type "Pod".'
+                return respond(400, {"errors": [{"message": message}]})
+        return respond(fixture="runpod/myself_pods.json")
+
+    api = FakeApi().add("POST", GRAPHQL, answer)
+    provider = build("runpod", api)
+
+    pods = provider.list_instances(NOW)
+
+    kept = ("adjustedCostPerHr", "runtime.uptimeInSeconds", "runtime.gpus")
+    assert json.loads(api.requests[-1].content)["query"] == pods_query(kept)
+    assert len(api.requests) == 3
+    assert {pod.unreadable for pod in pods} == {("endpointId", "networkVolumeId")}
+
+
+def test_a_bad_request_that_is_not_a_refused_document_fails_the_listing_at_once() -> None:
+    api = FakeApi().add("POST", GRAPHQL, respond(400, {"errors": [{"message": "Bad Request"}]}))
+
+    with pytest.raises(PermanentError):
+        build("runpod", api).list_instances(NOW)
+
+    assert len(api.requests) == 1
+
+
+def test_serverless_workers_are_not_listed_but_their_network_volume_is_in_use() -> None:
+    pods = _pods()
+    for pod in pods["data"]["myself"]["pods"]:
+        pod["networkVolumeId"] = None
+        pod["endpointId"] = None
+    worker = _pod(pods, 0)
+    worker["endpointId"] = "vllm-endpoint-7x2"
+    worker["networkVolumeId"] = "agv6w2qcg7"
+    account = fixture_json("runpod/myself_account.json")
+    provider = build("runpod", _account_api(pods, account))
+
+    observation = provider.observe(NOW)
+    listed = provider.list_instances(NOW)
+
+    assert "k3f9x2m7q1w8za" not in {pod.instance_id for pod in observation.instances}
+    assert "k3f9x2m7q1w8za" not in {pod.instance_id for pod in listed}
+    assert len(observation.instances) == len(listed) == 4
+    (volume,) = observation.volumes
+    assert volume.attached is True
 
 
 def _account_api(pods: object, account: object) -> FakeApi:

@@ -144,6 +144,22 @@ def test_an_unknown_field_fails_the_whole_document_with_http_400(client: httpx.C
     assert client.post("/graphql", json={"nothing": 1}).status_code == 400
 
 
+def test_a_strict_account_refuses_undocumented_pod_fields_with_http_200(
+    sim: ServedWorld, client: httpx.Client
+) -> None:
+    sim.world.set_api_mode("runpod-a", "strict")
+    asked = PODS.replace("costPerHr", "costPerHr networkVolumeId")
+
+    refused = client.post("/graphql", json={"query": asked})
+
+    assert refused.status_code == 200
+    (error,) = refused.json()["errors"]
+    assert error["message"] == 'Cannot query field "networkVolumeId" on type "Pod".'
+    assert error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert "data" not in refused.json()
+    assert len(pods(client)) == 4  # the documented fields are served as usual
+
+
 def test_a_wrong_or_missing_key_is_401_and_the_query_parameter_key_works(
     sim: ServedWorld,
 ) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 from watchdog_gpu.capabilities import CAPABILITIES
-from watchdog_gpu.errors import NotFoundError, PermanentError
+from watchdog_gpu.errors import NotFoundError, PermanentError, ProviderError
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -34,41 +34,61 @@ GRAPHQL_PATH = "/graphql"
 # Only what the watchdog reads. The official SDK's own pods query (runpod 1.12.0,
 # api/queries/pods.py) asks for id, name, desiredStatus, podType, costPerHr, gpuCount,
 # volumeInGb, containerDiskInGb, runtime.ports and machine.gpuDisplayName among others; the
-# fields beyond those (OPTIONAL_POD_FIELDS) come from RunPod's GraphQL guide and schema. Should
-# the API reject one of them, the client falls back to SDK_PODS_QUERY and those fields are
-# unknown (docs/providers.md, "RunPod queries").
-PODS_QUERY = """query Pods {
-  myself {
-    pods {
-      id name desiredStatus podType costPerHr adjustedCostPerHr
-      gpuCount volumeInGb containerDiskInGb networkVolumeId
-      machine { gpuDisplayName }
-      runtime {
-        uptimeInSeconds
-        ports { ip isIpPublic privatePort publicPort type }
-        gpus { id gpuUtilPercent }
-      }
-    }
-  }
-}"""
-
-SDK_PODS_QUERY = """query Pods {
-  myself {
-    pods {
-      id name desiredStatus podType costPerHr
-      gpuCount volumeInGb containerDiskInGb
-      machine { gpuDisplayName }
-      runtime { ports { ip isIpPublic privatePort publicPort type } }
-    }
-  }
-}"""
-
+# OPTIONAL_POD_FIELDS beyond those come from RunPod's GraphQL guide and schema transcription
+# (adjustedCostPerHr, runtime.uptimeInSeconds, runtime.gpus) or from the REST API's Pod
+# (networkVolumeId, endpointId), and no official source shows the last two on the GraphQL Pod.
+# A field the API rejects is dropped alone, for the life of the process (docs/providers.md,
+# "RunPod queries").
 OPTIONAL_POD_FIELDS = (
     "adjustedCostPerHr",
     "networkVolumeId",
+    "endpointId",
     "runtime.uptimeInSeconds",
     "runtime.gpus",
 )
+
+# Where each optional field sits: (GraphQL type, field name) as a validation error names it.
+_FIELD_TYPES = {
+    ("Pod", "adjustedCostPerHr"): "adjustedCostPerHr",
+    ("Pod", "networkVolumeId"): "networkVolumeId",
+    ("Pod", "endpointId"): "endpointId",
+    ("PodRuntime", "uptimeInSeconds"): "runtime.uptimeInSeconds",
+    ("PodRuntime", "gpus"): "runtime.gpus",
+    ("PodRuntimeGpus", "gpuUtilPercent"): "runtime.gpus",
+}
+# "Cannot query field "x" on type "Pod"." (graphql-js), the quotes possibly escaped.
+_UNKNOWN_FIELD = re.compile(r'Cannot query field \\?"(\w+)\\?" on type \\?"(\w+)\\?"')
+
+# What an HTTP 400 says when the document, not the request, was refused.
+_VALIDATION_WORDS = re.compile(r"Cannot query field|GRAPHQL_VALIDATION_FAILED|validation", re.I)
+
+
+def pods_query(optional: Collection[str] = OPTIONAL_POD_FIELDS) -> str:
+    """The pods query: the SDK's fields we read plus the ``optional`` fields named."""
+    top = " ".join(field for field in ("adjustedCostPerHr",) if field in optional)
+    volumes = " ".join(field for field in ("networkVolumeId", "endpointId") if field in optional)
+    runtime = ["ports { ip isIpPublic privatePort publicPort type }"]
+    if "runtime.uptimeInSeconds" in optional:
+        runtime.insert(0, "uptimeInSeconds")
+    if "runtime.gpus" in optional:
+        runtime.append("gpus { id gpuUtilPercent }")
+    runtime_text = "\n        ".join(runtime)
+    return f"""query Pods {{
+  myself {{
+    pods {{
+      id name desiredStatus podType costPerHr{" " + top if top else ""}
+      gpuCount volumeInGb containerDiskInGb{" " + volumes if volumes else ""}
+      machine {{ gpuDisplayName }}
+      runtime {{
+        {runtime_text}
+      }}
+    }}
+  }}
+}}"""
+
+
+PODS_QUERY = pods_query()
+SDK_PODS_QUERY = pods_query(())
 
 # The official SDK's user query asks for pubKey and networkVolumes (api/queries/user.py);
 # runpodctl's `user` command for clientBalance, currentSpendPerHr and spendLimit.
@@ -99,11 +119,16 @@ class RunPodProvider(BaseProvider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._pods_query = PODS_QUERY
+        # The optional pod fields this account's API accepts (a rejected one is dropped alone).
+        self._pod_fields: tuple[str, ...] = OPTIONAL_POD_FIELDS
         self._reported_unreadable: set[str] = set()
 
     def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
-        return self._read_pods(now)[0]
+        """The account's pods, serverless workers left out: they belong to their endpoint,
+        which RunPod scales, and are never ours to judge, stop or terminate (the REST API hides
+        them unless ``includeWorkers=true``; ``myself.pods`` is not documented to)."""
+        pods, _, workers = self._read_pods(now)
+        return _without_workers(pods, workers)
 
     def get_account(self, now: datetime) -> AccountSnapshot:
         return self._graphql(
@@ -128,7 +153,8 @@ class RunPodProvider(BaseProvider):
         """Pods (required), then one account query for balance, network volumes and keys; each
         of those three that cannot be read is named in ``problems``. Volume attachment comes
         from the pods' ``networkVolumeId``."""
-        instances, attachments = self._read_pods(now)
+        listed, attachments, workers = self._read_pods(now)
+        instances = _without_workers(listed, workers)
         problems: dict[str, str] = {}
         payload = self._secondary(
             "account", problems, lambda: self._graphql(ACCOUNT_QUERY, lambda payload: payload)
@@ -154,39 +180,73 @@ class RunPodProvider(BaseProvider):
         return AccountObservation(
             account=account or AccountSnapshot(self.name, self.account, now),
             instances=instances,
-            volumes=parse.attach_network_volumes(volumes or (), attachments, instances),
+            # A volume a serverless worker mounts is in use all the same.
+            volumes=parse.attach_network_volumes(volumes or (), attachments, listed),
             ssh_keys=ssh_keys or (),
             problems=problems,
         )
 
     def _read_pods(
         self, now: datetime
-    ) -> tuple[tuple[InstanceSnapshot, ...], dict[str, str | None] | None]:
-        """The pods and each pod's network volume (``None``: unknown). A query the API rejects
-        (HTTP 400: a field it does not know) is retried once with the SDK's own fields, which
-        this account keeps using."""
+    ) -> tuple[tuple[InstanceSnapshot, ...], dict[str, str | None] | None, frozenset[str]]:
+        """The pods (serverless workers among them), each pod's network volume (``None``:
+        unknown) and the ids of the pods that are serverless workers. A query with an optional
+        field the API rejects (a validation error, with HTTP 400 or with HTTP 200 and
+        ``errors``) is asked again without that field alone, unknown from then on."""
+        payload = self._accepted_pods_answer()
+        dropped = tuple(field for field in OPTIONAL_POD_FIELDS if field not in self._pod_fields)
+        pods = parse.parse_pods(payload, account=self.account, now=now)
+        if dropped:
+            pods = tuple(
+                replace(pod, unreadable=tuple(sorted({*pod.unreadable, *dropped}))) for pod in pods
+            )
+        self._log_unreadable(pods)
+        return pods, parse.pod_network_volumes(payload), parse.pod_endpoints(payload)
+
+    def _accepted_pods_answer(self) -> object:
+        """The first pods answer the API accepts. A validation error drops the optional fields
+        it names and asks again; one that names none of ours is narrowed down by asking without
+        each remaining optional field in turn, then without all of them. The account keeps the
+        fields of the query that passed; an error that is not a refused document is raised."""
+        fields = self._pod_fields
         try:
-            payload = self._graphql(self._pods_query, _pods_payload)
+            return self._graphql(pods_query(fields), _pods_payload)
         except PermanentError as error:
-            if not _rejects_optional_field(error) or self._pods_query == SDK_PODS_QUERY:
+            rejected = _rejected_fields(error)
+            if rejected is None or not fields:
                 raise
-            logger.warning(
-                "pods query rejected, falling back to the SDK's fields provider=%s account=%s "
-                "unknown_fields=%s",
-                self.name,
-                self.account,
-                ",".join(OPTIONAL_POD_FIELDS),
-            )
-            self._pods_query = SDK_PODS_QUERY
-            payload = self._graphql(self._pods_query, _pods_payload)
-        instances = parse.parse_pods(payload, account=self.account, now=now)
-        if self._pods_query == SDK_PODS_QUERY:
-            instances = tuple(
-                replace(pod, unreadable=tuple(sorted({*pod.unreadable, *OPTIONAL_POD_FIELDS})))
-                for pod in instances
-            )
-        self._log_unreadable(instances)
-        return instances, parse.pod_network_volumes(payload)
+            first_error = error
+        # Named fields first (repeatedly: a truncated message may name only some), then blind.
+        while named := tuple(field for field in fields if field in rejected):
+            fields = tuple(field for field in fields if field not in named)
+            try:
+                return self._accept_fields(fields)
+            except PermanentError as error:
+                rejected = _rejected_fields(error)
+                if rejected is None:
+                    raise
+        for candidate in [*((f,) for f in fields), fields]:
+            remaining = tuple(field for field in fields if field not in candidate)
+            try:
+                return self._accept_fields(remaining)
+            except PermanentError as error:
+                if _rejected_fields(error) is None:
+                    raise
+        raise first_error
+
+    def _accept_fields(self, fields: tuple[str, ...]) -> object:
+        """The pods answer with the optional ``fields``; when it passes, they are the account's
+        from now on (logged once, with what was lost)."""
+        payload = self._graphql(pods_query(fields), _pods_payload)
+        logger.warning(
+            "pods query refused a field, asking without it provider=%s account=%s "
+            "unknown_fields=%s",
+            self.name,
+            self.account,
+            ",".join(field for field in self._pod_fields if field not in fields),
+        )
+        self._pod_fields = fields
+        return payload
 
     def _log_unreadable(self, instances: tuple[InstanceSnapshot, ...]) -> None:
         """One warning per field per account for the life of the process (not one per poll)."""
@@ -221,15 +281,41 @@ class RunPodProvider(BaseProvider):
         return self.http.request_json("POST", GRAPHQL_PATH, body={"query": query}, check=check)
 
 
-def _rejects_optional_field(error: PermanentError) -> bool:
-    """Whether a GraphQL validation error (HTTP 400) names one of the optional pod fields."""
-    leaves = {field.rsplit(".", 1)[-1] for field in OPTIONAL_POD_FIELDS}
-    return error.status_code == 400 and any(leaf in str(error) for leaf in leaves)
+def _without_workers(
+    pods: tuple[InstanceSnapshot, ...], workers: frozenset[str]
+) -> tuple[InstanceSnapshot, ...]:
+    if not workers:
+        return pods
+    return tuple(pod for pod in pods if pod.instance_id not in workers)
+
+
+class _ValidationError(PermanentError):
+    """A GraphQL document the API refused to run (HTTP 200 with validation ``errors``)."""
+
+
+def _rejected_fields(error: ProviderError) -> frozenset[str] | None:
+    """The optional pod fields a validation error names (empty: it names none of ours);
+    ``None`` when ``error`` is not a validation error (HTTP 400, or 200 with a validation
+    error) at all."""
+    if not isinstance(error, _ValidationError) and not (
+        error.status_code == 400 and _VALIDATION_WORDS.search(str(error))
+    ):
+        return None
+    named = {
+        _FIELD_TYPES[(type_name, field)]
+        for field, type_name in _UNKNOWN_FIELD.findall(str(error))
+        if (type_name, field) in _FIELD_TYPES
+    }
+    return frozenset(named)
 
 
 def _pods_payload(payload: object) -> object:
     """Checks a pods answer (raising what a whole-listing failure raises) and keeps it whole,
-    so the pods and their network volumes are read from one answer."""
+    so the pods and their network volumes are read from one answer. A validation error
+    answered with HTTP 200 raises :class:`_ValidationError` naming its fields."""
+    validation = parse.validation_errors(payload)
+    if validation:
+        raise _ValidationError(f"runpod: pods: query rejected: {'; '.join(validation)}"[:600])
     parse.partial_field_errors(payload, "pods", ("myself", "pods"))
     return payload
 

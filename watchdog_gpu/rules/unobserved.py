@@ -1,6 +1,6 @@
 """unobserved: a running instance had no usable GPU data for ``after`` (blind time), or an
-instance has been in a state the provider reports but watchdog-gpu does not map (``unknown``)
-for ``after``.
+instance has been in a provider state watchdog-gpu cannot judge (``unknown``: one it does not
+map, or one it maps there on purpose, such as Lambda's ``unhealthy``) for ``after``.
 
 Intent: not knowing is a state. When SSH is down or the output cannot be read, the idle rule
 cannot act; when the provider reports a state we do not know (``actual_status = "exploded"``),
@@ -72,9 +72,9 @@ def _unknown_state_finding(
         severity=Severity.WARNING,
         action=ActionKind.NOTIFY,
         summary=(
-            f"in a provider state watchdog-gpu does not know ({latest.raw_state[:40]!r}) for "
-            f"{format_duration(max(now - since, timedelta(0)))}: no rule can act on it and "
-            "what it bills is unknown; check it at the provider"
+            f"provider state {latest.raw_state[:40]!r} for "
+            f"{format_duration(max(now - since, timedelta(0)))}: watchdog-gpu cannot judge it, "
+            "no rule can act on it and what it bills is unknown; check it at the provider"
         ),
         episode_started_at=since,
         due_at=since + config.after,

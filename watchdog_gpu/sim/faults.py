@@ -15,7 +15,11 @@ Each account has an API mode (scripted with ``api = ...`` account events, or set
 - ``partial``: the request is served, with the quirks of a real answer that is only partly
   readable — RunPod GraphQL answers carry a partial error on every pod's ``runtime.gpus`` (the
   field ``null``), Vast's last instance page ends with an empty-string ``next_token``; the
-  dialects apply it themselves.
+  dialects apply it themselves;
+- ``strict`` (RunPod): the GraphQL ``Pod`` type has only the fields an official source shows
+  (no ``networkVolumeId``, no ``endpointId``), and a document asking for another is refused
+  with HTTP 200 and a validation error in ``errors`` (the shape some GraphQL servers answer
+  with); other dialects serve normally.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def apply_fault(
         return truncate(handle())
     if mode == "revoked":
         return dialect.unauthorized(key_given=True)
-    return handle()  # "ok"; "partial" is shaped by the dialect
+    return handle()  # "ok"; "partial" and "strict" are shaped by the dialect
 
 
 def truncate(response: SimResponse) -> SimResponse:

@@ -12,7 +12,7 @@ a state's billing the table states the simulator's assumption (``documented=Fals
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 BaseState = Literal["starting", "running", "paused", "stopped"]
@@ -25,7 +25,10 @@ class ProviderState:
     ``base`` drives the world's bookkeeping (which API calls apply, the zero-balance
     behaviour); ``compute``/``storage`` say what bills; ``reachable`` whether SSH answers;
     ``runtime`` whether a RunPod pod shows its runtime block; ``documented`` whether the
-    billing comes from the provider's documentation (else it is the simulator's assumption).
+    billing comes from the provider's documentation (else it is the simulator's assumption);
+    ``by_provider`` whether the provider put it there itself while its user still wants it
+    running (Vast's stop at a zero balance or for a host fault), ``detail`` what the provider
+    says about it (Vast's ``status_msg``).
     """
 
     provider: str
@@ -36,6 +39,8 @@ class ProviderState:
     reachable: bool
     runtime: bool = False
     documented: bool = True
+    by_provider: bool = False
+    detail: str | None = None
 
 
 def _table(provider: str, *states: ProviderState) -> Mapping[str, ProviderState]:
@@ -72,7 +77,9 @@ PROVIDER_STATES: Mapping[str, Mapping[str, ProviderState]] = {
         _vast("scheduling", "starting", False, True, False),
         _vast("running", "running", True, True, True),
         _vast("stopped", "stopped", False, True, False),
-        _vast("exited", "stopped", False, True, False, documented=False),
+        # The container died; cur_state stays "running": the contract keeps (and bills) its
+        # GPU. Vast's docs are silent on the GPU charge: the simulator's assumption.
+        _vast("exited", "running", True, True, False, documented=False),
         _vast("frozen", "running", True, True, False),
         _vast("rebooting", "starting", True, True, False, documented=False),
         _vast("offline", "stopped", False, False, False),
@@ -94,12 +101,21 @@ PROVIDER_STATES: Mapping[str, Mapping[str, ProviderState]] = {
         # instance (normally nothing), billed while the VM exists.
         _lambda("booting", "starting", False, True, False),
         _lambda("active", "running", True, True, True),
-        _lambda("unhealthy", "running", True, True, False),
+        # Failed Lambda's health checks; the VM itself may still answer SSH (the simulator's
+        # assumption): a probe then reads its GPUs, idle or not.
+        _lambda("unhealthy", "running", True, True, True),
         _lambda("terminating", "stopped", False, False, False),
         _lambda("terminated", "stopped", False, False, False),
         _lambda("preempted", "stopped", False, False, False, documented=False),
     ),
 }
+
+# Vast stops a running instance itself when the account's credit reaches zero (docs/providers.md,
+# "Vast.ai": zero balance): the GPU is released, the disk keeps billing, and its user's
+# ``intended_status`` stays "running".
+VAST_STOPPED_BY_VAST = ProviderState(
+    "vast", "stopped", "stopped", False, True, False, by_provider=True
+)
 
 # RunPod shows ``RUNNING`` with ``runtime: null`` while the container starts (or never comes
 # up): the pod is rented and bills, the probe finds nothing.
@@ -118,13 +134,20 @@ def provider_state(provider: str, name: str, *, runtime: bool | None = None) -> 
 
 
 def scripted_state(
-    provider: str, state: str | None, name: str | None, runtime: bool | None
+    provider: str,
+    state: str | None,
+    name: str | None,
+    runtime: bool | None,
+    status_msg: str | None = None,
 ) -> tuple[str, ProviderState | None] | None:
     """What an event scripts: ``(base state, provider state)``; ``None`` when it scripts no
     state change (a ``name`` that is not one of ``provider``'s states only changes what the
-    listing shows: :func:`unmapped_state`). ``state`` and ``name`` exclude each other."""
+    listing shows: :func:`unmapped_state`). ``state`` and ``name`` exclude each other; a
+    ``status_msg`` (Vast ``stopped``) makes it a stop the provider made itself, saying why."""
     if name is not None and name in PROVIDER_STATES[provider]:
         exact = provider_state(provider, name, runtime=runtime)
+        if status_msg is not None:
+            exact = replace(exact, by_provider=True, detail=status_msg, documented=False)
         return exact.base, exact
     if state is not None:
         return state, None

@@ -183,6 +183,7 @@ class InstanceView:
     compute_billed: bool
     network_volume: str | None
     savings_plan_discount: float
+    serverless_endpoint: str | None
     gpu_name: str
     gpu_count: int
     compute_usd_per_hour: float  # the instance's compute price (billed only while running)

@@ -26,7 +26,9 @@ from watchdog_gpu.sim.provider_states import PROVIDER_STATES
 
 Provider = Literal["vast", "runpod", "lambda"]
 ScriptedState = Literal["starting", "running", "paused", "stopped", "gone"]
-ApiMode = Literal["ok", "error500", "timeout", "ratelimit", "malformed", "revoked", "partial"]
+ApiMode = Literal[
+    "ok", "error500", "timeout", "ratelimit", "malformed", "revoked", "partial", "strict"
+]
 SshMode = Literal["up", "down", "refused", "hostkey_changed", "garbage"]
 # Strict numbers: a quoted "95" or a boolean in a TOML file is a mistake, not a percentage.
 Percent = Annotated[int, Field(ge=0, le=100, strict=True)]
@@ -65,6 +67,8 @@ class InstanceEvent(_Frozen):
     # ``runtime`` (RunPod) says whether a RUNNING pod shows its runtime block.
     provider_state: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     runtime: bool | None = None
+    # Vast, with provider_state = "stopped": Vast stopped it itself (a host fault) and says why.
+    status_msg: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     gpu_util: Percent | tuple[Percent, ...] | None = None
     gpu_pattern: GpuPattern | None = None
     enc: Percent | None = None
@@ -99,6 +103,8 @@ class ScenarioInstance(_Frozen):
     # price (the pod's adjustedCostPerHr is the price times 1 − discount).
     network_volume: str | None = None
     savings_plan_discount: Annotated[float, Field(ge=0, lt=1, strict=True)] = 0.0
+    # A RunPod serverless worker of this endpoint id (its pod shows ``endpointId``).
+    serverless_endpoint: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     # Additions to the public format (documented in docs/scenario-format.md): where SSH probes
     # should connect. Defaults to loopback so nothing ever dials an address outside this machine.
     ssh_host: str = "127.0.0.1"
@@ -343,7 +349,7 @@ def _check_pod_fields(
     if account.provider != "runpod":
         return [
             ConfigProblem(f"{path}.{name}", "a RunPod pod field")
-            for name in ("network_volume", "savings_plan_discount")
+            for name in ("network_volume", "savings_plan_discount", "serverless_endpoint")
             if name in instance.model_fields_set
         ]
     if instance.network_volume is not None and instance.network_volume not in {
@@ -467,6 +473,13 @@ def _check_provider_state(event: InstanceEvent, provider: str, path: str) -> lis
         problems.append(
             ConfigProblem(
                 f"{path}.runtime", 'only a RunPod provider_state = "RUNNING" event takes runtime'
+            )
+        )
+    if event.status_msg is not None and (provider != "vast" or event.provider_state != "stopped"):
+        problems.append(
+            ConfigProblem(
+                f"{path}.status_msg",
+                'only a Vast provider_state = "stopped" event takes status_msg',
             )
         )
     return problems

@@ -35,7 +35,12 @@ from datetime import datetime, timedelta
 
 from watchdog_gpu.clock import Clock, VirtualClock
 from watchdog_gpu.sim.gpu import GpuState, GpuTimeline, read_gpus
-from watchdog_gpu.sim.provider_states import ProviderState, scripted_state, unmapped_state
+from watchdog_gpu.sim.provider_states import (
+    VAST_STOPPED_BY_VAST,
+    ProviderState,
+    scripted_state,
+    unmapped_state,
+)
 from watchdog_gpu.sim.records import (
     COMPUTE_STATES,
     AccountRecord,
@@ -394,7 +399,11 @@ class SimulatedWorld:
             record.instances[instance.id] = item
             for event in instance.events:
                 scripted = scripted_state(
-                    spec.provider, event.state, event.provider_state, event.runtime
+                    spec.provider,
+                    event.state,
+                    event.provider_state,
+                    event.runtime,
+                    event.status_msg,
                 )
                 if scripted is not None:
                     self._schedule(
@@ -542,7 +551,7 @@ class SimulatedWorld:
             if not instance.exists or instance.destroy_due is not None:
                 continue
             if record.provider == "vast" and instance.state in COMPUTE_STATES:
-                self._set_state(instance, "stopped", at)
+                self._set_state(instance, "stopped", at, VAST_STOPPED_BY_VAST)
                 self._log(at, record.spec.name, instance.spec.id, "zero_balance_stop", "provider")
             elif record.provider == "runpod":
                 self._begin_destroy(record.spec.name, instance, at, source="provider")
@@ -625,6 +634,7 @@ class SimulatedWorld:
             compute_billed=record.compute_billed,
             network_volume=record.spec.network_volume,
             savings_plan_discount=record.spec.savings_plan_discount,
+            serverless_endpoint=record.spec.serverless_endpoint,
             gpu_name=record.spec.gpu_name,
             gpu_count=record.spec.gpu_count,
             compute_usd_per_hour=record.spec.compute_usd_per_hour,

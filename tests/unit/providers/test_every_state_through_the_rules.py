@@ -56,7 +56,15 @@ for bid in (False, True):
         ("vast", "scheduling", bid): (S.PAUSED if bid else S.STARTING, VAST_STORAGE),
         ("vast", "running", bid): (S.RUNNING, VAST_RUNNING),
         ("vast", "stopped", bid): (S.STOPPED, VAST_STORAGE),  # intended "stopped": ambiguous
-        ("vast", "exited", bid): (S.STOPPED, VAST_STORAGE),
+        ("vast", "exited", bid): (S.STOPPED, VAST_STORAGE),  # the contract stopped too
+        # the container died, the contract still holds (and bills) its GPU: blind, not a disk
+        ("vast", "exited/contract-running", bid): (S.RUNNING, VAST_RUNNING),
+        # stopped by Vast itself (its user still wants it running), bid not known to lose
+        ("vast", "stopped/by-vast", bid): (S.STOPPED, VAST_STORAGE),
+        # a losing bid, but Vast reports a fault: not read as outbid
+        ("vast", "stopped/by-vast-error", bid): (S.STOPPED, VAST_STORAGE),
+        # a known losing bid while its user wants it running: outbid
+        ("vast", "stopped/outbid", bid): (S.PAUSED if bid else S.STOPPED, VAST_STORAGE),
         ("vast", "frozen", bid): (S.RUNNING, VAST_RUNNING),
         ("vast", "rebooting", bid): (S.STARTING, VAST_RUNNING),
         ("vast", "offline", bid): (S.UNKNOWN, None),
@@ -74,7 +82,8 @@ for bid in (False, True):
 CASES |= {
     ("lambda", "booting", False): (S.STARTING, 0.0),
     ("lambda", "active", False): (S.RUNNING, 2.49),
-    ("lambda", "unhealthy", False): (S.RUNNING, 2.49),
+    # failed Lambda's health checks: not up, never judged idle, alerted as unknown
+    ("lambda", "unhealthy", False): (S.UNKNOWN, None),
     ("lambda", "terminating", False): (S.GONE, 0.0),
     ("lambda", "terminated", False): (S.GONE, 0.0),
     ("lambda", "preempted", False): (S.UNKNOWN, None),
@@ -83,11 +92,18 @@ CASES |= {
 
 def _parse(provider: str, raw: str, interruptible: bool) -> InstanceSnapshot:
     if provider == "vast":
+        status, _, variant = raw.partition("/")
         row = vast_bid_row(
-            actual_status=None if raw == "null" else raw,
+            actual_status=None if status == "null" else status,
             intended_status={"stopped": "stopped", "frozen": "frozen"}.get(raw, "running"),
             is_bid=interruptible,
         )
+        if variant == "contract-running":
+            row["cur_state"] = "running"
+        if variant == "by-vast":
+            row["min_bid"] = None  # the outbid test is unknown
+        if variant == "by-vast-error":
+            row["status_msg"] = "Error: host fault, instance stopped"
         return vast.parse_instance(row, account="acct", now=NOW)
     if provider == "runpod":
         pod = fixture_row("runpod/myself_pods.json", "data", "myself", "pods", 0)

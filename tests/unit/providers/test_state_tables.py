@@ -41,6 +41,45 @@ def test_vast_on_demand_states(raw: object, expected: InstanceState) -> None:
     assert vast.parse_instance(row, account="a", now=NOW).state is expected
 
 
+def test_a_bid_stopped_with_an_error_status_is_a_stopped_disk_even_below_min_bid() -> None:
+    row = {
+        "id": 1,
+        "actual_status": "stopped",
+        "intended_status": "running",
+        "cur_state": "stopped",
+        "status_msg": "Error response from daemon: host fault",
+        "is_bid": True,
+        "dph_base": 0.22,
+        "min_bid": 0.31,
+    }
+
+    assert vast.parse_instance(row, account="a", now=NOW).state is S.STOPPED
+
+
+@pytest.mark.parametrize(("contract", "expected"), [("running", S.RUNNING), ("stopped", S.STOPPED)])
+@pytest.mark.parametrize("is_bid", [False, True])
+def test_an_exited_vast_container_whose_contract_runs_bills_its_gpu(
+    contract: str, expected: InstanceState, is_bid: bool
+) -> None:
+    row = {
+        "id": 1,
+        "actual_status": "exited",
+        "intended_status": "running",
+        "cur_state": contract,
+        "is_bid": is_bid,
+        "dph_base": 0.40,
+        "dph_total": 0.41,
+        "storage_total_cost": 0.01,
+        "min_bid": 0.31,
+    }
+
+    snapshot = vast.parse_instance(row, account="a", now=NOW)
+
+    assert snapshot.state is expected
+    assert snapshot.compute_usd_per_hour == pytest.approx(0.40)
+    assert snapshot.raw_state.startswith("exited")
+
+
 @pytest.mark.parametrize(
     ("actual", "intended", "bid", "min_bid", "expected"),
     [
@@ -58,7 +97,10 @@ def test_vast_on_demand_states(raw: object, expected: InstanceState) -> None:
         ("scheduling", "running", None, None, S.STARTING),
         # Stopped while the user wants it running: Vast took the GPU (outbid).
         ("stopped", "running", 0.22, 0.31, S.PAUSED),
-        ("stopped", "running", None, None, S.PAUSED),
+        # Stopped by Vast itself (zero balance, a host fault): its user still wants it running,
+        # and without a known losing bid it is a stopped disk, not outbid.
+        ("stopped", "running", None, None, S.STOPPED),
+        ("stopped", "running", 0.22, None, S.STOPPED),
         ("stopped", "running", 0.40, 0.31, S.STOPPED),  # a winning bid: not an outbid
         # Stopped with intended "stopped": a user stop and an outbid look alike; the less
         # destructive reading is a stopped disk.
@@ -123,7 +165,7 @@ def test_runpod_states(
     [
         ("booting", S.STARTING),
         ("active", S.RUNNING),
-        ("unhealthy", S.RUNNING),
+        ("unhealthy", S.UNKNOWN),  # failed its health checks: never judged idle
         ("terminating", S.GONE),
         ("terminated", S.GONE),
         ("preempted", S.UNKNOWN),

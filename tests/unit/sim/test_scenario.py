@@ -283,3 +283,35 @@ def test_the_built_in_world_of_sim_serve_is_valid() -> None:
 
     scenario = default_scenario()
     assert {account.provider for account in scenario.accounts} == {"vast", "runpod", "lambda"}
+
+
+def test_status_msg_and_serverless_endpoint_belong_to_their_provider() -> None:
+    problems = problems_of(
+        """
+[[accounts]]
+name = "v"
+provider = "vast"
+[[accounts.instances]]
+id = "1"
+compute_usd_per_hour = 1.0
+serverless_endpoint = "ep1"
+events = [
+  { at = "0s", state = "running" },
+  { at = "1h", provider_state = "exited", status_msg = "Error: host fault" },
+  { at = "2h", provider_state = "stopped", status_msg = "Error: host fault" },
+]
+[[accounts]]
+name = "r"
+provider = "runpod"
+[[accounts.instances]]
+id = "pod1"
+compute_usd_per_hour = 1.0
+serverless_endpoint = "ep1"
+events = [{ at = "0s", provider_state = "EXITED", status_msg = "Error" }]
+"""
+    )
+    assert problems.keys() == {
+        "accounts[0].instances[0].serverless_endpoint",
+        "accounts[0].instances[0].events[1].status_msg",
+        "accounts[1].instances[0].events[0].status_msg",
+    }

@@ -54,9 +54,11 @@ LAMBDA_STATES = StateTable(
     {
         "booting": InstanceState.STARTING,
         "active": InstanceState.RUNNING,
-        # An unhealthy VM still exists and Lambda bills until terminate; the SSH probe (not the
-        # state) decides whether its GPUs work.
-        "unhealthy": InstanceState.RUNNING,
+        # "unhealthy" failed Lambda's health checks: not up (SkyPilot treats it so), yet it
+        # exists until terminate. As UNKNOWN no rule judges its GPUs (a probe reading idle must
+        # not terminate it and wipe its local disk) and the unobserved rule alerts on it
+        # (docs/providers.md, "Lambda").
+        "unhealthy": InstanceState.UNKNOWN,
         # Terminate ends billing; "terminating" is the answer to our own terminate call.
         "terminating": InstanceState.GONE,
         "terminated": InstanceState.GONE,

@@ -223,6 +223,39 @@ def pod_network_volumes(payload: object) -> dict[str, str | None] | None:
     return attached
 
 
+def pod_endpoints(payload: object) -> frozenset[str]:
+    """The ids of the pods in a pods answer that belong to a serverless endpoint (a non-empty
+    ``endpointId``); empty when the field was not read."""
+    envelope = as_object(payload) or {}
+    myself = as_object((as_object(envelope.get("data")) or {}).get("myself")) or {}
+    workers = set()
+    for pod in as_list(myself.get("pods")) or []:
+        fields = as_object(pod) or {}
+        pod_id = get_id(fields, "id")
+        if pod_id is not None and get_str(fields, "endpointId"):
+            workers.add(pod_id)
+    return frozenset(workers)
+
+
+def validation_errors(payload: object) -> list[str]:
+    """The messages of the validation errors in a GraphQL answer (errors without a ``path``
+    that say the document cannot run: ``GRAPHQL_VALIDATION_FAILED``, "Cannot query field");
+    empty when there are none. Some servers answer these with HTTP 200."""
+    envelope = as_object(payload)
+    if envelope is None:
+        return []
+    messages = []
+    for entry in as_list(envelope.get("errors")) or []:
+        fields = as_object(entry) or {}
+        if fields.get("path"):
+            continue
+        message = get_str(fields, "message") or ""
+        code = (get_str(as_object(fields.get("extensions")) or {}, "code") or "").upper()
+        if code == "GRAPHQL_VALIDATION_FAILED" or message.startswith("Cannot query field"):
+            messages.append(message)
+    return messages
+
+
 def attach_network_volumes(
     volumes: tuple[VolumeSnapshot, ...],
     pods: Mapping[str, str | None] | None,

@@ -6,16 +6,18 @@ Every fact used here, with its source, is in ``docs/providers.md`` ("Vast.ai"): 
 - State comes from ``actual_status`` (the container state), refined by ``intended_status`` (what
   the user asked for), ``is_bid`` and the bid (``dph_base``) against ``min_bid``
   (:func:`vast_state`). Vast has no outbid flag: a bid instance is read as **paused** (outbid)
-  only when the user still wants it running (``intended_status == "running"``) and it is held
-  off its GPU (``stopped``, or ``scheduling`` with a bid below ``min_bid``). A bid instance that
-  is loading, created or rebooting is **starting**, never paused. Where Vast cannot tell an
-  outbid instance from one the user stopped (``intended_status == "stopped"``), the less
-  destructive reading wins: **stopped** (the stopped-disk rule, 24 h by default), not paused
-  (30 min).
+  only when the user still wants it running (``intended_status == "running"``), it is held off
+  its GPU (``stopped`` or ``scheduling``) and its bid is *known* to lose (``dph_base <
+  min_bid``) with no error in ``status_msg``. Vast also stops instances itself (zero balance,
+  a host fault with an ``Error…`` status) and leaves ``intended_status = running``: without a
+  known losing bid that is a **stopped** disk (the stopped-disk rule, 24 h by default), not
+  paused (30 min, inside Vast's own grace). A bid instance that is loading, created or
+  rebooting is **starting**, never paused; one its user stopped is **stopped**.
 - ``frozen`` keeps memory and is still GPU-billed: ``running`` for billing (the container is
-  suspended, so a probe sees nothing: blind time, never idle); ``exited`` (process died) is
-  assumed not to bill the GPU and becomes ``stopped``; ``unknown`` (no heartbeat) and ``offline``
-  (host gone, not billed) stay ``unknown``.
+  suspended, so a probe sees nothing: blind time, never idle). ``exited`` (process died) with
+  ``cur_state = running`` still holds and bills its GPU: ``running`` too (blind, never idle);
+  ``exited`` with the contract stopped is ``stopped``. ``unknown`` (no heartbeat) and
+  ``offline`` (host gone, not billed) stay ``unknown``.
 - Compute $/h is what the contract bills **in its current state**: ``dph_total −
   storage_total_cost`` (which is ``dph_base``) while running/frozen/rebooting, and $0 while
   created, loading or scheduling ("GPU charges begin when status reaches running"). Never the
@@ -77,7 +79,7 @@ VAST_STATES = StateTable(
         "running": InstanceState.RUNNING,
         "frozen": InstanceState.RUNNING,  # memory kept, GPU still billed
         "stopped": InstanceState.STOPPED,
-        "exited": InstanceState.STOPPED,  # container died; disk bills, GPU assumed not
+        "exited": InstanceState.STOPPED,  # container died; running while cur_state = running
         # "unknown" (no heartbeat) and "offline" (host disconnected) fall back to UNKNOWN.
     },
 )
@@ -298,12 +300,19 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
     actual = fields.get("actual_status")
     key = "null" if actual is None else actual
     intended = get_str(fields, "intended_status")
+    contract = get_str(fields, "cur_state")
     outbid = _bid_below_minimum(fields)
-    state = vast_state(key, intended=intended, interruptible=interruptible, outbid=outbid)
+    if outbid and status_message_is_error(get_str(fields, "status_msg")):
+        outbid = None  # Vast parked it for a fault: the bid is not why it is off its GPU
+    state = vast_state(
+        key, intended=intended, interruptible=interruptible, outbid=outbid, contract=contract
+    )
     raw = actual.strip() if isinstance(actual, str) else str(key)
     notes = []
     if intended and intended != raw:
         notes.append(f"intended {intended}")
+    if contract and contract != raw and str(key).strip().lower() == "exited":
+        notes.append(f"contract {contract}")
     if interruptible and outbid:
         notes.append("bid < min_bid")
     if notes:
@@ -312,24 +321,49 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
 
 
 def vast_state(
-    actual: object, *, intended: str | None, interruptible: bool, outbid: bool | None
+    actual: object,
+    *,
+    intended: str | None,
+    interruptible: bool,
+    outbid: bool | None,
+    contract: str | None = None,
 ) -> InstanceState:
     """Our state for a Vast row (docs/providers.md, "Vast.ai states").
 
     ``actual`` is ``actual_status`` (``"null"`` for a null), ``intended`` the
-    ``intended_status``, ``outbid`` whether the bid (``dph_base``) is below ``min_bid``
-    (``None`` when either is missing). Only a bid instance whose user still wants it running
-    and that is held off its GPU is paused; everything else keeps the table's state.
+    ``intended_status``, ``contract`` the ``cur_state`` (whether the contract holds its GPU),
+    ``outbid`` whether the bid (``dph_base``) is below ``min_bid`` (``None`` when either is
+    missing, or when ``status_msg`` reports an error). Only a bid instance whose user still
+    wants it running, that is held off its GPU and whose bid is known to lose is paused; an
+    ``exited`` container whose contract still runs bills its GPU and is running.
     """
     state = VAST_STATES.lookup(actual)
-    if not interruptible or intended != "running":
+    status = str(actual).strip().lower()
+    if status == "exited" and contract is not None and contract.strip().lower() == "running":
+        return InstanceState.RUNNING
+    if not interruptible or intended != "running" or outbid is not True:
         return state
-    held_off = (
-        state is InstanceState.STOPPED
-        and str(actual).strip().lower() == "stopped"
-        and outbid is not False
-    ) or (str(actual).strip().lower() == "scheduling" and outbid is True)
+    held_off = (state is InstanceState.STOPPED and status == "stopped") or status == "scheduling"
     return InstanceState.PAUSED if held_off else state
+
+
+# What the official client takes for an error in ``status_msg`` (vastai 1.9.1,
+# vastai/cli/commands/machines.py, the self-test's instance poll).
+_ERROR_TOKENS = (
+    "error",
+    "failed",
+    "failure",
+    "exception",
+    "traceback",
+    "oci runtime",
+    "permission denied",
+)
+
+
+def status_message_is_error(message: str | None) -> bool:
+    """Whether a ``status_msg`` reports an error (a host fault, a container that failed)."""
+    lowered = (message or "").lower()
+    return any(token in lowered for token in _ERROR_TOKENS)
 
 
 def _bid_below_minimum(fields: Mapping[str, object]) -> bool | None:

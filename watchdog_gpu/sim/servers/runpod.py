@@ -11,8 +11,10 @@ scalar: ``null``; an unknown/gone pod gives the error "pod not found to terminat
 ``updateUserSettings(input: {pubKey})`` and ``deleteNetworkVolume(input: {id})``.
 
 Errors as RunPod sends them: a bad key → HTTP 401; a document that does not parse or asks for a
-field the schema lacks → HTTP 400 with ``errors``; an operation error → HTTP 200 with ``errors``
-and ``data`` holding ``null`` for that field.
+field the schema lacks → HTTP 400 with ``errors`` (HTTP 200 for an account in "strict" mode,
+whose ``Pod`` lacks the fields no official source shows: ``STRICT_SCHEMA``); an operation error →
+HTTP 200 with ``errors`` and ``data`` holding ``null`` for that field. A serverless worker's pod
+shows its ``endpointId``.
 
 State mapping: starting → ``RUNNING`` with ``runtime: null``; running → ``RUNNING`` with a runtime
 (per-GPU ``gpuUtilPercent`` from the script); paused (spot interruption) and stopped → ``EXITED``;
@@ -82,7 +84,10 @@ SCHEMA: Mapping[str, ObjectType] = {
                 "imageName",
                 "costPerHr",
                 "adjustedCostPerHr",
+                # In no official source's Pod (REST's Pod has both): the simulator accepts
+                # them, except for an account in "strict" mode (STRICT_SCHEMA).
                 "networkVolumeId",
+                "endpointId",
                 "lowestBidPriceToResume",
                 "costMultiplier",
                 "gpuCount",
@@ -149,6 +154,20 @@ SCHEMA: Mapping[str, ObjectType] = {
     ),
 }
 
+# What an account in "strict" mode serves: no Pod field beyond those an official source shows.
+_UNDOCUMENTED_POD_FIELDS = frozenset({"networkVolumeId", "endpointId"})
+STRICT_SCHEMA: Mapping[str, ObjectType] = {
+    **SCHEMA,
+    "Pod": ObjectType(
+        "Pod",
+        {
+            name: kind
+            for name, kind in SCHEMA["Pod"].fields.items()
+            if name not in _UNDOCUMENTED_POD_FIELDS
+        },
+    ),
+}
+
 _JS_DATE = "%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)"
 
 
@@ -179,10 +198,7 @@ class RunpodDialect(Dialect):
         return json_response(404, {"errors": [{"message": message}]})
 
     def bad_request(self, message: str) -> SimResponse:
-        return json_response(
-            400,
-            {"errors": [{"message": message, "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}]},
-        )
+        return json_response(400, {"errors": [_validation_entry(message)]})
 
     def server_error(self) -> SimResponse:
         return json_response(
@@ -213,11 +229,14 @@ class RunpodDialect(Dialect):
         variables = body.get("variables") or {}
         if not isinstance(variables, dict):
             return self.bad_request("variables must be an object")
+        strict = self.world.api_mode(account) == "strict"
         try:
             operation = graphql.parse(body["query"])
             root = "Mutation" if operation.kind == "mutation" else "Query"
-            graphql.validate(operation.selections, root, SCHEMA)
+            graphql.validate(operation.selections, root, STRICT_SCHEMA if strict else SCHEMA)
         except GraphQLError as error:
+            if strict:
+                return json_response(200, {"errors": [_validation_entry(str(error))]})
             return self.bad_request(str(error))
         data: dict[str, Any] = {}
         errors: list[dict[str, Any]] = []
@@ -353,6 +372,7 @@ class RunpodDialect(Dialect):
                 view.compute_usd_per_hour * (1 - view.savings_plan_discount), 6
             ),
             "networkVolumeId": view.network_volume,
+            "endpointId": view.serverless_endpoint,
             "lowestBidPriceToResume": (
                 round(view.compute_usd_per_hour * 1.1, 4) if view.interruptible else None
             ),
@@ -441,6 +461,10 @@ def _partial_gpu_errors(data: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return errors
+
+
+def _validation_entry(message: str) -> dict[str, Any]:
+    return {"message": message, "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}
 
 
 def _pod_id(arguments: Mapping[str, Any]) -> str:

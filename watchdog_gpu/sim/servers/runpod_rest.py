@@ -184,7 +184,16 @@ class RunpodRestV1(Dialect):
         return json_response(429, {"message": "Too Many Requests"})
 
     def list_pods(self, account: str, request: SimRequest) -> SimResponse:
-        return json_response(200, [self.pod(view) for view in self.world.list_instances(account)])
+        # Serverless workers are listed only with includeWorkers=true (RunPod's REST docs).
+        workers = request.query_value("includeWorkers") == "true"
+        return json_response(
+            200,
+            [
+                self.pod(view)
+                for view in self.world.list_instances(account)
+                if workers or view.serverless_endpoint is None
+            ],
+        )
 
     def show(self, account: str, request: SimRequest, pod_id: str) -> SimResponse:
         return json_response(200, self.pod(self._view(account, pod_id)))
@@ -255,6 +264,7 @@ class RunpodRestV1(Dialect):
             "env": {},
             "lastStartedAt": _iso(view, "started_at"),
             "templateId": None,
+            "endpointId": view.serverless_endpoint,
             "networkVolumeId": None,
             "machine": {
                 "gpuTypeId": f"NVIDIA {view.gpu_name}",

@@ -15,9 +15,12 @@ Auth: ``Authorization: Bearer <key>`` (or the legacy ``?api_key=``). No key → 
 requires login."; an unknown key → 401 "Invalid user key" (``error_403_no_auth.json`` /
 ``error_401_invalid_key.json``).
 
-State mapping: starting → ``loading``; running → ``running``; paused (outbid) and stopped →
-``stopped`` in all four status fields (an outbid bid looks like a stopped one, ``is_bid`` tells);
-a pending destroy keeps its status with ``next_state: "unloaded"``; gone → absent from lists.
+State mapping: starting → ``loading``; running → ``running``; paused (outbid) → ``scheduling``
+with the bid below ``min_bid``; stopped → ``stopped`` in all four status fields; stopped by Vast
+itself (zero balance, or a scripted host fault with its ``status_msg``) → ``stopped`` with
+``intended_status`` still ``running`` and no ``min_bid``; ``exited`` → ``exited`` with
+``cur_state`` ``running`` (the GPU still held); a pending destroy keeps its status with
+``next_state: "unloaded"``; gone → absent from lists.
 """
 
 from __future__ import annotations
@@ -352,6 +355,9 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
         if exact is not None
         else _STATUS[view.state]
     )
+    if exact is not None and exact.by_provider:
+        # Vast stopped it itself: its user still wants it running.
+        intended = "running"
     running = view.state == "running" and (exact is None or exact.reachable)
     billing_compute = view.compute_billed
     # The bid against the current minimum winning bid: below it while outbid (paused).
@@ -440,7 +446,13 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
         "verification": "verified",
         "rentable": False,
         "external": False,
-        "min_bid": round(view.compute_usd_per_hour * min_bid_factor, 4),
+        # A contract Vast parked itself is quoted no winning bid (the simulator's assumption:
+        # Vast documents none, and the official client's v1 Instance has no min_bid at all).
+        "min_bid": (
+            None
+            if exact is not None and exact.by_provider
+            else round(view.compute_usd_per_hour * min_bid_factor, 4)
+        ),
         "is_bid": view.interruptible,
         "dph_base": view.compute_usd_per_hour,
         "dph_total": view.compute_usd_per_hour + storage,
@@ -460,6 +472,8 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
 def _status_message(view: InstanceView) -> str | None:
     if view.destroying:
         return "Destroying instance"
+    if view.provider_state is not None and view.provider_state.detail is not None:
+        return view.provider_state.detail
     if view.provider_state is not None and view.provider_state.name in _STATUS_MESSAGES:
         return _STATUS_MESSAGES[view.provider_state.name]
     if view.state == "paused":
