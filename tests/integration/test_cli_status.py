@@ -34,7 +34,6 @@ from watchdog_gpu.model import (
     Severity,
 )
 from watchdog_gpu.notify.render import format_duration
-from watchdog_gpu.rules import default_configs, lookback_for
 from watchdog_gpu.store import Store
 
 
@@ -52,22 +51,23 @@ def db(store: Store, tmp_path: Path) -> Path:
 
 def record_two_hours(store: Store) -> None:
     """101 busy for an hour, then idle; 102 stopped, named keep-me; 103 running, GPU unknown.
-    Polled and probed every 10 minutes from T0 to NOW."""
-    for minute in range(0, 121, 10):
+    Polled and probed every 10 minutes from T0 to NOW; 101's two GPUs every 2 minutes once idle
+    (what the idle rule's clock needs to observe idle time: samples at most 3 minutes apart)."""
+    for minute in range(0, 121, 2):
         at = T0 + minutes(minute)
-        instances = (
-            instance("101", at=at),
-            instance("102", InstanceState.STOPPED, at=at, name="keep-me"),
-            instance("103", at=at),
-        )
-        store.record_observation(observation(*instances, at=at), at)
-        busy = 50.0 if minute < 60 else 0.0
-        store.record_probes(
-            [
-                probe("101", at, sample("101", at, 0, busy)),
-                probe("103", at, sample("103", at, 0, None)),
-            ]
-        )
+        if minute % 10 == 0:
+            instances = (
+                instance("101", at=at),
+                instance("102", InstanceState.STOPPED, at=at, name="keep-me"),
+                instance("103", at=at),
+            )
+            store.record_observation(observation(*instances, at=at), at)
+            store.record_probes([probe("103", at, sample("103", at, 0, None))])
+        if minute >= 60 or minute % 10 == 0:
+            busy = 50.0 if minute < 60 else 0.0
+            store.record_probes(
+                [probe("101", at, sample("101", at, 0, busy), sample("101", at, 1, busy))]
+            )
 
 
 def line_of(output: str, start: str) -> str:
@@ -379,21 +379,21 @@ def test_an_invalid_configuration_is_exit_2_with_its_problems(
 def test_a_gpu_idle_in_every_sample_reads_at_least_and_a_failed_probe_is_named(
     store: Store, db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for minute in range(0, 111, 10):
+    for minute in range(0, 119, 2):
         at = T0 + minutes(minute)
-        store.record_observation(observation(instance("101", at=at), at=at), at)
-        store.record_probe(probe("101", at, sample("101", at, 0, 0.0)))
+        if minute % 10 == 0:
+            store.record_observation(observation(instance("101", at=at), at=at), at)
+        store.record_probe(probe("101", at, sample("101", at, 0, 0.0), sample("101", at, 1, 0.0)))
     failed = failed_probe("101", NOW, ProbeStatus.UNREACHABLE)
     store.record_observation(observation(instance("101", at=NOW), at=NOW), NOW)
     store.record_probe(failed)
 
     result = run(capsys, "status", "--db", str(db))
 
-    # Every sample in the window (the rules' sample lookback before NOW) is idle: the idle run
-    # is at least from the window's first sample to the last one (13:50), maybe longer.
-    window_start = NOW - lookback_for(default_configs())
-    first = min(T0 + minutes(m) for m in range(0, 111, 10) if T0 + minutes(m) >= window_start)
-    shown = format_duration(T0 + minutes(110) - first)
+    # Every sample in the window is idle and no activity was seen: the idle rule's clock runs
+    # from arming (arm_after, 20 minutes after the run started), and the GPUs may have been idle
+    # longer. The newest sample (13:58) is fresh: the clock still runs.
+    shown = format_duration(NOW - (T0 + minutes(20)))
     # The latest probe failed: now is unknown; the idle run is only what was last seen.
     assert f"unknown: probe unreachable (last seen idle ≥ {shown})" in line_of(
         result.out, "vast-main/101"

@@ -41,6 +41,7 @@ from watchdog_gpu.model import (
     Verdict,
     VolumeSnapshot,
 )
+from watchdog_gpu.rules.idle_clock import IdleClockSettings
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store import sqlite_reader as sqlite_reader_module
 from watchdog_gpu.store.revisions import shipped_history
@@ -172,6 +173,11 @@ RECENT_SLICES = (
 )
 
 
+def judged_at(threshold: float) -> IdleClockSettings:
+    """The idle clock's default settings with ``threshold``."""
+    return IdleClockSettings(threshold_percent=threshold)
+
+
 def assert_same_status_views(reader: SqliteReader, full: FleetView, lookback: timedelta) -> None:
     """``status``'s reduced sample load (``load_status_view``) gives every instance the same
     ``gpu_activity`` as the whole window, at every threshold and wherever its grouped pass
@@ -189,8 +195,8 @@ def assert_same_status_views(reader: SqliteReader, full: FleetView, lookback: ti
         assert_same(without_samples(reduced), without_samples(full))
         for key, instance in full.instances.items():
             assert_same(
-                gpu_activity(reduced.instances[key], threshold),
-                gpu_activity(instance, threshold),
+                gpu_activity(reduced.instances[key], now, judged_at(threshold)),
+                gpu_activity(instance, now, judged_at(threshold)),
             )
             assert len(reduced.instances[key].samples) <= len(instance.samples)
 
@@ -582,7 +588,7 @@ def test_status_reduced_sample_load_gives_the_same_activity(seed: int, tmp_path:
                     shown |= {
                         (activity.status, activity.idle_at_least)
                         for activity in (
-                            gpu_activity(instance, threshold)
+                            gpu_activity(instance, moment, judged_at(threshold))
                             for instance in full.instances.values()
                         )
                     }

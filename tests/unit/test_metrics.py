@@ -130,7 +130,7 @@ def record_fleet(store: Store) -> None:
     """One hour of a small fleet, polled every 10 minutes (the expected figures in the tests
     are worked out by hand from this):
 
-    vast-main: 101 running $1/h, idle since its last busy sample at minute 15; 102 running $2/h,
+    vast-main: 101 running $1/h, busy at minute 15 and idle from minute 20; 102 running $2/h,
     busy; 103 running $1+0.5/h, paused at minute 20 (storage $0.5/h); 104 running $0.5/h, never
     probed (blind); 105 running $1/h, gone at minute 10. runpod-lab: 201 stopped (storage $0.2/h);
     202 running at an unknown compute rate (storage $0.1/h); volumes at $0.05/h and unknown.
@@ -385,7 +385,8 @@ def test_paused_stopped_and_idle_time_is_exposed_per_instance_and_busy_or_gone_o
     }
 
     assert series == {
-        (VAST, "101", "idle"): 45 * 60,  # the last busy sample was at minute 15
+        # The idle rule's clock: from the first idle sample after the busy one at minute 15.
+        (VAST, "101", "idle"): 40 * 60,
         (VAST, "103", "paused"): 40 * 60,
         (RUNPOD, "201", "stopped"): 60 * 60,
     }
@@ -410,7 +411,8 @@ def test_an_instance_whose_newest_sample_is_stale_is_not_called_idle(store: Stor
         instance_id="101",
         state="idle",
     )
-    assert idle == 21 * 60
+    # The idle rule's clock: no activity seen, so it counts from arming (arm_after, minute 20).
+    assert idle == 60
 
 
 def test_blind_instances_are_running_ones_without_usable_gpu_data_for_the_unobserved_window(

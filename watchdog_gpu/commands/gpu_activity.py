@@ -1,11 +1,11 @@
 """What the recorded GPU samples say about an instance right now, for ``watchdog-gpu status``.
 
-A summary for people, not a decision: the idle rule judges windows with coverage
-(:mod:`watchdog_gpu.probe.window`); this only says what the latest samples show and since when.
-Unknown is not idle here either: a GPU whose latest sample is unknown makes the instance
-``unknown``, and an unknown sample ends an idle run. Neither is an unreachable GPU busy: when
-the latest probe failed (SSH down, timed out, unreadable output), what the GPUs do now is unknown,
-whatever the older samples said (they are shown as "last seen").
+A summary for people, not a decision: what the latest samples show, and since when the GPUs are
+idle as the idle rule's clock counts it (:func:`watchdog_gpu.rules.idle_clock.current_idle`, the
+one definition of "idle since" — never re-derived here). Unknown is not idle here either: a GPU
+whose latest sample is unknown makes the instance ``unknown``. Neither is an unreachable GPU
+busy: when the latest probe failed (SSH down, timed out, unreadable output), what the GPUs do now
+is unknown, whatever the older samples said (they are shown as "last seen").
 """
 
 from __future__ import annotations
@@ -18,17 +18,20 @@ from watchdog_gpu.commands.common import json_time
 from watchdog_gpu.fleet import InstanceView
 from watchdog_gpu.model import InstanceState, ProbeStatus, Verdict
 from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.rules.idle_clock import IdleClockSettings, current_idle
 from watchdog_gpu.sample_history import instant, sample_history
 
 
 @dataclass(frozen=True, slots=True)
 class GpuActivity:
-    """``status``: busy, idle, unknown, no_samples or not_running. ``idle_since`` is the first
-    idle sample after the last non-idle one; ``idle_at_least`` is true when every sample of the
-    window is idle (the run may have started earlier)."""
+    """``status``: busy, idle, unknown, no_samples or not_running. ``idle_since`` is the idle
+    rule's clock (:func:`~watchdog_gpu.rules.idle_clock.current_idle`), ``idle_for`` the time
+    from it to ``now``; ``idle_at_least`` is true when the clock starts at arming or at the
+    view's first sample, not at seen activity (the GPUs may have been idle longer)."""
 
     status: str
     idle_since: datetime | None = None
+    idle_for: timedelta | None = None
     idle_at_least: bool = False
     last_sample_at: datetime | None = None
     last_busy_at: datetime | None = None
@@ -36,12 +39,6 @@ class GpuActivity:
     last_probe_at: datetime | None = None
     last_seen: str | None = None  # what the samples said before the probe started failing
     probe_mode: str | None = None  # "stream" / "burst": how the latest probe read the host
-
-    @property
-    def idle_for(self) -> timedelta | None:
-        if self.idle_since is None or self.last_sample_at is None:
-            return None
-        return self.last_sample_at - self.idle_since
 
     @property
     def text(self) -> str:
@@ -90,36 +87,42 @@ class GpuActivity:
         }
 
 
-def gpu_activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
-    """Summarise ``instance.samples`` (the view's window) judged with ``threshold_percent``,
-    with how the latest probe read the host (``probe_mode``)."""
-    activity = _activity(instance, threshold_percent)
+def gpu_activity(instance: InstanceView, now: datetime, settings: IdleClockSettings) -> GpuActivity:
+    """Summarise ``instance.samples`` (the view's window) judged with the idle rule's
+    ``settings``, with its idle clock at ``now`` and how the latest probe read the host
+    (``probe_mode``)."""
+    activity = _activity(instance, now, settings)
     mode = instance.probes[-1].mode if instance.probes else None
     return replace(activity, probe_mode=mode)
 
 
-def _activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
+def _activity(instance: InstanceView, now: datetime, settings: IdleClockSettings) -> GpuActivity:
     probe = instance.probes[-1] if instance.probes else None
     probe_status = probe.status.value if probe is not None else None
     probe_at = probe.at if probe is not None else None
     if instance.state is not InstanceState.RUNNING:
         return GpuActivity("not_running", last_probe_status=probe_status, last_probe_at=probe_at)
     history = sample_history(instance.samples)  # in time order
-    judged = list(history.judged(history.rows(), threshold_percent))
+    judged = list(history.judged(history.rows(), settings.threshold_percent))
     last_sample_at = instant(judged[-1][0]) if judged else None
     if not judged:
         activity = GpuActivity("no_samples", last_probe_status=probe_status, last_probe_at=probe_at)
     else:
         last_busy = max((at for at, _gpu, v in judged if v is Verdict.BUSY), default=None)
-        status, idle_since, at_least = _current(judged)
         activity = GpuActivity(
-            status,
-            idle_since=idle_since,
-            idle_at_least=at_least,
+            _current(judged),
             last_sample_at=last_sample_at,
             last_busy_at=instant(last_busy) if last_busy is not None else None,
             last_probe_status=probe_status,
             last_probe_at=probe_at,
+        )
+    episode = current_idle(instance, now, settings)
+    if episode is not None:
+        activity = replace(
+            activity,
+            idle_since=episode.start,
+            idle_for=max(now - episode.start, timedelta(0)),
+            idle_at_least=episode.armed_by == "arm_after" or episode.start < episode.clock.onset,
         )
     failed = probe is not None and probe.status is not ProbeStatus.OK
     if failed and (last_sample_at is None or probe_at is None or probe_at >= last_sample_at):
@@ -128,21 +131,15 @@ def _activity(instance: InstanceView, threshold_percent: float) -> GpuActivity:
     return activity
 
 
-def _current(judged: list[tuple[int, int, Verdict]]) -> tuple[str, datetime | None, bool]:
-    """(status, idle since, "at least") from the judged samples (instant in microseconds, GPU,
-    verdict), in time order."""
+def _current(judged: list[tuple[int, int, Verdict]]) -> str:
+    """busy, idle or unknown from each GPU's newest judged sample (instant in microseconds,
+    GPU, verdict; in time order)."""
     latest: dict[int, Verdict] = {}
     for _at, gpu, verdict in judged:
         latest[gpu] = verdict
     verdicts = set(latest.values())
     if Verdict.BUSY in verdicts:
-        return "busy", None, False
+        return "busy"
     if verdicts != {Verdict.IDLE}:
-        return "unknown", None, False
-    last_active = max((at for at, _gpu, v in judged if v is not Verdict.IDLE), default=None)
-    if last_active is None:
-        return "idle", instant(judged[0][0]), True
-    since = min((at for at, _gpu, _v in judged if at > last_active), default=None)
-    if since is None:  # an idle and a non-idle sample of one GPU at the same instant
-        return "unknown", None, False
-    return "idle", instant(since), False
+        return "unknown"
+    return "idle"

@@ -3,9 +3,11 @@
 Two tables. Accounts: provider, balance, spend rate in $/h (the provider's figure, else the sum
 of what its instances bill), runway (balance ÷ spend rate) and the last poll (ok or the error
 kind, and how long ago). Instances: ``account/id``, name, state and since when, what it bills per
-hour now, GPU activity from the recorded samples (``busy``, ``idle 42 min`` — measured from the
-first idle sample after the last non-idle one to the latest sample; ``idle ≥ 2 h`` when every
-sample in the window is idle —, ``unknown``, ``no samples``, plus a failing probe's status and
+hour now, GPU activity from the recorded samples (``busy``, ``idle 42 min`` — the idle rule's
+own clock, ``rules/idle_clock.current_idle``: since its episode start, with the same blind-time
+and ``max_sample_gap`` semantics, so a long SSH gap restarts it here too; ``idle ≥ 2 h`` when the
+clock starts at arming or at the window's first sample —, ``unknown``, ``no samples``, plus a
+failing probe's status and
 how the host is probed: ``[stream]`` or ``[burst]``),
 actions pending in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``),
 snoozes and protections (the planner's own check, configuration included when one was read).
@@ -76,6 +78,7 @@ from watchdog_gpu.model import ActionKind, ActionStatus, InstanceSnapshot, Insta
 from watchdog_gpu.notices import EpisodeNotices, index_notices
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
 from watchdog_gpu.plan import due_after_warning, recorded_protection
+from watchdog_gpu.rules.idle_clock import IdleClockSettings
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.store.rows import (
     DEFAULT_LEADER_LEASE_SECONDS,
@@ -153,7 +156,7 @@ class Policy:
     instance (the planner's own checks)."""
 
     lookback: timedelta
-    idle_threshold_percent: float
+    idle_clock: IdleClockSettings
     poll_interval: timedelta
     warn_before: Callable[[str], timedelta]
     protection: Callable[[InstanceSnapshot, Iterable[Protection]], str | None]
@@ -165,7 +168,7 @@ def policy_of(settings: Settings | None) -> Policy:
     if settings is None:
         return Policy(
             lookback=status_defaults.LOOKBACK,
-            idle_threshold_percent=status_defaults.IDLE_THRESHOLD_PERCENT,
+            idle_clock=status_defaults.IDLE_CLOCK,
             poll_interval=status_defaults.POLL_INTERVAL,
             warn_before=lambda rule: status_defaults.WARN_BEFORE.get(rule, timedelta(0)),
             protection=recorded_protection,
@@ -184,9 +187,7 @@ def policy_of(settings: Settings | None) -> Policy:
     idle = rules.get("idle_gpu")
     return Policy(
         lookback=lookback_for(rules),
-        idle_threshold_percent=(
-            idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()
-        ).threshold_percent,
+        idle_clock=(idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()).clock_settings,
         poll_interval=settings.watchdog.poll_interval,
         warn_before=lambda rule: warn_before(rule, context),
         protection=lambda snapshot, protections: protection_for(snapshot, protections, context),
@@ -228,7 +229,8 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
         )
     policy = policy_of(source.settings)
     lookback = policy.lookback
-    view = store.load_status_view(as_of, lookback, as_of - lookback, policy.idle_threshold_percent)
+    threshold = policy.idle_clock.threshold_percent
+    view = store.load_status_view(as_of, lookback, as_of - lookback, threshold)
     shared = _Shared.of(view, store.list_findings(seen_since=as_of - lookback))
     instances = [
         _instance_status(instance, view, shared, policy=policy)
@@ -321,7 +323,7 @@ def _instance_status(
         view=instance,
         since=state_since(instance),
         usd_per_hour=0.0 if gone else billed_rate(instance),
-        gpu=gpu_activity(instance, policy.idle_threshold_percent),
+        gpu=gpu_activity(instance, view.now, policy.idle_clock),
         pending=pending,
         # A protected instance has nothing due: the planner never acts on it.
         due=() if gone or protected else _due(instance, view, shared, policy),

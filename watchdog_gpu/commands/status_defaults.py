@@ -12,10 +12,18 @@ from __future__ import annotations
 from datetime import timedelta
 from types import MappingProxyType
 
+from watchdog_gpu.rules.idle_clock import IdleClockSettings
+
 # rules.lookback_for(rules.default_configs()): the samples and probes the fleet view reads.
 LOOKBACK = timedelta(hours=1, minutes=13)
-# IdleGpuConfig().threshold_percent: a GPU below it in every metric is idle.
-IDLE_THRESHOLD_PERCENT = 5.0
+# IdleGpuConfig().clock_settings: what the idle clock (idle since) is judged with.
+IDLE_CLOCK = IdleClockSettings(
+    idle=timedelta(minutes=30),
+    arm_after=timedelta(minutes=20),
+    threshold_percent=5.0,
+    min_coverage=0.8,
+    max_sample_gap=timedelta(minutes=3),
+)
 # The poll interval of a default [watchdog] section (WatchdogSection).
 POLL_INTERVAL = timedelta(minutes=1)
 # plan.warn_before(rule, …) with every rule's default configuration (a rule not named: 0).

@@ -15,14 +15,14 @@ from datetime import datetime, timedelta
 from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import RESERVED_ACCOUNT_NAME
 from watchdog_gpu.fleet import FleetView, InstanceView
-from watchdog_gpu.model import InstanceState, Verdict
+from watchdog_gpu.model import InstanceState
 from watchdog_gpu.rules import unobserved
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.idle_clock import current_idle
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
-from watchdog_gpu.rules.windows import expected_gpus, running_since, state_since
-from watchdog_gpu.sample_history import instant, micros, sample_history
+from watchdog_gpu.rules.windows import state_since
 from watchdog_gpu.spend import (
     SpendFigure,
     current_rate,
@@ -192,7 +192,8 @@ def spend_since(now: datetime, budget: BudgetConfig) -> datetime:
 
 def state_times(view: FleetView, now: datetime, idle: IdleGpuConfig) -> list[StateTimeRow]:
     """Idle, paused and stopped time of every instance not gone (running and busy, or running
-    without fresh GPU data, gives no row)."""
+    without fresh GPU data, gives no row). Idle time runs from the idle rule's clock
+    (:func:`~watchdog_gpu.rules.idle_clock.current_idle`), as ``status`` shows it."""
     rows: list[StateTimeRow] = []
     for instance in view.instances.values():
         latest = instance.latest
@@ -200,51 +201,13 @@ def state_times(view: FleetView, now: datetime, idle: IdleGpuConfig) -> list[Sta
         if latest.state in (InstanceState.PAUSED, InstanceState.STOPPED):
             since, label = state_since(instance), latest.state.value
         elif latest.state is InstanceState.RUNNING:
-            since, label = idle_since(instance, now, idle), "idle"
+            # The idle rule's own clock: the one definition of "idle since".
+            episode = current_idle(instance, now, idle.clock_settings)
+            since, label = (episode.start if episode is not None else None), "idle"
         if since is not None:
             seconds = max(0.0, (now - since).total_seconds())
             rows.append(StateTimeRow(latest.account, latest.instance_id, label, seconds))
     return rows
-
-
-def idle_since(instance: InstanceView, now: datetime, config: IdleGpuConfig) -> datetime | None:
-    """Since when a running instance's GPUs have been idle, or None when they are not known to
-    be idle right now.
-
-    Idle now means: every expected GPU's newest sample with a verdict says idle (judged with
-    the idle rule's threshold), each of those samples is at most ``max_sample_gap`` old, and the
-    newest probe saw no interactive login. Idle since: the last sign of activity (a busy sample,
-    an interactive login) in the view, else the oldest sample with a verdict the view holds —
-    a lower bound, never a guess about time nobody observed.
-    """
-    started = running_since(instance)
-    if started is None:
-        return None
-    history = sample_history(instance.samples)
-    latest: dict[int, tuple[int, Verdict]] = {}
-    first_known: int | None = None
-    last_busy: int | None = None
-    for at, gpu, verdict in history.judged(history.rows(started, now), config.threshold_percent):
-        if verdict is Verdict.UNKNOWN:
-            continue
-        if first_known is None:
-            first_known = at  # the rows are in time order
-        if verdict is Verdict.BUSY:
-            last_busy = at
-        latest[gpu] = (at, verdict)  # the newest so far (time order, then GPU)
-    probes = [probe for probe in instance.probes if started <= probe.at <= now]
-    activity = [instant(last_busy)] if last_busy is not None else []
-    activity.extend(probe.at for probe in probes if probe.interactive_login)
-    if first_known is None or (probes and probes[-1].interactive_login):
-        return None
-    stale = micros(now - config.max_sample_gap)
-    for gpu in expected_gpus(instance.latest.gpu_count, latest):
-        if gpu not in latest:
-            return None
-        at, verdict = latest[gpu]
-        if verdict is not Verdict.IDLE or at < stale:
-            return None
-    return max(started, max(activity, default=instant(first_known)))
 
 
 def blind_instances(view: FleetView, now: datetime, config: UnobservedConfig) -> int:

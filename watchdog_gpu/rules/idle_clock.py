@@ -20,6 +20,10 @@ the idle clock"):
   than ``idle × (1 − min_coverage)`` of blind time (6 min with the defaults), the GPUs
   may have worked unseen; the onset moves to the first observed instant after that stretch.
   Shorter blind stretches only pause the clock.
+- **Idle since** (:func:`current_idle`, the one definition the rule, ``status`` and the
+  Prometheus gauge share): the episode's start — the onset, or the activity/arming date when
+  the samples in view begin after it — while the clock runs and its newest observed instant is
+  at most ``max_sample_gap`` old; nothing (not known idle now) otherwise.
 - **The clock** at ``now`` is the observed idle time from the onset to ``now``. The rule's
   action is due when the clock reaches ``idle``; until then ``due_at`` is projected as
   ``now + (idle − clock)``, which stays put (within a sample interval) while observation
@@ -35,17 +39,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
-from watchdog_gpu.model import GpuSample
+from watchdog_gpu.fleet import InstanceView
+from watchdog_gpu.model import GpuSample, SampleSource
 from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
 from watchdog_gpu.probe.window import intersect_spans, union_spans
+from watchdog_gpu.rules.windows import expected_gpus
+from watchdog_gpu.runs import running_since
+from watchdog_gpu.sample_history import NO_TIME, instant, micros, sample_history
 
 Span = tuple[datetime, datetime]
 __all__ = [
     "CONTIGUOUS_GAP",
     "IdleClock",
+    "IdleClockSettings",
+    "IdleEpisode",
     "clock_of",
+    "current_idle",
     "gpu_observed_spans",
     "idle_clock",
+    "idle_episode",
     "observed_spans",
 ]
 
@@ -172,3 +184,103 @@ def clock_of(gpu_spans: Iterable[list[Span]], *, restart_after: timedelta) -> Id
             restarted = True
             break
     return IdleClock(onset=common[0][0], spans=tuple(common), restarted=restarted)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleClockSettings:
+    """What the idle clock is judged with: the ``idle_gpu`` rule's settings, as plain values
+    (``status`` builds them without the rule's configuration model)."""
+
+    idle: timedelta = timedelta(minutes=30)
+    arm_after: timedelta = timedelta(minutes=20)
+    threshold_percent: float = 5.0
+    min_coverage: float = 0.8
+    max_sample_gap: timedelta = timedelta(minutes=3)
+
+    @property
+    def restart_after(self) -> timedelta:
+        """A blind stretch longer than this restarts the clock."""
+        return self.idle * (1 - self.min_coverage)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleEpisode:
+    """The facts an idle episode is judged on; ``start`` is what "idle since" means."""
+
+    start: datetime  # the onset (or the arming/activity date when the view starts later)
+    armed_by: str  # "activity" or "arm_after"
+    last_activity: datetime | None
+    clock: IdleClock
+    gpus: int
+    sources: frozenset[SampleSource]
+
+
+def current_idle(
+    instance: InstanceView, now: datetime, settings: IdleClockSettings
+) -> IdleEpisode | None:
+    """The instance's running idle episode — the one definition of "idle since" (its
+    ``start``) — or ``None`` when it is not known idle now: not running, not armed, no instant
+    observed idle on every GPU, or the newest observed idle instant older than
+    ``max_sample_gap`` (blind now: a job could have started)."""
+    since = running_since(instance)
+    if since is None:
+        return None
+    episode = idle_episode(instance, since, now, settings)
+    if episode is None or now - episode.clock.last_observed > settings.max_sample_gap:
+        return None
+    return episode
+
+
+def idle_episode(
+    instance: InstanceView, since: datetime, now: datetime, settings: IdleClockSettings
+) -> IdleEpisode | None:
+    """The idle episode of an instance running since ``since`` (its run), up to ``now``, fresh
+    or not; ``None`` before arming or when no instant was observed idle on every GPU."""
+    # From the newest sample back to the last busy one (sample_history): at thousands of
+    # instances with an hour of samples each, a pass over every sample was the rule's whole cost.
+    history = sample_history(instance.samples)
+    rows = history.rows(since, now)
+    busy_at, idle_rows = history.last_busy(rows, settings.threshold_percent)
+    last_activity = instant(busy_at) if busy_at is not None else None
+    for probe in instance.probes:
+        if probe.interactive_login and since <= probe.at <= now:
+            last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
+    if last_activity is not None:
+        start, armed_by = last_activity, "activity"
+    else:
+        start, armed_by = since + settings.arm_after, "arm_after"
+        if now < start:
+            return None  # not armed: start-up, data loading, a slow first epoch
+    gpus = expected_gpus(instance.latest.gpu_count, (history.highest_gpu(rows),) if rows else ())
+    if not gpus:
+        return None
+    # Only samples from the episode start on: an idle sample before the last activity must not
+    # pair with one after it and paper over the busy moment in between.
+    first = micros(start)
+    points: dict[int, list[datetime]] = {gpu: [] for gpu in gpus}
+    runs: dict[int, list[Span]] = {gpu: [] for gpu in gpus}
+    sources: set[SampleSource] = set()
+    for row in idle_rows:
+        gpu, at, covers_from, source = history.observation(row)
+        if at < first or gpu not in points:
+            continue
+        sources.add(source)
+        if covers_from == NO_TIME:
+            points[gpu].append(instant(at))
+        else:
+            runs[gpu].append((instant(covers_from), instant(at)))
+    clock = clock_of(
+        (
+            observed_spans(points[gpu], runs[gpu], start, now, settings.max_sample_gap)
+            for gpu in gpus
+        ),
+        restart_after=settings.restart_after,
+    )
+    if clock is None:
+        return None
+    horizon = history.first_at()
+    # When the view's samples start after the activity/arming date, the true onset is not in
+    # view: keep the stable date (the onset seen would move with the view every tick).
+    cut = horizon is not None and horizon > start and not clock.restarted
+    onset = start if cut else clock.onset
+    return IdleEpisode(onset, armed_by, last_activity, clock, len(gpus), frozenset(sources))

@@ -54,7 +54,6 @@ How it decides, for each running instance:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar
 
@@ -66,18 +65,18 @@ from watchdog_gpu.model import (
     ActionKind,
     Finding,
     InstanceState,
-    SampleSource,
     Severity,
     Verdict,
 )
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleOutcome, RuleSpec
-from watchdog_gpu.rules.idle_clock import IdleClock, Span, clock_of, observed_spans
-from watchdog_gpu.rules.windows import (
-    expected_gpus,
-    running_since,
-    spend_evidence,
+from watchdog_gpu.rules.idle_clock import (
+    IdleClock,
+    IdleClockSettings,
+    IdleEpisode,
+    current_idle,
 )
-from watchdog_gpu.sample_history import NO_TIME, instant, micros, sample_history
+from watchdog_gpu.rules.windows import spend_evidence
+from watchdog_gpu.sample_history import sample_history
 from watchdog_gpu.spend import instance_spend
 
 NAME = "idle_gpu"
@@ -117,21 +116,21 @@ class IdleGpuConfig(DestructiveRuleConfig):
     )
 
     @property
+    def clock_settings(self) -> IdleClockSettings:
+        """The settings the idle clock (:func:`~watchdog_gpu.rules.idle_clock.current_idle`)
+        is judged with."""
+        return IdleClockSettings(
+            idle=self.idle,
+            arm_after=self.arm_after,
+            threshold_percent=self.threshold_percent,
+            min_coverage=self.min_coverage,
+            max_sample_gap=self.max_sample_gap,
+        )
+
+    @property
     def idle_minutes(self) -> float:
         """``idle`` in minutes (the deprecated key's unit)."""
         return self.idle.total_seconds() / 60
-
-
-@dataclass(frozen=True, slots=True)
-class _Episode:
-    """The facts an idle episode is judged on."""
-
-    start: datetime  # the onset (or the arming/activity date when the view starts later)
-    armed_by: str  # "activity" or "arm_after"
-    last_activity: datetime | None
-    clock: IdleClock
-    gpus: int
-    sources: frozenset[SampleSource]
 
 
 def evaluate(view: FleetView, now: datetime, config: IdleGpuConfig) -> list[Finding]:
@@ -177,18 +176,15 @@ def _evaluate_instance(
     instance: InstanceView, now: datetime, config: IdleGpuConfig
 ) -> tuple[Finding | None, datetime | None]:
     """The instance's finding (if any) and its clock's next point (:func:`next_point`)."""
-    since = running_since(instance)
-    if since is None:
-        return None, None
-    episode = _episode(instance, since, now, config)
+    # Not running, not armed, no clock, or blind now: no finding, and nothing due until rows
+    # come again.
+    episode = current_idle(instance, now, config.clock_settings)
     if episode is None:
         return None, None
     clock = episode.clock
     limit = config.idle
     warn_at = limit - config.warn_before
     observed = clock.observed(now)
-    if now - clock.last_observed > config.max_sample_gap:
-        return None, None  # blind: no finding, and nothing due until rows come again
     point = next_point(clock, observed, config)
     if observed < warn_at:
         return None, point
@@ -204,59 +200,9 @@ def _evaluate_instance(
     return finding, point
 
 
-def _episode(
-    instance: InstanceView, since: datetime, now: datetime, config: IdleGpuConfig
-) -> _Episode | None:
-    # From the newest sample back to the last busy one (sample_history): at thousands of
-    # instances with an hour of samples each, a pass over every sample was the rule's whole cost.
-    history = sample_history(instance.samples)
-    rows = history.rows(since, now)
-    busy_at, idle_rows = history.last_busy(rows, config.threshold_percent)
-    last_activity = instant(busy_at) if busy_at is not None else None
-    for probe in instance.probes:
-        if probe.interactive_login and since <= probe.at <= now:
-            last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
-    if last_activity is not None:
-        start, armed_by = last_activity, "activity"
-    else:
-        start, armed_by = since + config.arm_after, "arm_after"
-        if now < start:
-            return None  # not armed: start-up, data loading, a slow first epoch
-    gpus = expected_gpus(instance.latest.gpu_count, (history.highest_gpu(rows),) if rows else ())
-    if not gpus:
-        return None
-    # Only samples from the episode start on: an idle sample before the last activity must not
-    # pair with one after it and paper over the busy moment in between.
-    first = micros(start)
-    points: dict[int, list[datetime]] = {gpu: [] for gpu in gpus}
-    runs: dict[int, list[Span]] = {gpu: [] for gpu in gpus}
-    sources: set[SampleSource] = set()
-    for row in idle_rows:
-        gpu, at, covers_from, source = history.observation(row)
-        if at < first or gpu not in points:
-            continue
-        sources.add(source)
-        if covers_from == NO_TIME:
-            points[gpu].append(instant(at))
-        else:
-            runs[gpu].append((instant(covers_from), instant(at)))
-    clock = clock_of(
-        (observed_spans(points[gpu], runs[gpu], start, now, config.max_sample_gap) for gpu in gpus),
-        restart_after=config.idle * (1 - config.min_coverage),
-    )
-    if clock is None:
-        return None
-    horizon = history.first_at()
-    # When the view's samples start after the activity/arming date, the true onset is not in
-    # view: keep the stable date (the onset seen would move with the view every tick).
-    cut = horizon is not None and horizon > start and not clock.restarted
-    onset = start if cut else clock.onset
-    return _Episode(onset, armed_by, last_activity, clock, len(gpus), frozenset(sources))
-
-
 def _finding(
     instance: InstanceView,
-    episode: _Episode,
+    episode: IdleEpisode,
     now: datetime,
     *,
     due_at: datetime,

@@ -3,6 +3,12 @@
 Intent: the last line of defence when the GPU signal is missing or lies (a hung NCCL job at 100 %).
 Off unless configured, because a TTL can kill a busy job.
 
+The limit is on the billed time of the current run (:func:`watchdog_gpu.runs.current_run`): from
+its first starting or running listing, start-up and reboot listings that bill included, a
+heartbeat blip inside the run included (it is the same run, and it bills), only start-up that bills
+no compute (Vast ``loading``) left out. A host that blips, or sits starting, is still capped at
+``limit``; a real stop/start or reboot starts a new run.
+
 ```toml
 [rules.max_runtime]
 limit = "48h"
@@ -21,7 +27,8 @@ from watchdog_gpu.durations import Duration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, Severity
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleOutcome, RuleSpec
-from watchdog_gpu.rules.windows import billed_rate, running_since, spend_evidence
+from watchdog_gpu.rules.windows import billed_rate, spend_evidence
+from watchdog_gpu.runs import Run, current_run
 from watchdog_gpu.spend import instance_spend
 
 NAME = "max_runtime"
@@ -37,60 +44,68 @@ class MaxRuntimeConfig(DestructiveRuleConfig):
 
 
 def evaluate(view: FleetView, now: datetime, config: MaxRuntimeConfig) -> list[Finding]:
-    """One finding per instance running for longer than ``limit - warn_before``.
+    """One finding per starting or running instance whose run billed for longer than
+    ``limit - warn_before``.
 
-    Running time counts from :func:`~watchdog_gpu.rules.windows.running_since` (the later of our
-    first sighting of the current run and the provider's start time: a TTL must not kill early);
-    ``due_at`` is that plus ``limit``. Nothing at all when ``limit`` is unset.
+    ``due_at`` is when the run's billed time reaches ``limit`` (its start plus ``limit`` plus the
+    start-up that billed nothing); the episode is the run's start. Nothing at all when ``limit``
+    is unset.
     """
     return list(evaluate_timed(view, now, config).findings)
 
 
 def evaluate_timed(view: FleetView, now: datetime, config: MaxRuntimeConfig) -> RuleOutcome:
     """:func:`evaluate`'s findings, and as ``next_listed`` the earliest warning point
-    (``running_since + limit - warn_before``) still ahead: before it there is no finding, so
+    (``due_at - warn_before``) still ahead: before it there is no finding, so
     no plan can say when the warning is due (``docs/architecture.md``, "Wakes")."""
     if config.limit is None:
         return RuleOutcome(())
     findings: list[Finding] = []
     next_listed: datetime | None = None
     for instance in view.instances.values():
-        since = running_since(instance)
-        if since is None:
+        run = current_run(instance)
+        if run is None:
             continue
-        due_at = since + config.limit
+        due_at = run.started + config.limit + timedelta(seconds=run.unbilled_seconds(now))
         warn_at = due_at - config.warn_before
         if now < warn_at:
             next_listed = warn_at if next_listed is None else min(next_listed, warn_at)
             continue
-        findings.append(_finding(instance, since, now, config.limit, ActionKind(config.action)))
+        findings.append(
+            _finding(instance, run, now, due_at=due_at, limit=config.limit, action=config.action)
+        )
     return RuleOutcome(tuple(findings), next_listed=next_listed)
 
 
 def _finding(
     instance: InstanceView,
-    since: datetime,
+    run: Run,
     now: datetime,
+    *,
+    due_at: datetime,
     limit: timedelta,
-    action: ActionKind,
+    action: str,
 ) -> Finding:
     latest = instance.latest
+    since = run.started
+    billed = timedelta(seconds=max(run.billed_seconds(now), 0.0))
     return Finding(
         rule=NAME,
         account=latest.account,
         instance_id=latest.instance_id,
         severity=Severity.WARNING,
-        action=action,
+        action=ActionKind(action),
         summary=(
-            f"running for {format_duration(max(now - since, timedelta(0)))}; "
+            f"running for {format_duration(billed)} (billed time of this run); "
             f"the limit is {format_duration(limit)}, busy or not"
         ),
         episode_started_at=since,
-        due_at=since + limit,
+        due_at=due_at,
         evidence={
             "instance_name": latest.name,
             **spend_evidence(instance_spend(instance.spans, since, now)),
             "running_since": since.isoformat(),
+            "billed_seconds": round(billed.total_seconds()),
             "limit": format_duration(limit),
         },
         usd_per_hour_at_stake=billed_rate(instance),

@@ -24,7 +24,8 @@ from watchdog_gpu.durations import Duration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, InstanceState, ProbeStatus, Severity
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
-from watchdog_gpu.rules.windows import billed_rate, running_since, state_since
+from watchdog_gpu.rules.windows import billed_rate, state_since
+from watchdog_gpu.runs import running_since
 from watchdog_gpu.sample_history import sample_history
 
 NAME = "unobserved"

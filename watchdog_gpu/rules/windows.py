@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 from watchdog_gpu.fleet import InstanceView
-from watchdog_gpu.model import GpuSample, InstanceState, Verdict
+from watchdog_gpu.model import GpuSample, Verdict
 from watchdog_gpu.spend import SpendFigure
 
 
@@ -40,23 +40,6 @@ def usable_sample(sample: GpuSample) -> bool:
     if sample.verdict is Verdict.BUSY:
         return True
     return sample.verdict is Verdict.IDLE and sample.sm is not None
-
-
-def running_since(instance: InstanceView) -> datetime | None:
-    """When a running instance started running; ``None`` when it is not running.
-
-    The later of the start of its current run of ``running`` spans (what we observed) and the
-    provider's ``started_at``: a provider's start time may be the creation time of an instance
-    that was stopped and resumed since, and our own first sighting may be late when the watchdog
-    met the instance already running. The later one is the conservative choice for every rule
-    that uses it (arming later, a TTL counted later): a wrong guess costs minutes, never a job.
-    """
-    if instance.state is not InstanceState.RUNNING:
-        return None
-    candidates = [instance.state_since() or instance.first_seen]
-    if instance.latest.started_at is not None:
-        candidates.append(instance.latest.started_at)
-    return max(candidates)
 
 
 def covered_seconds(

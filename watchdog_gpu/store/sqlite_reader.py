@@ -111,12 +111,13 @@ _WINDOW_SAMPLES = (
     "WHERE account IN ({names}) AND at >= ? AND at <= ? "
     f"ORDER BY {', '.join(SAMPLE_ORDER)}"
 )
-# ``status`` (commands/gpu_activity.py) reads of each instance's window only: each GPU's newest
-# sample, the newest non-idle and the newest busy sample and every sample after them, and the
-# window's first sample when none is non-idle. So it loads each instance's samples from a cutoff
-# (the earliest of those instants but the first; the earliest newest sample of a GPU when no
-# sample is non-idle), and that first sample: at 1,000 steady instances the last minute or so
-# instead of the whole window (bench/README.md, "Command-line start-up").
+# ``status`` (commands/gpu_activity.py and the idle clock it shows, rules/idle_clock.py) reads of
+# each instance's window only: each GPU's newest sample, the newest busy sample and every sample
+# after it (the idle clock counts the idle rows after the last activity), and the window's first
+# sample (the clock's horizon). So it loads each instance's samples from a cutoff (the earliest
+# of those instants but the first; the whole window when no sample is busy), and that first
+# sample: at 1,000 busy instances the last minute or so instead of the whole window
+# (bench/README.md, "Command-line start-up"); an idle instance costs its window.
 # The verdict is SampleHistory.verdict written in SQL: busy when the highest present of
 # sm/enc/dec/jpg/ofa (-1 when none is: ``sample_history.peak``) is above the threshold — that is,
 # when one present value is (``NULL > t`` is NULL, false in a CASE), or none is and -1 is; else,
@@ -128,13 +129,11 @@ _ABOVE = (
     "(sm > :threshold OR enc > :threshold OR dec > :threshold OR jpg > :threshold "
     "OR ofa > :threshold OR (:threshold < -1.0 AND coalesce(sm, enc, dec, jpg, ofa) IS NULL))"
 )
-# Per GPU: its first and newest sample, its newest non-idle and newest busy one. Grouped by
+# Per GPU: its first and newest sample and its newest busy one. Grouped by
 # instance id first: the sort behind GROUP BY compares fewer bytes than from the account (a few
 # names shared by many instances).
 _PER_GPU = (
     "SELECT account, instance_id, gpu_index, min(at) AS first, max(at) AS newest, "  # noqa: S608
-    f"max(CASE WHEN sm IS NULL OR verdict NOT IN (:busy, :idle) OR {_ABOVE} THEN at END) "
-    "AS active, "
     f"max(CASE WHEN {_ABOVE} OR (sm IS NULL AND verdict = :busy) THEN at END) AS busy "
     "FROM gpu_samples AS g WHERE account IN ({names}) AND at >= {start} AND {end} "
     "{only} GROUP BY instance_id, gpu_index, account"
@@ -164,14 +163,14 @@ _STATUS_CUTOFFS = (
         "AND t.gpu_index = g.gpu_index AND t.account = g.account)",
     )
     + "), per_gpu AS (SELECT account, instance_id, gpu_index, min(first) AS first, "
-    "max(newest) AS newest, max(active) AS active, max(busy) AS busy "
+    "max(newest) AS newest, max(busy) AS busy "
     "FROM (SELECT * FROM recent UNION ALL SELECT * FROM older) "
     "GROUP BY instance_id, gpu_index, account), "
     "cutoffs AS (SELECT account, instance_id, "
-    "CASE WHEN max(active) IS NULL THEN min(newest) "
-    # min() of several arguments is NULL when one is: no busy sample, the non-idle one.
-    "ELSE min(min(newest), max(active), coalesce(max(busy), max(active))) END AS cutoff, "
-    "CASE WHEN max(active) IS NULL THEN min(first) END AS first_at "
+    # Without a busy sample the idle clock reads the whole window (every idle row counts).
+    "CASE WHEN max(busy) IS NULL THEN min(first) "
+    "ELSE min(min(newest), max(busy)) END AS cutoff, "
+    "min(first) AS first_at "
     "FROM per_gpu GROUP BY instance_id, account) "
 )
 # The recent slice: long enough to hold a busy GPU's latest samples at any sensible probe

@@ -17,7 +17,7 @@ from watchdog_gpu.safety import SafetyConfig
 
 def test_the_sample_window_idle_threshold_and_poll_interval_are_the_models_defaults() -> None:
     assert lookback_for(default_configs()) == status_defaults.LOOKBACK
-    assert IdleGpuConfig().threshold_percent == status_defaults.IDLE_THRESHOLD_PERCENT
+    assert IdleGpuConfig().clock_settings == status_defaults.IDLE_CLOCK
     assert WatchdogSection().poll_interval == status_defaults.POLL_INTERVAL
 
 
@@ -41,7 +41,7 @@ def test_the_policy_without_a_configuration_is_the_policy_of_default_settings() 
     settings = Settings()
     plain, models = policy_of(None), policy_of(settings)
     assert plain.lookback == models.lookback
-    assert plain.idle_threshold_percent == models.idle_threshold_percent
+    assert plain.idle_clock == models.idle_clock
     assert plain.poll_interval == models.poll_interval
     for name in (*RULES, "no_such_rule"):
         assert plain.warn_before(name) == models.warn_before(name)

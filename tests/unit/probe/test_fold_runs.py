@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from tests.unit.probe.test_prober import instance as snapshot
 from tests.unit.probe.test_prober import make_prober
 from tests.unit.rules.builders import ACCOUNT, INSTANCE, fleet, running
-from watchdog_gpu.metrics.gauges import idle_since
 from watchdog_gpu.model import GpuSample, ProbeStatus, Verdict
 from watchdog_gpu.probe.condense import fold_before_last_busy
 from watchdog_gpu.probe.stream_buffer import (
@@ -26,6 +25,7 @@ from watchdog_gpu.probe.stream_buffer import (
 )
 from watchdog_gpu.probe.verdicts import metrics_verdict
 from watchdog_gpu.rules import idle_gpu, unobserved
+from watchdog_gpu.rules.idle_clock import current_idle
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
 
@@ -216,7 +216,10 @@ def test_the_rules_decide_the_same_on_folded_samples(
         assert unobserved.evaluate(fleet(now, views[1]), now, BLIND) == unobserved.evaluate(
             fleet(now, views[0]), now, BLIND
         )
-        assert idle_since(views[1], now, RULE) == idle_since(views[0], now, RULE)
+        clocks = [current_idle(view, now, RULE.clock_settings) for view in views]
+        assert [c.start if c else None for c in clocks[1:]] == [
+            c.start if c else None for c in clocks[:1]
+        ]
 
 
 @settings(max_examples=200, deadline=None)

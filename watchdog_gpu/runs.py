@@ -1,0 +1,115 @@
+"""Runs: the one definition of an instance's current run, which every rule and reader uses.
+
+A **run** is the provider's run of one container: from its first listing as starting or running
+until it is stopped, paused or gone for good. It is identified by the provider's own start time
+(``InstanceSnapshot.started_at``: Vast's ``uptime_mins``, RunPod's runtime uptime or
+``lastStartedAt``) where the provider gives one:
+
+- A listing that says nothing about the container — state ``unknown`` (Vast's ``actual_status:
+  unknown``, a late heartbeat) or the instance missing from one listing — between two listings
+  of the same run is **blind time inside the run**, never a new run and never idle. So is a
+  ``starting`` listing (a reboot the provider announced but did not do) when the provider's
+  start time shows the container kept running.
+- A real stop/start or reboot is a new run: a ``stopped`` or ``paused`` listing ends the run;
+  a running listing older than the provider's start time belongs to an earlier run.
+- Without a provider start time (Lambda; a pod without a runtime), the watchdog cannot tell a
+  heartbeat blip from a reboot: it decides conservatively from what was listed. A ``starting``
+  listing after a running one is a reboot (a new run: ``idle_gpu`` re-arms, a TTL restarts);
+  unknown or missing listings, where the provider said nothing, stay blind time inside the run
+  (the idle clock never counts blind time; it restarts after a long blind stretch).
+
+The run's ``started`` is its first starting or running listing (the billed start-up counts);
+``running_since`` its first running listing, or the provider's start time when that is later
+(a reboot no listing showed). Both are never earlier than the first sighting. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from watchdog_gpu.fleet import InstanceView
+from watchdog_gpu.model import InstanceState, StateSpan
+
+# States in which a run goes on: the container is up or coming up, and bills compute.
+RUN_STATES = frozenset({InstanceState.RUNNING, InstanceState.STARTING})
+# Listings that say nothing about the container: blind time inside a run when one surrounds them.
+BLIND_STATES = frozenset({InstanceState.UNKNOWN, InstanceState.GONE})
+# How much earlier than a listing the provider's start time may read and still mean the container
+# was up at that listing: the listing's own latency and the provider's rounding.
+START_TOLERANCE = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The current run of an instance: its spans (oldest first, blind ones included) and when it
+    started (``started``: starting included) and started running (``None``: not yet)."""
+
+    started: datetime
+    running_since: datetime | None
+    spans: tuple[StateSpan, ...]
+
+    def billed_seconds(self, now: datetime) -> float:
+        """Seconds of the run up to ``now`` that bill compute: all of it but the start-up a
+        provider does not bill (a compute rate of exactly $0, e.g. Vast ``loading``). A blind
+        listing bills (the provider keeps charging while its heartbeat is late)."""
+        return (now - self.started).total_seconds() - self.unbilled_seconds(now)
+
+    def unbilled_seconds(self, now: datetime) -> float:
+        """Seconds of the run up to ``now`` in listings that bill no compute."""
+        total = 0.0
+        for index, span in enumerate(self.spans):
+            if span.compute_usd_per_hour != 0.0 or span.state not in RUN_STATES:
+                continue
+            end = self.spans[index + 1].first_seen if index + 1 < len(self.spans) else now
+            low = max(span.first_seen, self.started)
+            total += max(0.0, (min(end, now) - low).total_seconds())
+        return total
+
+
+def current_run(instance: InstanceView) -> Run | None:
+    """The run the instance is in (see the module docstring); ``None`` when it is not starting
+    or running."""
+    spans = instance.spans
+    if instance.state not in RUN_STATES or not spans or spans[-1].state not in RUN_STATES:
+        return None
+    provider_start = instance.latest.started_at
+    first = len(spans) - 1  # the run's earliest starting or running span so far
+    for index in range(len(spans) - 2, -1, -1):
+        span = spans[index]
+        if span.state in BLIND_STATES:
+            continue  # part of the run only if an earlier span of the run surrounds it
+        if span.state not in RUN_STATES:
+            break  # stopped or paused: the run began after it
+        if span.state is InstanceState.RUNNING and _earlier_run(span, spans[first], provider_start):
+            break
+        first = index
+    own = spans[first:]
+    started = own[0].first_seen
+    running = next((span.first_seen for span in own if span.state is InstanceState.RUNNING), None)
+    if (
+        running is not None
+        and provider_start is not None
+        and provider_start > running + START_TOLERANCE
+    ):
+        # The provider's start is later than our first running listing: a reboot none showed.
+        running = provider_start
+        started = running if own[0].state is InstanceState.RUNNING else started
+    return Run(started=started, running_since=running, spans=own)
+
+
+def _earlier_run(span: StateSpan, following: StateSpan, provider_start: datetime | None) -> bool:
+    """Whether a running ``span`` belongs to an earlier run than ``following`` (the earliest span
+    of the current run found so far)."""
+    if provider_start is not None:
+        return span.last_seen < provider_start - START_TOLERANCE
+    return following.state is InstanceState.STARTING
+
+
+def running_since(instance: InstanceView) -> datetime | None:
+    """When the current run started running (:func:`current_run`); ``None`` when it is not
+    running."""
+    if instance.state is not InstanceState.RUNNING:
+        return None
+    run = current_run(instance)
+    return run.running_since if run is not None else None
