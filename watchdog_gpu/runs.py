@@ -43,11 +43,13 @@ START_TOLERANCE = timedelta(seconds=30)
 @dataclass(frozen=True, slots=True)
 class Run:
     """The current run of an instance: its spans (oldest first, blind ones included) and when it
-    started (``started``: starting included) and started running (``None``: not yet)."""
+    started (``started``: starting included) and started running (``None``: not yet). While the
+    latest listing is ``unknown`` the run goes on, blind (``blind``)."""
 
     started: datetime
     running_since: datetime | None
     spans: tuple[StateSpan, ...]
+    blind: bool = False  # the latest listing said nothing (state unknown): the run goes on unseen
 
     def billed_seconds(self, now: datetime) -> float:
         """Seconds of the run up to ``now`` that bill compute: all of it but the start-up a
@@ -69,13 +71,20 @@ class Run:
 
 def current_run(instance: InstanceView) -> Run | None:
     """The run the instance is in (see the module docstring); ``None`` when it is not starting
-    or running."""
+    or running, nor listed ``unknown`` right after a listing that was."""
     spans = instance.spans
-    if instance.state not in RUN_STATES or not spans or spans[-1].state not in RUN_STATES:
+    end = len(spans)
+    blind = instance.state is InstanceState.UNKNOWN
+    if blind:  # a listing that says nothing: the run goes on unseen
+        while end and spans[end - 1].state is InstanceState.UNKNOWN:
+            end -= 1
+    elif instance.state not in RUN_STATES:
+        return None
+    if not end or spans[end - 1].state not in RUN_STATES:
         return None
     provider_start = instance.latest.started_at
-    first = len(spans) - 1  # the run's earliest starting or running span so far
-    for index in range(len(spans) - 2, -1, -1):
+    first = end - 1  # the run's earliest starting or running span so far
+    for index in range(end - 2, -1, -1):
         span = spans[index]
         if span.state in BLIND_STATES:
             continue  # part of the run only if an earlier span of the run surrounds it
@@ -95,7 +104,7 @@ def current_run(instance: InstanceView) -> Run | None:
         # The provider's start is later than our first running listing: a reboot none showed.
         running = provider_start
         started = running if own[0].state is InstanceState.RUNNING else started
-    return Run(started=started, running_since=running, spans=own)
+    return Run(started=started, running_since=running, spans=own, blind=blind)
 
 
 def _earlier_run(span: StateSpan, following: StateSpan, provider_start: datetime | None) -> bool:
@@ -107,8 +116,8 @@ def _earlier_run(span: StateSpan, following: StateSpan, provider_start: datetime
 
 
 def running_since(instance: InstanceView) -> datetime | None:
-    """When the current run started running (:func:`current_run`); ``None`` when it is not
-    running."""
+    """When the current run started running (:func:`current_run`); ``None`` when the instance
+    is not listed running."""
     if instance.state is not InstanceState.RUNNING:
         return None
     run = current_run(instance)

@@ -91,38 +91,40 @@ def gpu_activity(instance: InstanceView, now: datetime, settings: IdleClockSetti
     """Summarise ``instance.samples`` (the view's window) judged with the idle rule's
     ``settings``, with its idle clock at ``now`` and how the latest probe read the host
     (``probe_mode``)."""
-    activity = _activity(instance, now, settings)
+    episode = current_idle(instance, now, settings)
+    clock = GpuActivity("")
+    if episode is not None:
+        clock = GpuActivity(
+            "",
+            idle_since=episode.start,
+            idle_for=max(now - episode.start, timedelta(0)),
+            idle_at_least=episode.armed_by == "arm_after" or episode.start < episode.clock.onset,
+        )
+    activity = _activity(instance, settings.threshold_percent, clock)
     mode = instance.probes[-1].mode if instance.probes else None
     return replace(activity, probe_mode=mode)
 
 
-def _activity(instance: InstanceView, now: datetime, settings: IdleClockSettings) -> GpuActivity:
+def _activity(instance: InstanceView, threshold_percent: float, clock: GpuActivity) -> GpuActivity:
+    """The activity; ``clock`` carries the idle clock's fields (its status is not used)."""
     probe = instance.probes[-1] if instance.probes else None
     probe_status = probe.status.value if probe is not None else None
     probe_at = probe.at if probe is not None else None
+    base = replace(clock, last_probe_status=probe_status, last_probe_at=probe_at)
     if instance.state is not InstanceState.RUNNING:
-        return GpuActivity("not_running", last_probe_status=probe_status, last_probe_at=probe_at)
+        return replace(base, status="not_running")
     history = sample_history(instance.samples)  # in time order
-    judged = list(history.judged(history.rows(), settings.threshold_percent))
+    judged = list(history.judged(history.rows(), threshold_percent))
     last_sample_at = instant(judged[-1][0]) if judged else None
     if not judged:
-        activity = GpuActivity("no_samples", last_probe_status=probe_status, last_probe_at=probe_at)
+        activity = replace(base, status="no_samples")
     else:
         last_busy = max((at for at, _gpu, v in judged if v is Verdict.BUSY), default=None)
-        activity = GpuActivity(
-            _current(judged),
+        activity = replace(
+            base,
+            status=_current(judged),
             last_sample_at=last_sample_at,
             last_busy_at=instant(last_busy) if last_busy is not None else None,
-            last_probe_status=probe_status,
-            last_probe_at=probe_at,
-        )
-    episode = current_idle(instance, now, settings)
-    if episode is not None:
-        activity = replace(
-            activity,
-            idle_since=episode.start,
-            idle_for=max(now - episode.start, timedelta(0)),
-            idle_at_least=episode.armed_by == "arm_after" or episode.start < episode.clock.onset,
         )
     failed = probe is not None and probe.status is not ProbeStatus.OK
     if failed and (last_sample_at is None or probe_at is None or probe_at >= last_sample_at):

@@ -200,7 +200,7 @@ def state_times(view: FleetView, now: datetime, idle: IdleGpuConfig) -> list[Sta
         since: datetime | None = None
         if latest.state in (InstanceState.PAUSED, InstanceState.STOPPED):
             since, label = state_since(instance), latest.state.value
-        elif latest.state is InstanceState.RUNNING:
+        else:
             # The idle rule's own clock: the one definition of "idle since".
             episode = current_idle(instance, now, idle.clock_settings)
             since, label = (episode.start if episode is not None else None), "idle"

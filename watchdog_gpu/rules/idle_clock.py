@@ -44,7 +44,7 @@ from watchdog_gpu.model import GpuSample, SampleSource
 from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
 from watchdog_gpu.probe.window import intersect_spans, union_spans
 from watchdog_gpu.rules.windows import expected_gpus
-from watchdog_gpu.runs import running_since
+from watchdog_gpu.runs import current_run
 from watchdog_gpu.sample_history import NO_TIME, instant, micros, sample_history
 
 Span = tuple[datetime, datetime]
@@ -219,10 +219,13 @@ def current_idle(
     instance: InstanceView, now: datetime, settings: IdleClockSettings
 ) -> IdleEpisode | None:
     """The instance's running idle episode — the one definition of "idle since" (its
-    ``start``) — or ``None`` when it is not known idle now: not running, not armed, no instant
+    ``start``) — or ``None`` when it is not known idle now: not in a run that started running
+    (:func:`~watchdog_gpu.runs.current_run`: a blind ``unknown`` listing inside the run keeps
+    the clock, which counts no blind time), not armed, no instant
     observed idle on every GPU, or the newest observed idle instant older than
     ``max_sample_gap`` (blind now: a job could have started)."""
-    since = running_since(instance)
+    run = current_run(instance)
+    since = run.running_since if run is not None else None
     if since is None:
         return None
     episode = idle_episode(instance, since, now, settings)

@@ -64,7 +64,6 @@ from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
     ActionKind,
     Finding,
-    InstanceState,
     Severity,
     Verdict,
 )
@@ -144,8 +143,8 @@ def evaluate_timed(view: FleetView, now: datetime, config: IdleGpuConfig) -> Rul
     findings: list[Finding] = []
     earliest: datetime | None = None
     for instance in view.instances.values():
-        if instance.state is not InstanceState.RUNNING:
-            continue
+        # Not only listed running: an unknown listing inside a run (a late heartbeat) is blind
+        # time in it, and a standing warning must not be withdrawn for it (runs.current_run).
         finding, point = _evaluate_instance(instance, now, config)
         if finding is not None:
             findings.append(finding)
