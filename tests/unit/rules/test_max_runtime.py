@@ -48,6 +48,42 @@ CASES = [
         None,
     ),
     Case(
+        "a heartbeat blip with the same provider start is the same run (Vast unknown)",
+        instance(
+            span(InstanceState.RUNNING, at(0), at(0, hours=30)),
+            span(InstanceState.UNKNOWN, at(1, hours=30), at(1, hours=30), compute=None),
+            span(InstanceState.RUNNING, at(2, hours=30), at(0, hours=50)),
+            started_at=at(-1),
+        ),
+        at(0, hours=49),
+        TTL,
+        at(0),
+    ),
+    Case(
+        "blips more often than the limit are still capped",
+        instance(
+            *(
+                span(state, at(minute + offset), at(minute + end), compute=rate)
+                for minute in range(0, 50 * 60, 5)
+                for state, offset, end, rate in (
+                    (InstanceState.RUNNING, 0, 3, 0.5),
+                    (InstanceState.UNKNOWN, 4, 4, None),
+                )
+            ),
+            started_at=at(-1),
+        ),
+        at(0, hours=49),
+        TTL,
+        at(0),
+    ),
+    Case(
+        "billed start-up counts (a pod RUNNING without a runtime)",
+        instance(span(InstanceState.STARTING, at(0), at(0, hours=50))),
+        at(0, hours=49),
+        TTL,
+        at(0),
+    ),
+    Case(
         "a stopped instance is not running",
         instance(span(InstanceState.STOPPED, at(0), at(0, hours=50))),
         at(0, hours=49),
