@@ -64,8 +64,8 @@ def evaluate_timed(view: FleetView, now: datetime, config: MaxRuntimeConfig) -> 
     next_listed: datetime | None = None
     for instance in view.instances.values():
         run = current_run(instance)
-        if run is None:
-            continue
+        if run is None or run.billed_seconds(now) <= 0:
+            continue  # nothing billed yet (Vast loading, Lambda booting): nothing to cap
         due_at = run.started + config.limit + timedelta(seconds=run.unbilled_seconds(now))
         warn_at = due_at - config.warn_before
         if now < warn_at:
