@@ -15,9 +15,11 @@ tracebacks). Code must still never log a secret; this is the net under the rope.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -119,15 +121,40 @@ def register_url_secret(url: str | SecretStr) -> None:
 
 
 def redact(text: str) -> str:
-    """``text`` with every registered secret replaced by ``***`` (longest secrets first, so a
-    secret that contains another is masked whole)."""
+    """``text`` with every registered secret replaced by ``***`` (:func:`mask_tokens`)."""
     secrets = _registry.secrets
     if not secrets:
         return text
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
+    return mask_tokens(text, secrets)
+
+
+# A secret is masked only where it stands as a whole token: not glued to letters, digits, "_"
+# or "-", nor to a "." that joins it to another word ("watchdog_gpu.daemon", "watchdog-gpu").
+# Masking it inside an ordinary word would shred every line and reveal the secret's text.
+_WORD_BEFORE = r"(?<![\w-])(?<!\w\.)"
+_WORD_AFTER = r"(?![\w-])(?!\.\w)"
+_WORD_EDGE = re.compile(r"[\w-]")
+
+
+@functools.lru_cache(maxsize=64)
+def _token_pattern(secrets: frozenset[str]) -> re.Pattern[str]:
+    alternatives = []
+    # Longest first, so a secret that contains another (a URL and its token) is masked whole.
+    for secret in sorted(secrets, key=lambda s: (-len(s), s)):
+        before = _WORD_BEFORE if _WORD_EDGE.match(secret[0]) else ""
+        after = _WORD_AFTER if _WORD_EDGE.match(secret[-1]) else ""
+        alternatives.append(f"{before}{re.escape(secret)}{after}")
+    return re.compile("|".join(alternatives))
+
+
+def mask_tokens(text: str, secrets: frozenset[str]) -> str:
+    """``text`` with each of ``secrets`` replaced by ``***`` where it stands as a whole token
+    (between spaces, quotes, ``/``, ``:``, ``=``, ``@``, ``&`` ... or at an end), never where it
+    is part of a longer word."""
+    known = frozenset(secret for secret in secrets if secret)
+    if not known or not any(secret in text for secret in known):
+        return text
+    return _token_pattern(known).sub(MASK, text)
 
 
 def _redact_record(record: logging.LogRecord) -> None:

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+import watchdog_gpu.log as log_module
 from watchdog_gpu.log import (
     JournalFormatter,
     KeyValueFormatter,
     configure_logging,
     journal_priority,
+    mask_tokens,
     redact,
     register_secret,
     register_url_secret,
@@ -204,3 +206,55 @@ def test_a_url_secret_is_masked_in_its_parts_too() -> None:
     assert redact("host 123456789:AAbbCCdd-token") == "host ***"
     assert redact("secret=q-value-77") == "secret=***"
     assert redact("format=text") == "format=text"  # short words stay readable
+
+
+def test_a_secret_is_masked_as_a_whole_token_never_inside_an_ordinary_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A route path like /watchdog is a URL part long enough to be a token; masking it as a
+    # substring turned every line into "logger=***_gpu.daemon", which also spelled the secret.
+    monkeypatch.setattr(log_module._registry, "secrets", frozenset())
+    stream = io.StringIO()
+    configure_logging("info", "text", stream=stream, environ={})
+    register_url_secret("json://127.0.0.1:8080/watchdog")
+
+    logger = logging.getLogger("watchdog_gpu.daemon")
+    logger.info("watchdog-gpu started; watchdog.example and my_watchdog stay readable")
+    logger.warning("POST /watchdog HTTP/1.1")
+    logger.warning("route json://127.0.0.1:8080/watchdog failed, path watchdog.")
+
+    first, second, third = stream.getvalue().splitlines()
+    assert "logger=watchdog_gpu.daemon" in first
+    assert "watchdog-gpu started; watchdog.example and my_watchdog stay readable" in first
+    assert "***" not in first
+    assert 'msg="POST /*** HTTP/1.1"' in second
+    assert 'msg="route *** failed, path ***."' in third
+
+
+def test_json_lines_mask_whole_tokens_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(log_module._registry, "secrets", frozenset())
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream, environ={})
+    register_url_secret("tgram://123456789:AAbbCCdd-token/notify")
+
+    logging.getLogger("watchdog_gpu.notify.delivery").warning(
+        "notify_test sent to 123456789:AAbbCCdd-token", extra={"route": "notify"}
+    )
+
+    document = json.loads(stream.getvalue())
+    assert document["logger"] == "watchdog_gpu.notify.delivery"
+    assert document["msg"] == "notify_test sent to ***"
+    assert document["route"] == "***"
+
+
+def test_mask_tokens_respects_word_edges_and_masks_longest_first() -> None:
+    secrets = frozenset({"abcdef", "abcdef-longer", "!odd-start"})
+
+    assert mask_tokens("abcdef", secrets) == "***"
+    assert mask_tokens("x=abcdef&y", secrets) == "x=***&y"
+    assert mask_tokens("'abcdef'", secrets) == "'***'"
+    assert mask_tokens("abcdef-longer", secrets) == "***"
+    assert mask_tokens("abcdefgh xabcdef abcdef_x abcdef.com", secrets) == (
+        "abcdefgh xabcdef abcdef_x abcdef.com"
+    )
+    assert mask_tokens("pass:!odd-start@host", secrets) == "pass:***@host"

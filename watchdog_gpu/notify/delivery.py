@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from watchdog_gpu.config import NotifySection
 from watchdog_gpu.errors import ConfigError, ConfigProblem
-from watchdog_gpu.log import url_secret_parts
+from watchdog_gpu.log import mask_tokens, url_secret_parts
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.render import render_batch, render_test
 
@@ -206,10 +206,10 @@ class AppriseDelivery:
             masked = _add_route(self._apprise, route)
             if masked is None:
                 problems.append(ConfigProblem(f"{label}.url", _invalid_url_message(route.url)))
-            self._masked.append(_scrub(masked or "", self._secrets))
+            self._masked.append(mask_tokens(masked or "", self._secrets))
         for service in self._services:
             self._apprise.add(service)
-            self._masked.append(_scrub(_service_url(service, privacy=True), self._secrets))
+            self._masked.append(mask_tokens(_service_url(service, privacy=True), self._secrets))
         if problems:
             raise ConfigError(problems)
 
@@ -270,7 +270,7 @@ class AppriseDelivery:
         ]
         for label, severities, add in targets:
             single = self._factory()
-            masked = _scrub(add(single) or "", self._secrets)
+            masked = mask_tokens(add(single) or "", self._secrets)
             try:
                 result = single.notify(
                     body=notification.body,
@@ -293,7 +293,7 @@ class AppriseDelivery:
         """Why a one-route test failed, said once: Apprise's error lines (scrubbed), or its
         status when it logged none (the route's URL is shown beside it already)."""
         text = "; ".join(_error_lines(result)) or result.status.name
-        return _scrub(text, self._secrets)[:_DETAIL_LIMIT]
+        return mask_tokens(text, self._secrets)[:_DETAIL_LIMIT]
 
     def _describe(self, result: apprise.AppriseResult) -> str:
         """Status, each service (masked URL) and the first error lines, scrubbed of anything that
@@ -302,7 +302,7 @@ class AppriseDelivery:
         parts = [result.status.name]
         parts.extend(f"{service.url} {service.status.name}" for service in result)
         parts.extend(_error_lines(result))
-        return _scrub("; ".join(parts), self._secrets)[:_DETAIL_LIMIT]
+        return mask_tokens("; ".join(parts), self._secrets)[:_DETAIL_LIMIT]
 
 
 def deliver_due(
@@ -480,13 +480,6 @@ def _invalid_url_message(url: str) -> str:
 def _secret_parts(urls: Iterable[str]) -> frozenset[str]:
     """The parts of raw URLs that may be secrets (:func:`watchdog_gpu.log.url_secret_parts`)."""
     return frozenset(part for url in urls for part in url_secret_parts(url))
-
-
-def _scrub(text: str, secrets: frozenset[str]) -> str:
-    # Longest first, so a whole URL is replaced before its parts.
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def routes_from_config(
