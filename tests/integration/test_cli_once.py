@@ -18,9 +18,11 @@ import pytest
 from tests.integration.cli_support import Result, freeze_clock, isolate, run, write_config
 from tests.integration.sshd import write_ed25519_key
 from tests.integration.store_builders import instance, observation, planned_action
+from tests.support.http_receiver import HttpReceiver
 from tests.support.sim_world import ServedWorld, served_world
 from watchdog_gpu.model import ActionStatus, InstanceState, PlannedNotification, Severity
 from watchdog_gpu.store import Store
+from watchdog_gpu.store.lock import database_lock
 
 NOW = datetime(2026, 3, 3, 12, 0, tzinfo=UTC)
 ACCOUNT = "vast-a"
@@ -177,23 +179,37 @@ def test_a_dry_run_overrides_a_rule_that_enforces_on_its_own(
     assert api_actions(sim) == []
 
 
-def test_a_dry_run_of_a_monitoring_configuration_is_the_ordinary_recorded_tick(
+def test_a_dry_run_of_the_shipped_monitor_mode_has_no_side_effects(
     store: Store, db: Path, tmp_path: Path, sim: ServedWorld, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Monitor mode is the shipped default: a dry run there used to be the ordinary tick, which
+    # took the lock a running daemon holds, recorded the tick and pushed real messages.
     warn(store, NOW - timedelta(hours=2))
-    config = config_for(tmp_path, db, sim, mode="monitor")
+    with HttpReceiver() as receiver:
+        config = config_for(
+            tmp_path,
+            db,
+            sim,
+            mode="monitor",
+            extra=f'\n[[notify.routes]]\nurl = "json://127.0.0.1:{receiver.port}/phone"\n',
+        )
+        daemon = database_lock(f"sqlite:///{db}", role="daemon")
+        daemon.acquire()
+        try:
+            result = once(capsys, config, "--dry-run")
+        finally:
+            daemon.release()
 
-    result = once(capsys, config, "--dry-run")
-
-    assert result.code == 0, result.err
-    assert "note: dry run (monitor mode): nothing was stopped or destroyed" in result.out
+        assert result.code == 0, result.err
+        assert "note: dry run on a copy of the database" in result.out
+        assert "  execute: destroy (dry run) vast-a/9004 (stopped_disk)" in result.out
+        assert "notifications: none sent (dry run on a copy)" in result.out
+        assert receiver.requests == []
     assert api_actions(sim) == []
-    [action] = store.list_actions()
-    assert (action.instance_id, action.status, action.dry_run) == (
-        "9004",
-        ActionStatus.DRY_RUN,
-        True,
-    )
+    assert store.list_actions() == []
+    assert store.list_audit_events() == []
+    assert store.notification_backlog() == 1  # only the warning queued before, still queued
+    assert {r.snapshot.instance_id for r in store.latest_instances()} == {"9004"}
 
 
 def test_a_dry_run_leaves_actions_planned_for_real_alone(

@@ -5,17 +5,16 @@ actions and deliver notifications — the daemon's tick, once, with the configur
 print a summary: accounts polled ok/failed, probes by outcome, findings, decisions, executed
 actions and notifications.
 
-``--dry-run`` forces monitor mode for every rule for this run: nothing is stopped or destroyed.
-When the configuration itself is entirely in monitor mode this is the ordinary tick (recorded as
-the daemon would record it). Otherwise the tick runs on a temporary copy of the (SQLite)
-database and sends no notification: a dry-run decision recorded in the real database would
-count as the episode's action and keep the daemon from enforcing it later. Actions planned
-earlier for real and not finished are left alone (the executor does not run at all then).
+``--dry-run`` has no side effects: every rule runs in monitor mode (nothing is stopped or
+destroyed), the tick runs on a temporary copy of the (SQLite or PostgreSQL) database, which is
+read but never written, and no notification is sent. It takes no lock, so it runs beside a
+daemon. The summary shows what the tick would decide, do and send.
+Actions planned earlier for real and not finished are left alone (the executor does not run at
+all then).
 
-It refuses to run (exit 2) while a daemon runs on the same database: its executor, like the
-daemon's at start-up, takes over actions another process left ``claimed``, assuming that
-process is gone. Both take the database's lock (:mod:`watchdog_gpu.store.lock`); a dry run on a
-copy needs none.
+Without ``--dry-run`` it refuses to run (exit 2) while a daemon runs on the same database: its
+executor, like the daemon's at start-up, takes over actions another process left ``claimed``,
+assuming that process is gone. Both take the database's lock (:mod:`watchdog_gpu.store.lock`).
 
 The last line is the result: ``healthy``; ``DEGRADED`` when accounts were polled and the rules
 ran but a probe failed (those instances' GPUs are unknown: never judged idle, never counted
@@ -24,8 +23,8 @@ JSON object instead of the summary (the same facts, ``result`` among them).
 
 Exit codes: 0 the tick was healthy; 1 it was degraded or unhealthy (the summary says why), or
 the database failed; 2 invalid configuration or missing secrets (each
-listed), ``--dry-run`` of an enforcing configuration on a database that is not SQLite, a daemon
-holding the database, or a database written by a newer watchdog-gpu.
+listed), ``--dry-run`` on an in-memory database, a daemon holding the database (not with
+``--dry-run``), or a database written by a newer watchdog-gpu.
 """
 
 from __future__ import annotations
@@ -78,7 +77,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=doc_paragraph(__doc__),
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="monitor mode for this run: change nothing"
+        "--dry-run",
+        action="store_true",
+        help="no side effects: monitor mode on a copy of the database, no lock, nothing sent",
     )
     parser.add_argument("--config", type=Path, metavar="PATH", help="configuration file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -91,22 +92,24 @@ def run_once(args: argparse.Namespace) -> int:
     environ = os.environ
     install_redaction()
     settings = common.settings_to_act(args.config, environ, "nothing to poll")
-    on_copy = args.dry_run and not all_monitor(settings)
-    if args.dry_run:
+    # A dry run always works on a copy: even a monitoring tick records findings, queues and
+    # sends messages and takes the lock a running daemon holds.
+    dry_run = bool(args.dry_run)
+    if dry_run:
         settings = monitor_only(settings)
     # On a copy nothing is written to the real database: no lock needed, a daemon may run.
-    lock = NoLock() if on_copy else database_lock(_url(settings, environ), role="once")
+    lock = NoLock() if dry_run else database_lock(_url(settings, environ), role="once")
     lock.acquire()  # DatabaseInUseError: exit 2 while a daemon runs (reports_errors)
     try:
-        with _database_for_run(settings, environ, copy=on_copy) as run_settings:
-            report, notes = _tick(run_settings, environ, dry_run=args.dry_run, on_copy=on_copy)
+        with _database_for_run(settings, environ, copy=dry_run) as run_settings:
+            report, notes = _tick(run_settings, environ, dry_run=dry_run)
     finally:
         lock.release()
     if args.json:
-        print_json(summary_json(report, notes, sent=not on_copy))
+        print_json(summary_json(report, notes, sent=not dry_run))
     else:
         colour = colour_enabled(sys.stdout)
-        print_lines(summary_lines(report, notes, sent=not on_copy, colour=colour))
+        print_lines(summary_lines(report, notes, sent=not dry_run, colour=colour))
     return EXIT_OK if result_of(report) == "healthy" else EXIT_FAILURE
 
 
@@ -125,11 +128,6 @@ def _failed_probes(report: TickReport) -> list[ProbeOutcome]:
 
 def _url(settings: Settings, environ: Mapping[str, str]) -> str:
     return settings.watchdog.effective_database_url(environ)
-
-
-def all_monitor(settings: Settings) -> bool:
-    """True when no rule would act: the global mode and every rule's effective mode are monitor."""
-    return all(settings.effective_mode(name) == "monitor" for name in settings.rules.by_name())
 
 
 def monitor_only(settings: Settings) -> Settings:
@@ -159,9 +157,8 @@ def _database_for_run(
     server = url.get_backend_name() != "sqlite"
     if not server and url.database in (None, "", ":memory:"):
         raise CommandError(
-            "--dry-run of a configuration that enforces runs on a copy of the database, "
-            'which needs a database file or server; set [watchdog] mode = "monitor" and run '
-            "`once`"
+            "--dry-run runs on a copy of the database, which needs a database file or "
+            "server, not an in-memory one"
         )
     with tempfile.TemporaryDirectory(prefix="watchdog-gpu-dry-run-") as directory:
         target = Path(directory) / "dry-run.db"
@@ -213,7 +210,7 @@ def _copy_sqlite(source: Path, target: Path) -> None:
 
 
 def _tick(
-    settings: Settings, environ: Mapping[str, str], *, dry_run: bool, on_copy: bool
+    settings: Settings, environ: Mapping[str, str], *, dry_run: bool
 ) -> tuple[TickReport, list[str]]:
     from watchdog_gpu.wiring import assemble
 
@@ -228,14 +225,12 @@ def _tick(
     notes: list[str] = []
     try:
         watchdog = assembly.watchdog
-        if on_copy:
+        if dry_run:
             watchdog.delivery = None
             notes.append(
                 "dry run on a copy of the database: nothing was recorded, stopped, destroyed "
                 "or sent"
             )
-        elif dry_run:
-            notes.append("dry run (monitor mode): nothing was stopped or destroyed")
         now = common.current_time()
         report = _dry_tick(watchdog, now, notes) if dry_run else watchdog.tick(now)
     finally:
