@@ -218,6 +218,18 @@ def test_when_systemd_gives_up_the_failure_notifier_is_started_and_docs_are_the_
 
 
 @pytest.mark.parametrize(
+    "lines",
+    [
+        ["json://127.0.0.1:{port}/phone"],
+        # deploy/README allows tag=URL lines; Apprise notifies only untagged URLs unless the
+        # command names a tag, so without --tag the message was lost (exit 3).
+        ["critical=json://127.0.0.1:{port}/phone"],
+        ["warning,critical=json://127.0.0.1:{port}/phone", "json://127.0.0.1:{port}/log"],
+        ["info=json://127.0.0.1:{port}/chat", "always=json://127.0.0.1:{port}/pager"],
+    ],
+    ids=["untagged", "tagged", "mixed", "other-tags"],
+)
+@pytest.mark.parametrize(
     ("unit", "credentials"),
     [
         (SYSTEM_FAILED, "${CREDENTIALS_DIRECTORY}"),
@@ -225,29 +237,33 @@ def test_when_systemd_gives_up_the_failure_notifier_is_started_and_docs_are_the_
     ],
     ids=["system", "user"],
 )
-def test_the_failure_notifier_delivers_one_critical_message_through_the_notify_url_file(
-    unit: Path, credentials: str, tmp_path: Path
+def test_the_failure_notifier_delivers_one_critical_message_to_every_service_of_the_file(
+    unit: Path, credentials: str, lines: list[str], tmp_path: Path
 ) -> None:
     """The notifier's ExecStart= as systemd would run it (specifiers and the credentials
-    directory filled in, the apprise of this environment) against a receiver on loopback."""
+    directory filled in, the real apprise command of this environment) against a receiver on
+    loopback, whatever the services of the notify_url file are tagged with."""
     apprise = Path(sys.executable).parent / "apprise"
     command = directives(unit)["ExecStart"][0]
     binary, _, arguments = command.partition(" ")
     assert binary.endswith("/apprise")
     with HttpReceiver() as receiver:
-        (tmp_path / "notify_url").write_text(f"json://127.0.0.1:{receiver.port}/phone\n")
+        urls = [line.format(port=receiver.port) for line in lines]
+        (tmp_path / "notify_url").write_text("".join(f"{url}\n" for url in urls))
         arguments = (
             arguments.replace(credentials, str(tmp_path))
             .replace("%i", "watchdog-gpu.service")
             .replace("%H", "gpu-box")
         )
         result = run(apprise, *shlex.split(arguments))
-        requests = receiver.received("/phone")
+        requests = list(receiver.requests)
 
     assert result.returncode == 0, result.stdout + result.stderr
-    [request] = requests
-    payload = json.loads(request.body)
-    assert payload["type"] == "failure"
-    assert payload["title"] == "watchdog-gpu is down: watchdog-gpu.service failed"
-    assert "No GPU instance is watched" in payload["message"]
-    assert "gpu-box" in payload["message"]
+    paths = sorted(request.path for request in requests)
+    assert paths == sorted("/" + url.rsplit("/", 1)[1] for url in urls)
+    for request in requests:
+        payload = json.loads(request.body)
+        assert payload["type"] == "failure"
+        assert payload["title"] == "watchdog-gpu is down: watchdog-gpu.service failed"
+        assert "No GPU instance is watched" in payload["message"]
+        assert "gpu-box" in payload["message"]
