@@ -63,6 +63,11 @@ def config_directory(directory: Path) -> Iterator[None]:
         _base_directory.reset(token)
 
 
+def current_config_directory() -> Path | None:
+    """The directory of the config file being loaded (:func:`config_directory`), else None."""
+    return _base_directory.get()
+
+
 def resolve_config_path(path: Path) -> Path:
     """``path`` with ``~`` expanded and, if relative, joined to the config file's directory (see
     :func:`config_directory`; outside a load it stays relative to the working directory)."""

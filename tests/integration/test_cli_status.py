@@ -276,6 +276,7 @@ def test_the_json_object_has_the_documented_keys_and_values(
         "as_of",
         "clock_note",
         "database",
+        "mode",
         "fuse",
         "leader",
         "accounts",

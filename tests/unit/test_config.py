@@ -415,6 +415,33 @@ def test_the_default_database_lives_in_the_state_directory() -> None:
     )
 
 
+def test_a_configuration_in_etc_watchdog_gpu_keeps_its_database_in_var_lib(
+    tmp_path: Path,
+) -> None:
+    # The system unit's ConfigurationDirectory= and StateDirectory=: `sudo watchdog-gpu status`
+    # has neither $STATE_DIRECTORY nor the daemon's home, and must open the daemon's database.
+    system = tmp_path / "etc" / "watchdog-gpu" / "config.toml"
+    user = tmp_path / "home" / "u" / ".config" / "watchdog-gpu" / "config.toml"
+    for path in (system, user):
+        path.parent.mkdir(parents=True)
+        path.write_text('[watchdog]\nmode = "monitor"\n')
+    root_env = {"HOME": "/root", "XDG_STATE_HOME": "/root/state"}
+
+    in_etc = load_settings(system, root_env).watchdog
+    in_home = load_settings(user, root_env).watchdog
+
+    assert in_etc.effective_database_url(root_env) == (
+        f"sqlite:///{tmp_path}/var/lib/watchdog-gpu/watchdog-gpu.db"
+    )
+    assert in_etc.database_origin(root_env).startswith("the system state directory")
+    assert in_etc.effective_database_url({"STATE_DIRECTORY": "/srv/wd"}) == (
+        "sqlite:////srv/wd/watchdog-gpu.db"
+    )
+    assert in_home.effective_database_url(root_env) == (
+        "sqlite:////root/state/watchdog-gpu/watchdog-gpu.db"
+    )
+
+
 def test_every_public_name_of_the_lazy_config_package_is_its_modules_object() -> None:
     import importlib
 

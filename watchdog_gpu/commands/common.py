@@ -273,7 +273,14 @@ def _require_existing(url: str, shown: str) -> None:
 
 
 def _require_file(path: Path, shown: str) -> None:
-    if not path.is_file():
+    try:
+        exists = path.is_file()
+    except PermissionError:
+        raise CommandError(
+            f"cannot read database {shown}: permission denied",
+            details=["the system service's database is private to it: run the command with sudo"],
+        ) from None
+    if not exists:
         raise CommandError(
             f"database {shown} does not exist",
             details=[

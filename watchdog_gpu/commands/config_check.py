@@ -3,8 +3,9 @@
 On success it prints which file was used, the mode, each account with its provider and where its
 API key comes from (only ever "set" or "missing", never the value), each enabled rule with its
 action and effective mode, the notification routes, and which values came from the environment
-(``WATCHDOG_GPU_*`` variables win over the file; ``$STATE_DIRECTORY`` / ``$XDG_STATE_HOME`` place
-the default database); exit 0. Missing secrets and a configuration without accounts are reported
+(``WATCHDOG_GPU_*`` variables win over the file; ``$STATE_DIRECTORY``, a configuration in
+``/etc/watchdog-gpu`` (→ ``/var/lib/watchdog-gpu``) or ``$XDG_STATE_HOME`` place the default
+database); exit 0. Missing secrets and a configuration without accounts are reported
 but do not fail the check (``run`` refuses to start without them). Warnings go to stderr,
 deprecated keys among them. An invalid configuration prints every problem with its dotted path
 to stderr and exits 2. ``--json`` prints one JSON object instead (``valid``, ``problems``,
@@ -237,11 +238,9 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
 def _environment_sources(settings: Settings, environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """(dotted path, variable) of each effective value the environment decided."""
     sources = environment_overrides(environ)
-    if settings.watchdog.database_url is None:
-        for variable in ("STATE_DIRECTORY", "XDG_STATE_HOME"):
-            if environ.get(variable):
-                sources.append(("watchdog.database_url (default location)", variable))
-                break
+    origin = settings.watchdog.database_origin(environ)
+    if origin.startswith("$"):
+        sources.append(("watchdog.database_url (default location)", origin[1:]))
     return sources
 
 
@@ -263,7 +262,8 @@ def _table(rows: Iterable[list[str]]) -> list[str]:
 def _database(settings: Settings, environ: Mapping[str, str]) -> str:
     url = settings.watchdog.database_url
     if url is None:
-        return f"{settings.watchdog.effective_database_url(environ)} (default)"
+        where = settings.watchdog.database_origin(environ)
+        return f"{settings.watchdog.effective_database_url(environ)} (default: {where})"
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)

@@ -7,9 +7,10 @@ doing it ahead (e.g. in a deploy step, after taking a copy of the file). Exit 2 
 runs on the database (stop it first: it would run on tables changing under it) or when a newer
 watchdog-gpu wrote it; 1 when it cannot be opened or migrated.
 
-Which database: ``--database-url``, else ``[watchdog] database_url`` of the configuration
-(``--config PATH``, ``$WATCHDOG_GPU_CONFIG`` or the usual places), else — when there is no
-configuration file at all — ``watchdog-gpu.db`` in the state directory (``$STATE_DIRECTORY``,
+Which database: ``--database-url``, else the configuration's (``--config PATH``,
+``$WATCHDOG_GPU_CONFIG`` or the usual places), the one the daemon opens: ``[watchdog]
+database_url``, else ``watchdog-gpu.db`` in the state directory (``$STATE_DIRECTORY``;
+``/var/lib/watchdog-gpu`` for a configuration in ``/etc/watchdog-gpu``;
 ``$XDG_STATE_HOME/watchdog-gpu`` or ``~/.local/state/watchdog-gpu``).
 """
 

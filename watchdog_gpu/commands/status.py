@@ -1,5 +1,11 @@
 """``watchdog-gpu status [--config PATH | --db PATH] [--json]``: the fleet as recorded.
 
+First the database it read and whether the watchdog enforces or monitors (``[watchdog] mode``
+and the rules whose own mode differs; ``unknown`` with ``--db`` alone). The database is the one
+the daemon resolves from the same configuration: ``database_url``, else ``watchdog-gpu.db`` in
+``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in ``/etc/watchdog-gpu``
+(the system unit's directories), or in ``~/.local/state/watchdog-gpu``.
+
 Two tables. Accounts: provider, balance, spend rate in $/h (the provider's figure, else the sum
 of what its instances bill), runway (balance ÷ spend rate) and the last poll (ok or the error
 kind, and how long ago). Instances: ``account/id``, name, state and since when, what it bills per
@@ -24,6 +30,7 @@ one is an error (exit 2), never created.
 ``--json`` prints one object with stable keys::
 
     {"as_of": ISO, "clock_note": str|null, "database": str,
+     "mode": {"watchdog": "monitor"|"enforce", "rules": {rule: mode that differs}} | null,
      "fuse": {"latched": bool, "held_actions": int},
      "leader": {"node": str, "epoch": int, "since": str, "renewed_at": str} | null,
      "accounts": [{"name", "provider", "balance_usd", "spend_usd_per_hour",
@@ -147,6 +154,26 @@ class FleetStatus:
     instances: tuple[InstanceStatus, ...] = ()
     protections: tuple[Protection, ...] = field(default=())
     leader: Leader | None = None  # PostgreSQL teams: who leads (store/leadership.py)
+    mode: ModeSummary | None = None  # None: no configuration was read (--db)
+
+
+@dataclass(frozen=True)
+class ModeSummary:
+    """Whether the configuration's watchdog enforces or monitors: ``[watchdog] mode`` and the
+    enabled rules whose own mode differs from it."""
+
+    mode: str
+    exceptions: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, settings: Settings) -> ModeSummary:
+        mode = settings.watchdog.mode
+        exceptions = tuple(
+            (name, settings.effective_mode(name))
+            for name, rule in settings.rules.by_name().items()
+            if rule.enabled and settings.effective_mode(name) != mode
+        )
+        return cls(mode, exceptions)
 
 
 @dataclass(frozen=True)
@@ -217,8 +244,9 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
     latched = store.fuse_latched()
     held = len(store.list_actions(statuses=[ActionStatus.BLOCKED]))
     leader = store.leader()
+    mode = None if source.settings is None else ModeSummary.of(source.settings)
     if not records:
-        return FleetStatus(now, None, source.database, latched, held, leader=leader)
+        return FleetStatus(now, None, source.database, latched, held, leader=leader, mode=mode)
     latest = _latest_record(records, store.latest_seen())
     as_of, note = now, None
     if latest is not None and latest > now:
@@ -247,6 +275,7 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
         tuple(instances),
         tuple(view.protections),
         leader,
+        mode,
     )
 
 
@@ -375,9 +404,9 @@ _GPU_COLOURS = {"busy": "green", "idle": "yellow", "unknown": "red", "no_samples
 def status_lines(status: FleetStatus, *, colour: bool = False) -> list[str]:
     """The human tables (``colour``: the GPU state coloured, for a terminal)."""
     if not status.accounts:
-        return [f"no accounts recorded yet (database {status.database})"]
+        return [f"no accounts recorded yet (database {status.database})", _mode_line(status)]
     now = status.as_of
-    lines = [f"as of {timestamp(now)}; database {status.database}"]
+    lines = [f"as of {timestamp(now)}; database {status.database}", _mode_line(status)]
     if status.clock_note:
         lines.append(f"note: {status.clock_note}")
     lines.append(_fuse_line(status))
@@ -407,6 +436,20 @@ def status_lines(status: FleetStatus, *, colour: bool = False) -> list[str]:
         lines.append("protections (database; `watchdog-gpu unprotect` removes them):")
         lines += [f"  {_protection_text(p)}" for p in status.protections]
     return lines
+
+
+def _mode_line(status: FleetStatus) -> str:
+    summary = status.mode
+    if summary is None:
+        return "mode: unknown (no configuration read: the mode is in the configuration file)"
+    text = (
+        "mode: enforce (stops and destroys what the rules decide)"
+        if summary.mode == "enforce"
+        else "mode: monitor (decides, records and notifies; stops and destroys nothing)"
+    )
+    if summary.exceptions:
+        text += "; except " + ", ".join(f"{rule}: {mode}" for rule, mode in summary.exceptions)
+    return text
 
 
 def _fuse_line(status: FleetStatus) -> str:
@@ -511,6 +554,9 @@ def status_json(status: FleetStatus) -> dict[str, Any]:
         "as_of": json_time(status.as_of),
         "clock_note": status.clock_note,
         "database": status.database,
+        "mode": None
+        if status.mode is None
+        else {"watchdog": status.mode.mode, "rules": dict(status.mode.exceptions)},
         "fuse": {"latched": status.latched, "held_actions": status.held_actions},
         "leader": None
         if status.leader is None

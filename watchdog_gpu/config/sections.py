@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from watchdog_gpu.durations import Duration, PositiveDuration
 from watchdog_gpu.rules.account_health import AccountHealthConfig
@@ -30,7 +30,7 @@ from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
 from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
 from watchdog_gpu.rules.volume_storage import VolumeStorageConfig
-from watchdog_gpu.secrets import SecretReference, resolve_config_path
+from watchdog_gpu.secrets import SecretReference, current_config_directory, resolve_config_path
 
 Mode = Literal["monitor", "enforce"]
 Provider = Literal["vast", "runpod", "lambda"]
@@ -49,23 +49,52 @@ _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
 _HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9-]{1,63})*")
 
 
-def default_state_directory(environ: Mapping[str, str] | None = None) -> Path:
-    """Where mutable state lives: ``$STATE_DIRECTORY`` (systemd ``StateDirectory=``, first entry),
-    else ``$XDG_STATE_HOME/watchdog-gpu``, else ``~/.local/state/watchdog-gpu``. Not created."""
+def default_state_directory(
+    environ: Mapping[str, str] | None = None, config_directory: Path | None = None
+) -> Path:
+    """Where mutable state lives (:func:`state_directory_origin`). Not created."""
+    return state_directory_origin(environ, config_directory)[0]
+
+
+def state_directory_origin(
+    environ: Mapping[str, str] | None = None, config_directory: Path | None = None
+) -> tuple[Path, str]:
+    """The state directory and why it is that one: ``$STATE_DIRECTORY`` (systemd
+    ``StateDirectory=``, first entry); else ``<root>/var/lib/watchdog-gpu`` when the
+    configuration file sits in ``<root>/etc/watchdog-gpu`` (``config_directory``; the system
+    unit's ConfigurationDirectory= and StateDirectory=, so ``sudo watchdog-gpu status`` opens
+    the daemon's database); else ``$XDG_STATE_HOME/watchdog-gpu``; else
+    ``~/.local/state/watchdog-gpu``."""
     env = os.environ if environ is None else environ
     state = env.get("STATE_DIRECTORY", "").split(":")[0]
     if state:
-        return Path(state)
+        return Path(state), "$STATE_DIRECTORY"
+    system = system_state_directory(config_directory)
+    if system is not None:
+        return system, f"the system state directory of a configuration in {config_directory}"
     xdg = env.get("XDG_STATE_HOME", "")
     if xdg and Path(xdg).is_absolute():  # the XDG spec says to ignore relative paths
-        return Path(xdg) / APP_DIRECTORY_NAME
+        return Path(xdg) / APP_DIRECTORY_NAME, "$XDG_STATE_HOME"
     home = Path(env["HOME"]) if env.get("HOME") else Path.home()
-    return home / ".local" / "state" / APP_DIRECTORY_NAME
+    return home / ".local" / "state" / APP_DIRECTORY_NAME, "the user state directory"
 
 
-def default_database_url(environ: Mapping[str, str] | None = None) -> str:
+def system_state_directory(config_directory: Path | None) -> Path | None:
+    """``<root>/var/lib/watchdog-gpu`` for a configuration directory ``<root>/etc/watchdog-gpu``
+    (``/etc/watchdog-gpu`` → ``/var/lib/watchdog-gpu``, where the system unit keeps its
+    database), else None."""
+    if config_directory is None:
+        return None
+    if config_directory.name != APP_DIRECTORY_NAME or config_directory.parent.name != "etc":
+        return None
+    return config_directory.parent.parent / "var" / "lib" / APP_DIRECTORY_NAME
+
+
+def default_database_url(
+    environ: Mapping[str, str] | None = None, config_directory: Path | None = None
+) -> str:
     """The SQLAlchemy URL of ``watchdog-gpu.db`` in :func:`default_state_directory`."""
-    return f"sqlite:///{default_state_directory(environ) / DATABASE_FILE_NAME}"
+    return f"sqlite:///{default_state_directory(environ, config_directory) / DATABASE_FILE_NAME}"
 
 
 class WatchdogSection(StrictModel):
@@ -121,6 +150,13 @@ class WatchdogSection(StrictModel):
         default=None, description="URL pinged (GET) after every healthy tick, e.g. healthchecks.io"
     )
 
+    # The directory of the configuration file this section was read from (None when built in
+    # code): it places the default database (:func:`state_directory_origin`).
+    _config_directory: Path | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: object, /) -> None:
+        self._config_directory = current_config_directory()
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower_level(cls, value: object) -> object:
@@ -151,12 +187,18 @@ class WatchdogSection(StrictModel):
                 raise ValueError("must be an http:// or https:// URL")
         return value
 
+    def database_origin(self, environ: Mapping[str, str] | None = None) -> str:
+        """Why the database is where it is: ``database_url`` or the state directory's origin."""
+        if self.database_url is not None:
+            return "watchdog.database_url"
+        return state_directory_origin(environ, self._config_directory)[1]
+
     def effective_database_url(self, environ: Mapping[str, str] | None = None) -> str:
         """``database_url``, or :func:`default_database_url` when unset, with
         ``database_password`` (resolved now, registered with the log scrubber) filled in.
 
         Raises ConfigError when the password reference cannot be resolved."""
-        url = self.database_url or default_database_url(environ)
+        url = self.database_url or default_database_url(environ, self._config_directory)
         if self.database_password is None:
             return url
         secret = self.database_password.resolve(environ)
