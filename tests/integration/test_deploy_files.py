@@ -197,6 +197,44 @@ def test_the_alert_rules_use_only_metric_names_from_the_contract() -> None:
     } <= used
 
 
+RUNBOOK_PREFIX = "file:///usr/share/doc/watchdog-gpu/deploy.md#"  # deploy/README.md, installed
+# A duration spelled in an alert's text: it goes stale when the configuration or `for` changes.
+HARD_CODED_DURATION = re.compile(r"\b(\d+\s*(seconds?|minutes?|hours?|days?|min|s|m|h)|an hour)\b")
+
+
+def alert_rules() -> list[dict[str, str]]:
+    """Each alert's name and its annotations (one double-quoted line each in alerts.yml)."""
+    rules: list[dict[str, str]] = []
+    for line in (PROMETHEUS_DIR / "alerts.yml").read_text().splitlines():
+        if match := re.fullmatch(r"\s+- alert: (\w+)", line):
+            rules.append({"alert": match.group(1)})
+        elif match := re.fullmatch(r"\s+(summary|description|runbook_url): (\".*\")", line):
+            rules[-1][match.group(1)] = json.loads(match.group(2))
+    return rules
+
+
+def test_every_alert_links_its_runbook_section_of_deploy_readme() -> None:
+    headings = {
+        line.lstrip("#").strip().lower()
+        for line in DEPLOY_README.read_text().splitlines()
+        if line.startswith("#### ")
+    }
+    rules = alert_rules()
+
+    assert len(rules) == 13
+    for rule in rules:
+        url = rule["runbook_url"]
+        assert url == RUNBOOK_PREFIX + rule["alert"].lower()
+        assert url.removeprefix(RUNBOOK_PREFIX) in headings, rule["alert"]
+
+
+def test_no_alert_text_hard_codes_a_duration() -> None:
+    for rule in alert_rules():
+        for key in ("summary", "description"):
+            text = rule[key]
+            assert not HARD_CODED_DURATION.search(text), (rule["alert"], text)
+
+
 def test_prometheus_scrapes_the_default_metrics_port_on_loopback() -> None:
     config = (PROMETHEUS_DIR / "prometheus.yml").read_text()
 
