@@ -124,3 +124,22 @@ def test_the_walk_notices_a_missing_and_an_extra_option() -> None:
         "missing from the example: probe.workers",
         "in the example but not in the models: accounts[].ssh.port",
     }
+
+
+def test_the_environment_overrides_the_example_shows_apply_to_it() -> None:
+    # The example's own WATCHDOG_GPU_<SECTION>__<OPTION> lines once named a deprecated key that
+    # clashed with the file's `idle`, so following them made the file invalid.
+    text = EXAMPLE.read_text()
+    shown = re.findall(r"\b(WATCHDOG_GPU_[A-Z0-9_]+__[A-Z0-9_]+)=([^\s,.]+(?:\.\d+)?[a-z]*)", text)
+
+    def option(settings: Settings, name: str) -> Any:
+        node: Any = settings
+        for part in name.removeprefix("WATCHDOG_GPU_").lower().split("__"):
+            node = getattr(node, part)
+        return node
+
+    plain = load_settings(EXAMPLE, {"HOME": "/nonexistent"})
+    assert len(shown) >= 2
+    for name, value in shown:
+        overridden = load_settings(EXAMPLE, {"HOME": "/nonexistent", name: value})
+        assert option(overridden, name) != option(plain, name), name
