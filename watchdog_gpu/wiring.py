@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -37,6 +38,9 @@ from watchdog_gpu.rules import lookback_for
 from watchdog_gpu.rules.base import DestructiveRuleConfig, SalvageConfig
 from watchdog_gpu.store import ActionRow, Store, create_engine_for, upgrade_to_head
 from watchdog_gpu.tick import TickSettings, Watchdog
+
+if TYPE_CHECKING:
+    from paramiko import PKey
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +125,6 @@ def build_ssh_runners(
 ) -> CommandRunner | None:
     """A paramiko runner per account that has SSH authentication configured (None if none)."""
     from watchdog_gpu.probe.ssh import ParamikoRunner, SshTimeouts
-    from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
 
     probe = settings.probe
     timeouts = SshTimeouts(
@@ -129,6 +132,7 @@ def build_ssh_runners(
         banner_seconds=probe.banner_timeout.total_seconds(),
         auth_seconds=probe.auth_timeout.total_seconds(),
     )
+    keys_by_account = load_ssh_keys(settings, environ)
     runners: dict[str, CommandRunner] = {}
     for account in settings.accounts:
         ssh = account.ssh
@@ -137,6 +141,28 @@ def build_ssh_runners(
                 "no SSH key for account=%s: its GPUs cannot be probed (blind time alerts apply)",
                 account.name,
             )
+            continue
+        runners[account.name] = ParamikoRunner(
+            keys_by_account[account.name],
+            store,
+            use_agent=ssh.use_agent,
+            timeouts=timeouts,
+            clock=clock,
+        )
+    return AccountRunners(runners) if runners else None
+
+
+def load_ssh_keys(settings: Settings, environ: Mapping[str, str]) -> dict[str, list[PKey]]:
+    """The private keys of every account with SSH authentication, by account name: what the
+    probe offers, and what ``config check`` tries. Raises ConfigError listing every key that
+    cannot be loaded, by the account's dotted path (``accounts[0].ssh.private_key``)."""
+    from watchdog_gpu.probe.sshkeys import SshCredentials, load_private_keys
+
+    keys: dict[str, list[PKey]] = {}
+    problems: list[ConfigProblem] = []
+    for index, account in enumerate(settings.accounts):
+        ssh = account.ssh
+        if not ssh.has_authentication:
             continue
         key_text = ssh.private_key.resolve(environ) if ssh.private_key else None
         passphrase = ssh.key_passphrase.resolve(environ) if ssh.key_passphrase else None
@@ -147,12 +173,15 @@ def build_ssh_runners(
             private_key_text=key_text.get_secret_value() if key_text else None,
             passphrase=passphrase.get_secret_value() if passphrase else None,
             use_agent=ssh.use_agent,
+            where=f"accounts[{index}].ssh",
         )
-        keys = load_private_keys(credentials)
-        runners[account.name] = ParamikoRunner(
-            keys, store, use_agent=ssh.use_agent, timeouts=timeouts, clock=clock
-        )
-    return AccountRunners(runners) if runners else None
+        try:
+            keys[account.name] = load_private_keys(credentials)
+        except ConfigError as error:
+            problems += error.problems
+    if problems:
+        raise ConfigError(problems)
+    return keys
 
 
 def build_streams(

@@ -8,8 +8,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from watchdog_gpu.cli import main
+from watchdog_gpu.cli import EXIT_USAGE, main
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "config"
 EXAMPLE = Path(__file__).parent.parent.parent / "config.example.toml"
@@ -100,13 +102,28 @@ def test_a_secret_value_appears_nowhere_in_the_output(
     kind: str,
 ) -> None:
     (tmp_path / "key").write_text(CANARY + "\n")
+    # A real private key (config check loads it as run does), itself a secret too.
+    ssh_key = (
+        ed25519.Ed25519PrivateKey.generate()
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+        .decode()
+    )
+    (tmp_path / "ssh_key").write_text(ssh_key)
     monkeypatch.setenv("VAST_API_KEY", CANARY)
+    monkeypatch.setenv("SSH_KEY", ssh_key)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
     monkeypatch.setenv("NTFY_URL", f"ntfys://ntfy.sh/{CANARY}")
-    reference = {
-        "env": '{ env = "VAST_API_KEY" }',
-        "file": f'{{ file = "{tmp_path / "key"}" }}',
-        "credential": '{ credential = "key" }',
+    reference, key_reference = {
+        "env": ('{ env = "VAST_API_KEY" }', '{ env = "SSH_KEY" }'),
+        "file": (
+            f'{{ file = "{tmp_path / "key"}" }}',
+            f'{{ file = "{tmp_path / "ssh_key"}" }}',
+        ),
+        "credential": ('{ credential = "key" }', '{ credential = "ssh_key" }'),
     }[kind]
     config = tmp_path / "config.toml"
     config.write_text(
@@ -116,7 +133,7 @@ def test_a_secret_value_appears_nowhere_in_the_output(
         provider = "vast"
         api_key = {reference}
         [accounts.ssh]
-        private_key = {reference}
+        private_key = {key_reference}
         [[notify.routes]]
         url = {{ env = "NTFY_URL" }}
         """)
@@ -130,6 +147,7 @@ def test_a_secret_value_appears_nowhere_in_the_output(
     assert "(set)" in captured.out
     assert "notify.routes[0].url:" in captured.out
     assert CANARY not in captured.out + captured.err
+    assert "PRIVATE KEY" not in captured.out + captured.err
 
 
 def test_plain_text_secrets_are_accepted_with_a_warning(
@@ -363,3 +381,43 @@ def test_stop_is_accepted_when_every_provider_can_stop(
 
     assert main(["config", "check", "--config", str(config)]) == 0
     assert "idle_gpu              stop" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "not a key at all",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\\nAAAA\\n-----END OPENSSH PRIVATE KEY-----",
+    ],
+    ids=["garbage", "damaged"],
+)
+def test_config_check_refuses_an_inline_ssh_key_that_run_refuses_naming_the_account(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        textwrap.dedent(f"""
+        [[accounts]]
+        name = "lambda-a"
+        provider = "lambda"
+        api_key = "{CANARY}"
+
+        [[accounts]]
+        name = "vast-main"
+        provider = "vast"
+        api_key = "{CANARY}"
+        [accounts.ssh]
+        private_key = "{key}"
+        """)
+    )
+
+    check = main(["config", "check", "--config", str(config)])
+    checked = capsys.readouterr()
+    once = main(["once", "--config", str(config)])
+    ran = capsys.readouterr()
+
+    assert (check, once) == (EXIT_USAGE, EXIT_USAGE)
+    [problem] = [line for line in checked.err.splitlines() if ".ssh." in line]
+    assert problem.strip().startswith("accounts[1].ssh.private_key: ")
+    assert problem.strip() in ran.err
+    assert CANARY not in checked.out + checked.err + ran.out + ran.err

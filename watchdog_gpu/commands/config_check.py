@@ -5,10 +5,12 @@ API key comes from (only ever "set" or "missing", never the value), each enabled
 action and effective mode, the notification routes, and which values came from the environment
 (``WATCHDOG_GPU_*`` variables win over the file; ``$STATE_DIRECTORY``, a configuration in
 ``/etc/watchdog-gpu`` (→ ``/var/lib/watchdog-gpu``) or ``$XDG_STATE_HOME`` place the default
-database); exit 0. Missing secrets and a configuration without accounts are reported
-but do not fail the check (``run`` refuses to start without them). Warnings go to stderr,
-deprecated keys among them. An invalid configuration prints every problem with its dotted path
-to stderr and exits 2. ``--json`` prints one JSON object instead (``valid``, ``problems``,
+database); exit 0. Missing secrets and a configuration without accounts are reported but do not
+fail the check (``run`` refuses to start without them). Warnings go to stderr, deprecated keys
+among them. An invalid configuration prints every problem with its dotted path to stderr and
+exits 2; so does an SSH private key that is available but that ``run`` could not use (not a
+private key, a wrong passphrase), named by its account (``accounts[1].ssh.private_key``).
+``--json`` prints one JSON object instead (``valid``, ``problems``,
 ``warnings``, ``ready_to_run``, the summary), with the same exit codes.
 """
 
@@ -71,6 +73,7 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         origin = find_config_file(args.config, environ).origin
         settings = load_settings(args.config, environ)
+        _check_ssh_keys(settings, environ)
     except ConfigError as error:
         if args.json:
             print_json({"valid": False, "problems": _problems(error.problems)})
@@ -113,6 +116,21 @@ def print_problems(error: ConfigError, out: TextIO) -> None:
 
 def _problems(problems: Iterable[ConfigProblem]) -> list[dict[str, str]]:
     return [{"path": problem.path, "message": problem.message} for problem in problems]
+
+
+def _check_ssh_keys(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Load every available SSH private key as ``run`` does; raises ConfigError for those it
+    would refuse (not a key, wrong passphrase ...). A key whose secret is missing here is
+    reported among the missing secrets instead."""
+    from watchdog_gpu.wiring import load_ssh_keys
+
+    missing = {problem.path.split(".ssh.")[0] for problem in resolve_secrets(settings, environ)}
+    try:
+        load_ssh_keys(settings, environ)
+    except ConfigError as error:
+        problems = [p for p in error.problems if p.path.split(".ssh")[0] not in missing]
+        if problems:
+            raise ConfigError(problems) from None
 
 
 def _refusals(settings: Settings, environ: Mapping[str, str]) -> list[ConfigProblem]:

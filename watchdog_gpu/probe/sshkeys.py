@@ -28,34 +28,36 @@ class SshCredentials:
 
     ``private_key_path``: an OpenSSH or PEM private key file. ``private_key_text``: the same
     content from a secret. ``passphrase``: for an encrypted key (ignored for a plain one).
-    ``use_agent``: also offer the keys of the ssh-agent at ``$SSH_AUTH_SOCK``.
+    ``use_agent``: also offer the keys of the ssh-agent at ``$SSH_AUTH_SOCK``. ``where``: the
+    configuration's dotted path of these settings, which problems are reported under
+    (``accounts[0].ssh``).
     """
 
     private_key_path: Path | None = None
     private_key_text: str | None = field(default=None, repr=False)
     passphrase: str | None = field(default=None, repr=False)
     use_agent: bool = False
+    where: str = "ssh"
 
 
 def load_private_keys(credentials: SshCredentials) -> list[paramiko.PKey]:
     """The private keys named by ``credentials``, decrypted and ready to offer.
 
-    Raises :class:`ConfigError` (path ``ssh.private_key_path`` / ``ssh.private_key_text``) when a
-    key cannot be read, is not a private key, is of an unsupported type or the passphrase is wrong,
-    and when no source is configured at all.
+    Raises :class:`ConfigError` (under the configuration's own keys: ``<where>.key_file`` /
+    ``<where>.private_key``) when a key cannot be read, is not a private key, is of an
+    unsupported type or the passphrase is wrong, and when no source is configured at all.
     """
     keys: list[paramiko.PKey] = []
     problems: list[ConfigProblem] = []
     sources: list[tuple[str, bytes | None]] = []
+    key_file, private_key = f"{credentials.where}.key_file", f"{credentials.where}.private_key"
     if credentials.private_key_path is not None:
         try:
-            sources.append(("ssh.private_key_path", credentials.private_key_path.read_bytes()))
+            sources.append((key_file, credentials.private_key_path.read_bytes()))
         except OSError as exc:
-            problems.append(
-                ConfigProblem("ssh.private_key_path", f"cannot read the key file: {exc.strerror}")
-            )
+            problems.append(ConfigProblem(key_file, f"cannot read the key file: {exc.strerror}"))
     if credentials.private_key_text is not None:
-        sources.append(("ssh.private_key_text", credentials.private_key_text.encode()))
+        sources.append((private_key, credentials.private_key_text.encode()))
     for where, data in sources:
         if data is None:
             continue
@@ -64,7 +66,9 @@ def load_private_keys(credentials: SshCredentials) -> list[paramiko.PKey]:
         except _KeyProblem as problem:
             problems.append(ConfigProblem(where, str(problem)))
     if not sources and not problems and not credentials.use_agent:
-        problems.append(ConfigProblem("ssh", "no private key configured and the agent is off"))
+        problems.append(
+            ConfigProblem(credentials.where, "no private key configured and the agent is off")
+        )
     if problems:
         raise ConfigError(problems)
     return keys

@@ -84,7 +84,7 @@ def test_a_wrong_passphrase_is_named_and_never_echoed(writer: object) -> None:
         load_private_keys(SshCredentials(private_key_text=text, passphrase="wrong guess 123"))
 
     message = str(failure.value)
-    assert message == "ssh.private_key_text: wrong passphrase, or the key is damaged"
+    assert message == "ssh.private_key: wrong passphrase, or the key is damaged"
     assert "wrong guess 123" not in message
     assert PASSPHRASE not in message
 
@@ -107,15 +107,15 @@ def test_a_public_key_or_garbage_is_not_a_private_key(tmp_path: Path) -> None:
         load_private_keys(SshCredentials(private_key_path=path, private_key_text="AAAAsecret"))
 
     assert [problem.path for problem in failure.value.problems] == [
-        "ssh.private_key_path",
-        "ssh.private_key_text",
+        "ssh.key_file",
+        "ssh.private_key",
     ]
     assert "AAAAsecret" not in str(failure.value)
     assert line.decode().split()[1] not in str(failure.value)
 
 
 def test_a_missing_key_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"ssh.private_key_path: cannot read the key file"):
+    with pytest.raises(ConfigError, match=r"ssh.key_file: cannot read the key file"):
         load_private_keys(SshCredentials(private_key_path=tmp_path / "absent"))
 
 
