@@ -1,10 +1,14 @@
-"""The dead-man's switch: an HTTP ping after every healthy evaluation (e.g. healthchecks.io).
+"""The dead-man's switch: an HTTP ping after every evaluation (e.g. healthchecks.io).
 
 The watchdog can alert about everything except its own death: a laptop asleep, a crashed
 service, a VPS gone. An outside service that expects a ping every few minutes and alerts when
 the pings stop covers that. The daemon pings ``[watchdog] dead_mans_switch_url`` after each
-evaluation that was healthy (every account polled recently, no rule failed); an unhealthy
-watchdog stays silent, so the outside service raises the alarm.
+evaluation that was healthy (every account polled recently, no rule failed). After an unhealthy
+one (or an evaluation that failed) it signals failure at once, as borgmatic does with
+healthchecks.io: a POST to the URL with ``/fail`` appended, the reason (account names, error
+kinds, rule names: never a secret) as the body. healthchecks.io alerts on it immediately, with
+the reason in its log; a service without a ``/fail`` endpoint just misses the success ping and
+raises the alarm when its grace time runs out.
 
 The URL is a secret (healthchecks.io's ping URLs are bearer tokens): it is registered for log
 redaction, and nothing here logs it or an exception text that could contain it, only the error's
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -72,6 +76,20 @@ class DeadMansSwitch:
         log.debug("dead-man's switch pinged status=%d", response.status_code)
         return True
 
+    def fail(self, reason: str) -> bool:
+        """Signal an unhealthy watchdog: POST ``reason`` to the URL's ``/fail`` endpoint
+        (healthchecks.io). True on a 2xx answer; False (logged, never raised) otherwise."""
+        try:
+            response = self._client.post(_fail_url(self._url), content=reason.encode())
+        except Exception as error:  # a ping must never take the daemon down
+            self._report_failure(f"error={type(error).__name__}")
+            return False
+        if not response.is_success:
+            self._report_failure(f"status={response.status_code}")
+            return False
+        log.debug("dead-man's switch told of failure status=%d", response.status_code)
+        return True
+
     def close(self) -> None:
         self._client.close()
 
@@ -98,6 +116,12 @@ def dead_mans_switch_from_settings(
             ]
         )
     return DeadMansSwitch(status.value.get_secret_value())
+
+
+def _fail_url(url: str) -> str:
+    """``url`` with ``/fail`` appended to its path (its query string kept)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/fail"))
 
 
 def _is_http_url(value: str) -> bool:

@@ -192,6 +192,8 @@ class Pinger(Protocol):
 
     def ping(self) -> bool: ...
 
+    def fail(self, reason: str) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class FleetSummary:
@@ -369,6 +371,9 @@ class Jobs:
 
         report = self._run(EVALUATE, body)
         if report is None:
+            if not wake and not self.stop.is_set() and self.dead_mans_switch is not None:
+                failed = self.progress.stats(EVALUATE).last_outcome
+                self.dead_mans_switch.fail(f"watchdog-gpu evaluation failed: {failed}")
             return None
         self._wake(self.wake_act, ACT)
         self._wake(self.wake_deliver, DELIVER)
@@ -376,15 +381,18 @@ class Jobs:
         self._refresh_summary(report.now)
         if wake:
             return report  # the dead-man's switch hears from the ticks (once per interval)
-        if report.healthy and self.dead_mans_switch is not None:
-            self.dead_mans_switch.ping()
-        elif not report.healthy:
-            unhealthy = {a: r for a, r in report.polled.items() if r != "ok"}
-            log.info(
-                "tick not healthy, dead-man's switch not pinged accounts=%s failed_rules=%s",
-                ",".join(f"{a}:{r}" for a, r in sorted(unhealthy.items())) or "-",
-                ",".join(sorted(report.failed_rules)) or "-",
-            )
+        if report.healthy:
+            if self.dead_mans_switch is not None:
+                self.dead_mans_switch.ping()
+            return report
+        unhealthy = {a: r for a, r in report.polled.items() if r != "ok"}
+        reason = "accounts={} failed_rules={}".format(
+            ",".join(f"{a}:{r}" for a, r in sorted(unhealthy.items())) or "-",
+            ",".join(sorted(report.failed_rules)) or "-",
+        )
+        log.info("tick not healthy, dead-man's switch told of failure %s", reason)
+        if self.dead_mans_switch is not None:
+            self.dead_mans_switch.fail(f"watchdog-gpu tick not healthy: {reason}")
         return report
 
     def _wake(self, wake: Callable[[], None] | None, job_id: str) -> None:

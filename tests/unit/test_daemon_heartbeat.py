@@ -26,6 +26,26 @@ def test_a_ping_gets_the_url_and_reports_success() -> None:
         assert [(r.method, r.path) for r in receiver.received()] == [("GET", f"/ping/{TOKEN}")]
 
 
+@pytest.mark.parametrize(
+    ("url_path", "fail_path"),
+    [(f"/ping/{TOKEN}", f"/ping/{TOKEN}/fail"), (f"/{TOKEN}/", f"/{TOKEN}/fail")],
+)
+def test_a_failure_is_posted_to_the_fail_endpoint_with_its_reason(
+    url_path: str, fail_path: str
+) -> None:
+    with HttpReceiver() as receiver:
+        switch = DeadMansSwitch(f"http://127.0.0.1:{receiver.port}{url_path}")
+        try:
+            assert switch.fail("accounts=vast-main:auth failed_rules=-")
+        finally:
+            switch.close()
+
+        [request] = receiver.received()
+
+    assert (request.method, request.path) == ("POST", fail_path)
+    assert request.body == b"accounts=vast-main:auth failed_rules=-"
+
+
 def test_an_error_status_is_a_failed_ping_logged_without_the_url(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -99,9 +99,14 @@ class RecordingObserver:
 @dataclass
 class CountingPinger:
     pings: int = 0
+    failures: list[str] = field(default_factory=list)
 
     def ping(self) -> bool:
         self.pings += 1
+        return True
+
+    def fail(self, reason: str) -> bool:
+        self.failures.append(reason)
         return True
 
 
@@ -286,7 +291,7 @@ def test_a_healthy_evaluation_pings_the_dead_mans_switch_and_wakes_the_act_job(
     )
 
 
-def test_an_evaluation_with_a_failing_account_does_not_ping_the_dead_mans_switch(
+def test_an_evaluation_with_a_failing_account_tells_the_dead_mans_switch_why(
     harness: Harness,
 ) -> None:
     harness.jobs.poll("vast-ok")
@@ -298,10 +303,14 @@ def test_an_evaluation_with_a_failing_account_does_not_ping_the_dead_mans_switch
     assert report.polled == {"vast-ok": "ok", "vast-down": "transient"}
     assert not report.healthy
     assert harness.pinger.pings == 0
+    # The outside service hears of the failure at once, with the reason (borgmatic's /fail).
+    assert harness.pinger.failures == [
+        "watchdog-gpu tick not healthy: accounts=vast-down:transient failed_rules=-"
+    ]
     assert harness.jobs.progress.stats(EVALUATE).successes == 1  # the job itself worked
 
 
-def test_a_failing_evaluation_is_counted_and_neither_pings_nor_wakes_the_act_job(
+def test_a_failing_evaluation_is_counted_reported_as_failure_and_wakes_nothing(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(now: datetime, report: TickReport | None = None) -> None:
@@ -314,6 +323,7 @@ def test_a_failing_evaluation_is_counted_and_neither_pings_nor_wakes_the_act_job
     stats = harness.jobs.progress.stats(EVALUATE)
     assert (stats.successes, stats.errors, stats.last_outcome) == (0, 1, "StoreError")
     assert harness.pinger.pings == 0
+    assert harness.pinger.failures == ["watchdog-gpu evaluation failed: StoreError"]
     assert harness.woken == []
 
 
@@ -338,6 +348,7 @@ def test_once_stopping_the_jobs_do_nothing(harness: Harness) -> None:
     assert harness.sim.store.latest_instances() == []
     assert harness.jobs.progress.snapshot() == {}
     assert harness.pinger.pings == 0
+    assert harness.pinger.failures == []
 
 
 def test_an_evaluation_and_an_act_pass_that_moved_an_action_wake_the_delivery_job(

@@ -147,7 +147,9 @@ class WatchdogSection(StrictModel):
     )
     log_level: LogLevel = Field(default="info", description="debug, info, warning, error")
     dead_mans_switch_url: SecretReference | None = Field(
-        default=None, description="URL pinged (GET) after every healthy tick, e.g. healthchecks.io"
+        default=None,
+        description="URL pinged (GET) after every healthy tick, e.g. healthchecks.io; "
+        "URL + /fail gets the reason (POST) after an unhealthy one",
     )
 
     # The directory of the configuration file this section was read from (None when built in
