@@ -3,7 +3,8 @@
 Poll every configured account, probe the running GPUs, evaluate the rules, plan, carry out due
 actions and deliver notifications — the daemon's tick, once, with the configured mode — and
 print a summary: accounts polled ok/failed, probes by outcome, findings, decisions, executed
-actions and notifications.
+actions and notifications. With ``--dry-run`` it has no side effects: monitor mode on a
+throw-away copy of the database, no notification sent, no lock taken (it runs beside the daemon).
 
 ``--dry-run`` has no side effects: every rule runs in monitor mode (nothing is stopped or
 destroyed), the tick runs on a temporary copy of the (SQLite or PostgreSQL) database, which is

@@ -1,31 +1,28 @@
 """``watchdog-gpu status [--config PATH | --db PATH] [--json]``: the fleet as recorded.
 
-First the database it read and whether the watchdog enforces or monitors (``[watchdog] mode``
-and the rules whose own mode differs; ``unknown`` with ``--db`` alone). The database is the one
-the daemon resolves from the same configuration: ``database_url``, else ``watchdog-gpu.db`` in
-``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in ``/etc/watchdog-gpu``
-(the system unit's directories), or in ``~/.local/state/watchdog-gpu``.
-
-Two tables. Accounts: provider, balance, spend rate in $/h (the provider's figure, else the sum
-of what its instances bill), runway (balance ÷ spend rate) and the last poll (ok or the error
-kind, and how long ago). Instances: ``account/id``, name, state and since when, what it bills per
-hour now, GPU activity from the recorded samples (``busy``, ``idle 42 min`` — the idle rule's
-own clock, ``rules/idle_clock.current_idle``: since its episode start, with the same blind-time
-and ``max_sample_gap`` semantics, so a long SSH gap restarts it here too; ``idle ≥ 2 h`` when the
+The database it read and whether the watchdog enforces or monitors (``[watchdog] mode`` and the
+rules whose own mode differs; ``unknown`` with ``--db`` alone), then two tables. Accounts:
+provider, balance, spend rate in $/h (the provider's figure, else the sum of what its instances
+bill), runway (balance ÷ spend rate) and the last poll (ok or the error kind, and how long ago).
+Instances: ``account/id``, name, state and since when, what it bills per hour now, GPU activity
+from the recorded samples (``busy``, ``idle 42 min`` — the idle rule's own clock,
+``rules/idle_clock.current_idle``: since its episode start, with the same blind-time and
+``max_sample_gap`` semantics, so a long SSH gap restarts it here too; ``idle ≥ 2 h`` when the
 clock starts at arming or at the window's first sample —, ``unknown``, ``no samples``, plus a
-failing probe's status and
-how the host is probed: ``[stream]`` or ``[burst]``),
-actions pending in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``),
-snoozes and protections (the planner's own check, configuration included when one was read).
-Then the fuse, and the protections kept in the database.
+failing probe's status and how the host is probed: ``[stream]`` or ``[burst]``), actions pending
+in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``), snoozes and
+protections (the planner's own check, configuration included when one was read). Then the fuse,
+and the protections kept in the database.
 
-It reads only the database: with ``--db PATH`` no configuration file is needed (the rules'
-defaults then decide the sample window and the idle threshold). A SQLite file at the current
-schema is read through the standard library's ``sqlite3``, read-only (see
-``commands/common.py``). A database that holds records
-newer than this machine's clock (an accelerated demo or a simulation wrote it) is shown as of
-its latest record, and says so. A new database prints ``no accounts recorded yet``; a missing
-one is an error (exit 2), never created.
+The database is the one the daemon resolves from the same configuration: ``database_url``, else
+``watchdog-gpu.db`` in ``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in
+``/etc/watchdog-gpu`` (the system unit's directories), or in ``~/.local/state/watchdog-gpu``. It
+reads only the database: with ``--db PATH`` no configuration file is needed (the rules' defaults
+then decide the sample window and the idle threshold). A SQLite file at the current schema is
+read through the standard library's ``sqlite3``, read-only (see ``commands/common.py``). A
+database that holds records newer than this machine's clock (an accelerated demo or a simulation
+wrote it) is shown as of its latest record, and says so. A new database prints ``no accounts
+recorded yet``; a missing one is an error (exit 2), never created.
 
 ``--json`` prints one object with stable keys::
 
