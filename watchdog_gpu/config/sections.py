@@ -28,6 +28,7 @@ from watchdog_gpu.rules.low_balance import LowBalanceConfig
 from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
 from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
 from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
+from watchdog_gpu.rules.stuck_starting import StuckStartingConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
 from watchdog_gpu.rules.volume_storage import VolumeStorageConfig
 from watchdog_gpu.secrets import SecretReference, current_config_directory, resolve_config_path
@@ -400,6 +401,7 @@ class RulesConfig(StrictModel):
     max_runtime: MaxRuntimeConfig = Field(default_factory=MaxRuntimeConfig)
     low_balance: LowBalanceConfig = Field(default_factory=LowBalanceConfig)
     unobserved: UnobservedConfig = Field(default_factory=UnobservedConfig)
+    stuck_starting: StuckStartingConfig = Field(default_factory=StuckStartingConfig)
     account_health: AccountHealthConfig = Field(default_factory=AccountHealthConfig)
     volume_storage: VolumeStorageConfig = Field(default_factory=VolumeStorageConfig)
     hygiene: HygieneConfig = Field(default_factory=HygieneConfig)

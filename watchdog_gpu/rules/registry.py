@@ -26,6 +26,7 @@ from watchdog_gpu.rules import (
     max_runtime,
     paused_interruptible,
     stopped_disk,
+    stuck_starting,
     unobserved,
     volume_storage,
 )
@@ -44,6 +45,7 @@ RULES: dict[str, Rule] = {
         max_runtime.RULE,
         low_balance.RULE,
         unobserved.RULE,
+        stuck_starting.RULE,
         account_health.RULE,
         volume_storage.RULE,
         hygiene.RULE,

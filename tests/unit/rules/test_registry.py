@@ -36,6 +36,7 @@ EXPECTED = {
     "max_runtime",
     "low_balance",
     "unobserved",
+    "stuck_starting",
     "account_health",
     "volume_storage",
     "hygiene",
