@@ -322,7 +322,9 @@ def test_an_unreadable_balance_leaves_volumes_and_keys_readable() -> None:
 @pytest.mark.parametrize(
     ("mounted_by", "expected"),
     [
-        ("a8s7d6f5g4h3jk", True),  # a stopped pod that still exists keeps it in use
+        ("k3f9x2m7q1w8za", True),  # a running pod uses it
+        ("z1x2c3v4b5n6m7", True),  # so does one starting (RUNNING, runtime not up yet)
+        ("a8s7d6f5g4h3jk", False),  # a stopped pod does not: the volume bills on its own
         (None, False),  # every pod read, none names it
     ],
 )

@@ -70,7 +70,9 @@ def test_a_stopped_spot_pod_is_verified_and_never_destroyed_as_paused(tmp_path: 
     ]  # called once, not repeated
     rules = {note["rule"] for note in run.notifications}
     assert "paused_interruptible" not in rules
-    assert "volume_storage" not in rules  # the stopped pod still mounts its network volume
+    # The stopped pod no longer uses its network volume, which bills on its own from the stop:
+    # told once it has for `after` (7 days by default), not within these 3 hours.
+    assert "volume_storage" not in rules
 
 
 VOLUME_AFTER_30M = f'{ENFORCE}\n[rules.volume_storage]\nafter = "30m"\n'

@@ -1,7 +1,9 @@
 """volume_storage: a detached volume or filesystem has billed for more than ``after``.
 
-Intent: network volumes and Lambda filesystems bill on their own after every instance is gone.
-Notifies only: a volume holds data, and deleting data is a human decision.
+Intent: network volumes and Lambda filesystems bill on their own once no running instance uses
+them — every pod that names a RunPod network volume stopped or gone (a stopped pod does not use
+its volume: docs/providers.md, "RunPod"). Notifies only: a volume holds data, and deleting data
+is a human decision.
 
 ```toml
 [rules.volume_storage]

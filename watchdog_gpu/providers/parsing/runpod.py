@@ -262,15 +262,36 @@ def attach_network_volumes(
     instances: tuple[InstanceSnapshot, ...],
 ) -> tuple[VolumeSnapshot, ...]:
     """Volumes with ``attached`` read from the pods' ``networkVolumeId``: attached when a pod
-    that still exists (any state but terminated) names it, detached when every pod was read and
-    none does, unknown (``None``) when the pods' volume fields could not be read."""
+    that is running or starting names it; detached when every pod was read and none that names
+    it runs — a volume under stopped or terminated pods bills on its own, whatever those pods
+    may do later; unknown (``None``) when the pods' volume fields could not be read, or when
+    the only pods naming it are in a state we do not know."""
     if pods is None:
         return volumes
-    existing = {
-        instance.instance_id for instance in instances if instance.state is not InstanceState.GONE
-    }
-    used = {volume for pod_id, volume in pods.items() if volume and pod_id in existing}
-    return tuple(replace(volume, attached=volume.volume_id in used) for volume in volumes)
+    states = {instance.instance_id: instance.state for instance in instances}
+    used: set[str] = set()
+    maybe: set[str] = set()
+    for pod_id, volume in pods.items():
+        state = states.get(pod_id)
+        if not volume or state is None:
+            continue
+        if state in VOLUME_USING_STATES:
+            used.add(volume)
+        elif state is InstanceState.UNKNOWN:
+            maybe.add(volume)
+    return tuple(
+        replace(volume, attached=_attached(volume.volume_id, used, maybe)) for volume in volumes
+    )
+
+
+# A pod uses its network volume while it runs or starts; stopped (EXITED) or gone, it does not.
+VOLUME_USING_STATES = frozenset({InstanceState.RUNNING, InstanceState.STARTING})
+
+
+def _attached(volume_id: str, used: set[str], maybe: set[str]) -> bool | None:
+    if volume_id in used:
+        return True
+    return None if volume_id in maybe else False
 
 
 def parse_single_pod(payload: object, *, account: str, now: datetime) -> InstanceSnapshot | None:
