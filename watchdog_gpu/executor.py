@@ -12,9 +12,13 @@ Each pass, in order:
    marked done because a timer ran out.
 2. **Execute** pending actions that are due: monitor mode records ``dry_run`` and changes nothing;
    otherwise the optional salvage command runs (its failure holds the instance or not, per the
-   rule's ``on_failure``), then the provider is called. A call that fails is retried with
-   backoff while its condition still holds, escalated on the same clock; a call the provider
-   *refuses* (bad key, 4xx) is told at once and tried ``MAX_REFUSED_CALLS`` times in all, then
+   rule's ``on_failure``), then the provider is called. A call that fails for a reason that can
+   clear is never given up while the instance bills: an outage or a rate limit is retried with
+   backoff while its condition still holds, escalated on the same clock; a refused key (auth)
+   is told at once and retried as soon as the account can be listed again (checked with backoff
+   up to ``MAX_ACCOUNT_WAIT``), escalated likewise, until the call succeeds or the condition is
+   gone (instance gone, protected, busy again). Only a call the provider *refuses* for another
+   reason (a 4xx that waiting does not change) is tried ``MAX_REFUSED_CALLS`` times in all, then
    ``failed`` — final, and its message says so.
 
 The listing at the call: the rules that judge an instance by what the provider lists
@@ -30,9 +34,11 @@ wait that drags on (a listing that keeps changing) is escalated on that clock to
 Crash safety (record first, act second): right before the provider call the action is marked
 ``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
 crashed process resumes it: without the mark it was never called and proceeds; with the mark the
-call may have gone out, so it goes straight to verification and the call is repeated only if the
-instance is still listed after the escalation delay. So a crash never produces a second destroy
-call while the first is taking effect. Every step is one store transaction that also appends the
+call may have gone out, so it goes straight to verification: gone (or stopped) is verified, and
+an instance still listed billing is called again at once, through the same checks as a first
+call (its condition still held at the latest evaluation, no protection or snooze since) — not
+after the escalation delay, while it bills. A destroy of an instance already being destroyed is
+harmless (gone is success). Every step is one store transaction that also appends the
 audit event and enqueues the notification, so a crash can neither lose nor duplicate them.
 """
 
@@ -81,8 +87,13 @@ LISTED_STATE_RULES = frozenset({"max_runtime", "paused_interruptible", "stopped_
 # Providers give a start as "up for N minutes" (Vast.ai, RunPod: ``now - uptime``), so two
 # listings of one run differ by a minute or so; a restart moves it by the whole runtime.
 RESTART_TOLERANCE = timedelta(minutes=5)
-# A call the provider refuses (bad key, 4xx) is tried this many times, then given up (FAILED).
+# A call the provider refuses for a reason that does not clear by waiting (a 4xx other than a
+# refused key) is tried this many times, then given up (FAILED).
 MAX_REFUSED_CALLS = 3
+# A call refused for the account's key waits for the account to be listed again: the listing is
+# tried with backoff up to this (the key may be fixed any minute; one listing per pass).
+MAX_ACCOUNT_WAIT = timedelta(minutes=2)
+AWAITING_ACCOUNT = "awaiting_account"  # the ``result`` of an action waiting for that listing
 DEFAULT_LEASE = timedelta(minutes=5)
 
 
@@ -218,7 +229,8 @@ class Executor:
     def _handle(self, row: ActionRow, state: _Pass) -> None:
         origin = row.claimed_from or ActionStatus.PENDING
         if origin in (ActionStatus.CALLED, ActionStatus.UNVERIFIED):
-            self._verify(row, state)
+            # Still marked CALLING: an interrupted call whose verification could not finish.
+            self._verify(row, state, resumed=row.result == CALLING)
         elif row.result == CALLING:
             # Reclaimed from a crashed process that may have sent the call: verify, never
             # call blindly again. The trail says so: whether the call went out is not known
@@ -237,7 +249,7 @@ class Executor:
                 data={"action": row.kind.value, "dry_run": row.dry_run},
                 result=CALLING,
             )
-            self._verify(row, state)
+            self._verify(row, state, resumed=True)
         else:
             self._execute(row, state)
 
@@ -308,7 +320,10 @@ class Executor:
 
     # -- execute ----------------------------------------------------------------------------
 
-    def _execute(self, row: ActionRow, state: _Pass) -> None:
+    def _execute(self, row: ActionRow, state: _Pass, *, resumed: bool = False) -> None:
+        """Carry out a pending action; ``resumed``: the call of an interrupted process did not
+        take (verification lists the instance billing), so it is made again — its salvage ran
+        before that call."""
         if not self._still_warranted(row, state):
             return
         if row.dry_run:
@@ -325,7 +340,9 @@ class Executor:
             return
         if row.rule in LISTED_STATE_RULES and self._listing_moved_on(row, state):
             return
-        if row.kind is ActionKind.DESTROY and not self._salvage_allows(row, state):
+        if row.result == AWAITING_ACCOUNT and self._account_unreadable(row, state):
+            return
+        if not resumed and row.kind is ActionKind.DESTROY and not self._salvage_allows(row, state):
             return
         provider = self.providers.get(row.account)
         if provider is None:
@@ -363,12 +380,13 @@ class Executor:
                 notification=note,
             )
             return
+        again = "called again after an interrupted call, " if resumed else ""
         self._step(
             row,
             state,
             ActionStatus.CALLED,
             audit_kind="provider_called",
-            message=f"{row.kind.value} accepted by the provider; verifying",
+            message=f"{row.kind.value} {again}accepted by the provider; verifying",
             result="called",
             next_attempt_at=state.now + self.safety.verify_interval,
         )
@@ -516,9 +534,27 @@ class Executor:
         return False
 
     def _refused(self, row: ActionRow, state: _Pass, error: ProviderError) -> None:
-        """The provider refused the call (a bad key, a 4xx): told at once, retried with backoff
-        while the condition holds, and given up (FAILED, final) after ``MAX_REFUSED_CALLS``."""
+        """The provider refused the call: told at once. A refused key can be fixed: the call
+        waits for the account to be listed again, then is repeated, for as long as the condition
+        holds (never given up while it bills). Any other refusal (a 4xx) is retried with backoff
+        while the condition holds and given up (FAILED, final) after ``MAX_REFUSED_CALLS``."""
         detail = f"{error.kind}: {error}"
+        if isinstance(error, AuthError):
+            first = row.result != AWAITING_ACCOUNT
+            self._retry_later(
+                row,
+                state,
+                error,
+                back_to=ActionStatus.PENDING,
+                result=AWAITING_ACCOUNT,
+                notification=(
+                    _result_note(row, state, ActionOutcome.AWAITING_ACCOUNT, detail)
+                    if first
+                    else self._escalation(row, state, f"the provider refuses the call ({detail})")
+                ),
+                cap=MAX_ACCOUNT_WAIT,
+            )
+            return
         if row.attempts >= MAX_REFUSED_CALLS:
             self._fail(row, state, f"{detail} (given up after {row.attempts} attempts)")
             return
@@ -533,6 +569,28 @@ class Executor:
             result="call_refused",
             notification=note or self._escalation(row, state, "the provider refuses the call"),
         )
+
+    def _account_unreadable(self, row: ActionRow, state: _Pass) -> bool:
+        """For a call refused for the account's key: does it wait (True) because the account
+        still cannot be listed? A listing that reads means the key (or the outage) is fixed: the
+        call is made again. Waiting is retried with backoff and escalated on the kill's clock."""
+        listing = self._listing(row.account, state)
+        if not isinstance(listing, ProviderError):
+            return False
+        detail = (
+            f"the provider refused the {row.kind.value} call and the account still cannot be "
+            f"read ({listing.kind}); it is called again as soon as the account reads"
+        )
+        self._retry_later(
+            row,
+            state,
+            listing,
+            back_to=ActionStatus.PENDING,
+            result=AWAITING_ACCOUNT,
+            notification=self._escalation(row, state, detail),
+            cap=MAX_ACCOUNT_WAIT,
+        )
+        return True
 
     def _escalation(
         self, row: ActionRow, state: _Pass, detail: str, *, called: bool = True
@@ -576,8 +634,9 @@ class Executor:
         back_to: ActionStatus,
         result: str | None = None,
         notification: PlannedNotification | None = None,
+        cap: timedelta = MAX_RETRY_BACKOFF,
     ) -> None:
-        delay = min(RETRY_BASE * (2 ** max(row.attempts - 1, 0)), MAX_RETRY_BACKOFF)
+        delay = min(RETRY_BASE * (2 ** min(max(row.attempts - 1, 0), 16)), cap)
         self._step(
             row,
             state,
@@ -600,7 +659,11 @@ class Executor:
 
     # -- verify -----------------------------------------------------------------------------
 
-    def _verify(self, row: ActionRow, state: _Pass) -> None:
+    def _verify(self, row: ActionRow, state: _Pass, *, resumed: bool = False) -> None:
+        """Re-list and confirm the kill; ``resumed``: the call of an interrupted process, which
+        is made again at once when the instance is still listed billing (module doc, "Crash
+        safety"), unless its condition cleared or a protection or snooze came since (then it is
+        escalated on the usual clock, never called blindly)."""
         listing = self._listing(row.account, state)
         if isinstance(listing, ProviderError):
             # Unconfirmed is not done: the escalation clock runs on while listing fails.
@@ -611,6 +674,13 @@ class Executor:
         current = next((i for i in listing if i.instance_id == row.instance_id), None)
         if _done(row.kind, current):
             self._verified(row, state)
+            return
+        if resumed and self._condition_holds(row, state) is not False:
+            if self._cancelled_by_guard(row, state):
+                return
+            # Not evaluated yet in this process: ``_execute`` puts it back (still marked
+            # CALLING) until an evaluation says whether the condition holds.
+            self._execute(row, state, resumed=True)
             return
         self._unverified(row, state, current)
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support.cycles import cyclic_garbage
-from watchdog_gpu.errors import PermanentError, ProviderError, TransientError
+from watchdog_gpu.errors import AuthError, PermanentError, ProviderError, TransientError
 from watchdog_gpu.executor import CALLING, MAX_REFUSED_CALLS, Executor, listed_change
 from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.model import (
@@ -209,6 +209,78 @@ def test_a_refused_call_is_told_at_once_retried_with_backoff_then_given_up(
     assert len(provider.calls) == MAX_REFUSED_CALLS
 
 
+@dataclass
+class RevokedKey(ScriptedProvider):
+    """Every request is refused (HTTP 401) while ``revoked``; then it works again."""
+
+    revoked: bool = True
+
+    def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
+        if self.revoked:
+            raise AuthError("vast: HTTP 401 (API key refused)", status_code=401)
+        return super().list_instances(now)
+
+    def _call(self, kind: str, instance_id: str) -> None:
+        if self.revoked:
+            self.calls.append((kind, instance_id))
+            raise AuthError("vast: HTTP 401 (API key refused)", status_code=401)
+        super()._call(kind, instance_id)
+
+
+def test_a_call_refused_for_the_key_is_never_given_up_and_made_once_the_account_reads(
+    store: Store,
+) -> None:
+    enqueue(store)
+    episode = KEY.removesuffix(":destroy")
+    provider = RevokedKey()
+    runner = executor(store, provider)
+    runner.run(NOW)
+    refused = store.get_notification(f"{episode}:refused")
+    assert refused is not None
+    assert refused.notification.severity.value == "critical"
+    assert "as soon as the account can be read again" in refused.notification.body
+    assert "final" not in refused.notification.body
+    now = NOW
+    for _ in range(20):  # well past MAX_REFUSED_CALLS and the escalation delay
+        action = store.get_action(KEY)
+        assert action is not None
+        assert action.status == ActionStatus.PENDING  # never FAILED while it bills
+        assert action.next_attempt_at is not None
+        assert action.next_attempt_at - now <= timedelta(minutes=2)
+        now = action.next_attempt_at
+        runner.run(now)
+    # While the account cannot be read, the call is not repeated blindly: the listing is.
+    assert provider.calls == [("destroy", "9001")]
+    assert store.get_notification(f"{episode}:escalation:1") is not None
+    assert store.get_notification(f"{episode}:action") is None
+    provider.revoked = False  # the key works again
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.next_attempt_at is not None
+    runner.run(action.next_attempt_at)
+    assert provider.calls == [("destroy", "9001"), ("destroy", "9001")]
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.CALLED
+
+
+def test_a_call_refused_for_the_key_stops_when_its_condition_is_gone(store: Store) -> None:
+    enqueue(store)
+    provider = RevokedKey()
+    episodes = {KEY.removesuffix(":destroy")}
+    runner = executor(store, provider, current_episodes=lambda since: episodes)
+    runner.run(NOW, evaluated_at=NOW)
+    episodes.clear()  # busy again (or gone): the finding is gone
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.next_attempt_at is not None
+    runner.run(action.next_attempt_at, evaluated_at=action.next_attempt_at)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.CANCELLED
+    assert provider.calls == [("destroy", "9001")]
+
+
 def test_a_kill_is_escalated_by_time_since_the_call_while_listing_fails(store: Store) -> None:
     enqueue(store)
     episode = KEY.removesuffix(":destroy")
@@ -318,32 +390,78 @@ def test_a_stop_is_verified_when_the_instance_is_listed_as_stopped(store: Store)
     assert provider.calls == [("stop", "9001")]
 
 
-@pytest.mark.parametrize("call_went_out", [True, False])
-def test_after_a_crash_mid_call_the_next_process_verifies_instead_of_calling_again(
-    store: Store, call_went_out: bool
-) -> None:
+def crashed_mid_call(store: Store) -> None:
+    """The crashed process claimed the action and marked the call; it may or may not have sent
+    it."""
     enqueue(store)
-    # The crashed process claimed the action and marked the call; it may or may not have sent it.
     (_claimed,) = store.claim_actions(NOW, "crashed-process", 1)
     assert store.transition_action(
         KEY, ActionStatus.CLAIMED, ActionStatus.CLAIMED, NOW, result=CALLING
     )
-    provider = ScriptedProvider(listing=[] if call_went_out else [snapshot()], gone_after_call=True)
-    fresh = executor(store, provider, claimer="new-process")
-    fresh.run(NOW + timedelta(minutes=1))
+
+
+def test_after_a_crash_mid_call_that_took_the_next_process_verifies_it(store: Store) -> None:
+    crashed_mid_call(store)
+    provider = ScriptedProvider(listing=[])
+    executor(store, provider, claimer="new-process").run(NOW + timedelta(minutes=1))
     assert provider.calls == []  # never a blind second call
     action = store.get_action(KEY)
     assert action is not None
-    assert action.status == (ActionStatus.VERIFIED if call_went_out else ActionStatus.UNVERIFIED)
+    assert action.status == ActionStatus.VERIFIED
     # The trail tells what is known: the call may have gone out; no "provider_called" is made up.
-    assert audit_kinds(store)[-2:] == [
-        "provider_call_interrupted",
-        "action_verified" if call_went_out else "action_unverified",
-    ]
-    if not call_went_out:
-        # Only after the escalation delay is the call repeated — the first one never happened.
-        fresh.run(NOW + timedelta(minutes=12))
-        assert provider.calls == [("destroy", "9001")]
+    assert audit_kinds(store)[-2:] == ["provider_call_interrupted", "action_verified"]
+
+
+def test_after_a_crash_mid_call_an_instance_still_billing_is_called_again_at_once(
+    store: Store,
+) -> None:
+    crashed_mid_call(store)
+    provider = ScriptedProvider(listing=[snapshot()], gone_after_call=True)
+    fresh = executor(store, provider, claimer="new-process")
+    fresh.run(NOW + timedelta(minutes=1))
+    # Verified first (still listed running), then called at once: not after the escalation.
+    assert provider.calls == [("destroy", "9001")]
+    assert audit_kinds(store)[-2:] == ["provider_call_interrupted", "provider_called"]
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.CALLED
+    assert action.next_attempt_at is not None
+    fresh.run(action.next_attempt_at)
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.VERIFIED
+    assert provider.calls == [("destroy", "9001")]
+
+
+def test_after_a_crash_mid_call_before_any_evaluation_the_call_waits_for_one(
+    store: Store,
+) -> None:
+    crashed_mid_call(store)
+    provider = ScriptedProvider(listing=[snapshot()])
+    episodes = {KEY.removesuffix(":destroy")}
+    fresh = executor(store, provider, claimer="new", current_episodes=lambda since: episodes)
+    fresh.run(NOW + timedelta(minutes=1))  # this process has not evaluated yet
+    assert provider.calls == []
+    action = store.get_action(KEY)
+    assert action is not None
+    assert (action.status, action.result) == (ActionStatus.UNVERIFIED, CALLING)
+    later = NOW + timedelta(minutes=2)
+    fresh.run(later, evaluated_at=later)
+    assert provider.calls == [("destroy", "9001")]
+
+
+def test_after_a_crash_mid_call_whose_condition_cleared_nothing_is_called_blindly(
+    store: Store,
+) -> None:
+    crashed_mid_call(store)
+    provider = ScriptedProvider(listing=[snapshot()])
+    fresh = executor(store, provider, claimer="new", current_episodes=lambda since: set())
+    at = NOW + timedelta(minutes=1)
+    fresh.run(at, evaluated_at=at)  # the GPU got busy again: no finding
+    assert provider.calls == []
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.UNVERIFIED  # escalated on the usual clock
 
 
 @pytest.mark.parametrize("late", ["protect", "snooze"])

@@ -18,7 +18,8 @@ kind            key                              function
 warning         ``{episode_key}:warning``        :func:`render_warning`
 action          ``{episode_key}:action``         :func:`render_action_result`
 blocked         ``{episode_key}:blocked``        :func:`render_action_result` (BLOCKED)
-refused         ``{episode_key}:refused``        :func:`render_action_result` (RETRYING)
+refused         ``{episode_key}:refused``        :func:`render_action_result` (RETRYING,
+                                                 AWAITING_ACCOUNT)
 resolution      ``{episode_key}:resolution``     :func:`render_resolution`
 alert           ``{episode_key}:alert``          :func:`render_alert`
 escalation      ``{episode_key}:escalation:{n}`` :func:`render_escalation`
@@ -69,6 +70,8 @@ class ActionOutcome(StrEnum):
     UNVERIFIED = "unverified"  # the call went out, the listing still shows it billing
     FAILED = "failed"  # the provider refused the call repeatedly: given up (final)
     RETRYING = "retrying"  # the provider refused the call: it is retried a bounded number of times
+    # The provider refused the account's key: retried once the account reads again, not given up
+    AWAITING_ACCOUNT = "awaiting_account"
     HELD = "held"  # salvage failed and on_failure = "hold": kept, a human decides
     BLOCKED = "blocked"  # the blast-radius fuse refused it
     DRY_RUN = "dry_run"  # monitor mode: decided and recorded, nothing changed
@@ -168,18 +171,14 @@ def render_action_result(
         lines.append(f"The provider refused the {infinitive} call again; it keeps billing.")
         lines.append(_cost_line(rate, _so_far(subject, usd_so_far)))
         lines.append(
-            f"Next: nothing more from watchdog-gpu (final). {infinitive.capitalize()} it in the "
-            "provider console, or fix the account's API key."
+            f"Next: nothing more from watchdog-gpu (final): the provider refuses this call for "
+            f"a reason waiting does not change. {infinitive.capitalize()} it in the provider "
+            "console."
         )
-    elif outcome is ActionOutcome.RETRYING:
+    elif outcome in (ActionOutcome.RETRYING, ActionOutcome.AWAITING_ACCOUNT):
         kind = "refused"
-        title = f"Could not {infinitive} {name}: {subject.rule}"
-        lines.append(f"The provider refused the {infinitive} call; it keeps billing.")
-        lines.append(_cost_line(rate, _so_far(subject, usd_so_far)))
-        lines.append(
-            "Next: retried with backoff while the condition still holds, a few times at most; "
-            "you will hear when it is given up. Check the provider console and the API key."
-        )
+        title, refused, then = _refusal(outcome, infinitive, name, subject.rule)
+        lines.extend((refused, _cost_line(rate, _so_far(subject, usd_so_far)), then))
     elif outcome is ActionOutcome.HELD:
         title = f"Holding {name}: salvage failed, not {verb}"
         lines.append(f"Salvage before the {infinitive} failed, so it was kept; it keeps billing.")
@@ -206,6 +205,28 @@ def render_action_result(
         now=now,
         dry_run=dry_run,
         episode=episode_key,
+    )
+
+
+def _refusal(outcome: ActionOutcome, infinitive: str, name: str, rule: str) -> tuple[str, str, str]:
+    """Title, what happened and what happens next for a refused call: a refused API key waits
+    for the account to read again and is never given up; another refusal is retried a few
+    times."""
+    if outcome is ActionOutcome.AWAITING_ACCOUNT:
+        return (
+            f"Could not {infinitive} {name}: API key refused ({rule})",
+            f"The provider refused the account's API key for the {infinitive} call; "
+            "it keeps billing.",
+            f"Next: the {infinitive} is called again as soon as the account can be read again "
+            "(checked every few minutes), for as long as the instance bills and its condition "
+            "holds; it is not given up, and you will hear again if it drags on. Fix the "
+            f"account's API key, or {infinitive} it in the provider console.",
+        )
+    return (
+        f"Could not {infinitive} {name}: {rule}",
+        f"The provider refused the {infinitive} call; it keeps billing.",
+        "Next: retried with backoff while the condition still holds, a few times at most; "
+        "you will hear when it is given up. Check the provider console.",
     )
 
 

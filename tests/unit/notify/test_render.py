@@ -174,6 +174,12 @@ def test_a_notify_only_finding_cannot_be_warned_about_as_a_kill() -> None:
             "nothing more from watchdog-gpu (final)",
         ),
         (ActionOutcome.RETRYING, Severity.CRITICAL, "refused", "retried with backoff while"),
+        (
+            ActionOutcome.AWAITING_ACCOUNT,
+            Severity.CRITICAL,
+            "refused",
+            "called again as soon as the account can be read again",
+        ),
         (ActionOutcome.HELD, Severity.CRITICAL, "action", "Salvage before the destroy failed"),
         (ActionOutcome.BLOCKED, Severity.CRITICAL, "blocked", "blast-radius fuse refused"),
         (ActionOutcome.DRY_RUN, Severity.WARNING, "action", "would have been destroyed"),
