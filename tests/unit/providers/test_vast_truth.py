@@ -67,6 +67,22 @@ def test_a_frozen_instance_bills_its_gpu_and_disk() -> None:
     ) == pytest.approx(0.2342222)
 
 
+def test_a_destroyed_instance_still_listed_while_vast_unloads_it_is_gone() -> None:
+    # What a DELETE leaves for ≈ 30 s: the row keeps its status, the contract is unloading.
+    row = vast_bid_row(
+        actual_status="running",
+        intended_status="stopped",
+        cur_state="running",
+        next_state="unloaded",
+        is_bid=False,
+    )
+
+    snapshot = vast.parse_instance(row, account="a", now=NOW)
+
+    assert snapshot.state is S.GONE
+    assert "unloading" in snapshot.raw_state
+
+
 def test_an_empty_next_token_ends_paging_like_the_official_client() -> None:
     last_page = fixture_json("vast/instances_v1_page2.json")
     assert isinstance(last_page, dict)

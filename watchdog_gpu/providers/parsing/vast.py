@@ -13,6 +13,8 @@ Every fact used here, with its source, is in ``docs/providers.md`` ("Vast.ai"): 
   known losing bid that is a **stopped** disk (the stopped-disk rule, 24 h by default), not
   paused (30 min, inside Vast's own grace). A bid instance that is loading, created or
   rebooting is **starting**, never paused; one its user stopped is **stopped**.
+- A row whose ``cur_state`` or ``next_state`` is ``unloaded`` was destroyed and is listed only
+  until Vast unloads it (≈ 30 s): **gone**, as Lambda's ``terminating``.
 - ``frozen`` keeps memory and is still GPU-billed: ``running`` for billing (the container is
   suspended, so a probe sees nothing: blind time, never idle). ``exited`` (process died) with
   ``cur_state = running`` still holds and bills its GPU: ``running`` too (blind, never idle);
@@ -309,6 +311,11 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
     )
     raw = actual.strip() if isinstance(actual, str) else str(key)
     notes = []
+    if _unloading(fields):
+        # Destroyed: Vast lists the row until the contract is unloaded (≈ 30 s), as Lambda lists
+        # "terminating". Gone, so a destroy is verified and never sent twice.
+        state = InstanceState.GONE
+        notes.append("unloading")
     if intended and intended != raw:
         notes.append(f"intended {intended}")
     if contract and contract != raw and str(key).strip().lower() == "exited":
@@ -318,6 +325,15 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
     if notes:
         raw = f"{raw} ({', '.join(notes)})"
     return state, raw[:80]
+
+
+def _unloading(fields: Mapping[str, object]) -> bool:
+    """Whether the contract is being unloaded: ``cur_state``/``next_state`` ``"unloaded"`` is
+    what a destroy leaves (vast.md, "Status state machine")."""
+    return any(
+        (get_str(fields, name) or "").strip().lower() == "unloaded"
+        for name in ("cur_state", "next_state")
+    )
 
 
 def vast_state(
