@@ -37,8 +37,9 @@ crashed process resumes it: without the mark it was never called and proceeds; w
 call may have gone out, so it goes straight to verification: gone (or stopped) is verified, and
 an instance still listed billing is called again at once, through the same checks as a first
 call (its condition still held at the latest evaluation, no protection or snooze since) — not
-after the escalation delay, while it bills. A destroy of an instance already being destroyed is
-harmless (gone is success). Every step is one store transaction that also appends the
+after the escalation delay, while it bills. An instance the provider is already destroying is
+listed as gone (the parsers read each provider's "being destroyed"), so an accepted destroy is
+never sent twice. Every step is one store transaction that also appends the
 audit event and enqueues the notification, so a crash can neither lose nor duplicate them.
 """
 
