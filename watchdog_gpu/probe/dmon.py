@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from watchdog_gpu.errors import DmonError
+from watchdog_gpu.probe.host_time import host_seconds
 
 DmonValue = int | float | str | None
 
@@ -245,10 +246,25 @@ def _read_data_line(state: _State, line: str, number: int, *, terminated: bool) 
         return
     try:
         row = _row(columns, tokens, number)
+        _check_printed_time(row)
     except ValueError as error:
         _skip(state, line, number, terminated=terminated, reason=str(error))
         return
     state.rows.append(row)
+
+
+def _check_printed_time(row: DmonRow) -> None:
+    """``ValueError`` when the row's printed date or time (``-o D``/``-o T``) is not one
+    (``20261399``, ``25:00:00``): such a row is garbage, never a sample (docs/probe.md). The
+    streaming reader finds the same when it maps the row's host time."""
+    date, time = row.values.get("date"), row.values.get("time")
+    if date is None and time is None:
+        return
+    # host_seconds judges a date and a time together: the column not printed is any valid one.
+    date_text = date if isinstance(date, str) else "19700101"
+    time_text = time if isinstance(time, str) else "00:00:00"
+    if host_seconds(date_text, time_text) is None:
+        raise ValueError(f"its date or time is not one: {snippet(f'{date_text} {time_text}')}")
 
 
 def _row(columns: Sequence[str], tokens: Sequence[str], number: int) -> DmonRow:
