@@ -17,7 +17,7 @@ list to decide with. The verdict: ``busy`` if any row shows activity above the t
 ``idle`` if no row does, ``unknown`` if activity cannot be ruled out. The threshold is the one the
 idle rule uses: ``--threshold``, else ``[rules.idle_gpu] threshold_percent`` of ``--config``'s
 file, else that option's default (5). A row whose printed date or time is not one is garbage,
-skipped with a note, as the probe skips it.
+skipped with a note, as the streaming probe (the default) skips it.
 
 For an nvidia-smi error text the exit status is 3 and the object is
 ``{"ok": false, "error": {"kind": KIND, "message": "..."}, "rows": [], "gpus": {}}``. A file that
@@ -107,7 +107,7 @@ def run_parse(args: argparse.Namespace) -> int:
         print(f"watchdog-gpu dmon parse: cannot read {args.file}: {reason}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        table = parse_dmon(decode_output(data))
+        table = parse_dmon(decode_output(data), dated=True)
     except DmonError as error:
         if args.json:
             failure = {"kind": error.kind, "message": str(error)}
