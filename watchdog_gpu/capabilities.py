@@ -8,6 +8,7 @@ instances, rent interruptible ones and report a balance.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -26,11 +27,29 @@ class Capabilities:
     # /users/current shows), a balance floor only alerts: a wrong balance must not destroy a
     # whole account (docs/providers.md, "Balances").
     balance_spendable: bool = False
+    # The ids a stop/destroy call accepts (they go into URLs and GraphQL text): the adapters
+    # refuse any other, and scenario validation refuses what the adapters would.
+    instance_id: re.Pattern[str] = re.compile(r"[A-Za-z0-9]{1,64}")
+    instance_id_example: str = ""
+
+    def accepts_instance_id(self, instance_id: str) -> bool:
+        """Whether ``instance_id`` is an id of this provider's instances (the whole text)."""
+        return self.instance_id.fullmatch(instance_id) is not None
+
+    def describe_instance_id(self) -> str:
+        """What an id of this provider looks like, for error messages."""
+        return f"{self.display_name} instance ids are {self.instance_id_example}"
 
 
 CAPABILITIES: Mapping[str, Capabilities] = {
     "vast": Capabilities(
-        "Vast.ai", can_stop=True, interruptible=True, balance=True, gpu_utilisation=False
+        "Vast.ai",
+        can_stop=True,
+        interruptible=True,
+        balance=True,
+        gpu_utilisation=False,
+        instance_id=re.compile(r"[0-9]{1,20}"),
+        instance_id_example="integers of at most 20 digits, e.g. '9001'",
     ),
     "runpod": Capabilities(
         "RunPod",
@@ -39,8 +58,16 @@ CAPABILITIES: Mapping[str, Capabilities] = {
         balance=True,
         gpu_utilisation=True,
         balance_spendable=True,  # clientBalance, as runpodctl's `user` shows it
+        instance_id=re.compile(r"[A-Za-z0-9]{1,64}"),
+        instance_id_example="1-64 letters and digits, e.g. 'abc123xyz'",
     ),
     "lambda": Capabilities(
-        "Lambda", can_stop=False, interruptible=False, balance=False, gpu_utilisation=False
+        "Lambda",
+        can_stop=False,
+        interruptible=False,
+        balance=False,
+        gpu_utilisation=False,
+        instance_id=re.compile(r"[A-Za-z0-9_-]{1,64}"),
+        instance_id_example="1-64 letters, digits, '_' and '-', e.g. '0920b6b1a2c34d5e'",
     ),
 }

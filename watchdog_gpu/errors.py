@@ -27,6 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# Python's TOML parser recurses per level of nesting: a file nested deeply enough exhausts the
+# stack. Both file readers (configuration, scenario) report it with these words.
+TOML_TOO_DEEP = "tables or arrays are nested too deeply (no valid file comes close)"
+
 
 class WatchdogError(Exception):
     """Base of every error this package raises on purpose."""

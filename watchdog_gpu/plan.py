@@ -262,8 +262,14 @@ def recorded_protection(
 
 def _glob_matches(pattern: str, names: Iterable[str]) -> bool:
     # Case-insensitive: "*keep*" should protect "KEEP-me" too; erring towards protection is safe.
+    # A pattern that matches the empty name ("*") protects an unnamed instance too.
     lowered = pattern.lower()
-    return any(fnmatch.fnmatchcase(name.lower(), lowered) for name in names if name)
+    return any(fnmatch.fnmatchcase((name or "").lower(), lowered) for name in names)
+
+
+def glob_protects_everything(pattern: str) -> bool:
+    """Whether the name glob ``pattern`` protects every instance (it matches the empty name)."""
+    return _glob_matches(pattern, ("",))
 
 
 def plan(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.rules.base import StrictModel
@@ -46,6 +46,20 @@ class SafetyConfig(StrictModel):
         ge=0,
         description="the fuse for the budget rule's emergency: it must be able to stop everything",
     )
+
+    @field_validator(
+        "max_actions_per_tick", "max_actions_per_hour", "budget_emergency_max_actions_per_tick"
+    )
+    @classmethod
+    def _fuse_allows_one(cls, value: int) -> int:
+        # 0 would silently hold every action for ever while the instances keep billing.
+        if value < 1:
+            raise ValueError(
+                "must be at least 1: 0 would hold every stop and destroy for ever while the "
+                'instances keep billing; to act on nothing, set [watchdog] mode = "monitor"'
+            )
+        return value
+
     verify_interval: Duration = Field(
         default=timedelta(seconds=30), description="how often an unverified kill is re-listed"
     )

@@ -93,8 +93,9 @@ class TickSettings:
 class TickReport:
     """What one tick did (for logs, metrics, ``once`` and the simulator)."""
 
-    now: datetime
+    now: datetime  # when the rules were evaluated
     polled: dict[str, str] = field(default_factory=dict)  # account → "ok" or error kind
+    probed_at: datetime | None = None  # when the probe round started
     probes: list[ProbeOutcome] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     plan: Plan | None = None
@@ -170,39 +171,64 @@ class Watchdog:
 
     # -- the whole tick ---------------------------------------------------------------------
 
-    def tick(self, now: datetime) -> TickReport:
-        """Every phase in order, as ``once`` and the simulator run them."""
-        report = TickReport(now)
-        report.polled = self.poll_all(now)
-        report.probes = self.probe(now)
-        self.evaluate(now, report)
-        report.executed = self.act(now)
-        report.delivered = self.deliver(now)
-        if self.on_tick is not None:
-            self.on_tick(report)
-        return report
+    def tick(self, now: datetime, *, clock: Callable[[], datetime] | None = None) -> TickReport:
+        """Every phase in order, as ``once`` and the simulator run them.
 
-    def wake(self, now: datetime, *, listing: bool = False) -> TickReport:
+        ``clock``: read as each phase (and each account's listing) starts, as the daemon's jobs
+        each read the clock — the simulator's virtual clock, on which a hanging provider's
+        retries take their time, so whatever comes after happens (and is recorded) later.
+        Without it every phase runs at ``now``."""
+        at = clock or (lambda: now)
+        report = TickReport(now)
+        report.polled = self.poll_all(now, clock=clock)
+        return self._decide(report, at, wake=False)
+
+    def wake(
+        self,
+        now: datetime,
+        *,
+        listing: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> TickReport:
         """A wake (``wake.py``): the phases of a tick but the polls — take the streamed rows
         that cover a verdict's instant, evaluate, act, tell. ``listing``: a decision on listed
-        state falls due at this wake, so every account is listed first."""
+        state falls due at this wake, so every account is listed first. ``clock``: as for
+        :meth:`tick`."""
+        at = clock or (lambda: now)
         report = TickReport(now)
         if listing:
-            report.polled = self.poll_all(now)
-        report.probes = self.probe(now)
-        self.evaluate(now, report, wake=True)
-        report.executed = self.act(now)
-        report.delivered = self.deliver(now)
+            report.polled = self.poll_all(now, clock=clock)
+        return self._decide(report, at, wake=True)
+
+    def _decide(self, report: TickReport, at: Callable[[], datetime], *, wake: bool) -> TickReport:
+        """The phases after the listings, each at ``at()`` when it starts."""
+        report.probed_at = at()
+        report.probes = self.probe(report.probed_at)
+        report.now = at()
+        if wake:
+            self.evaluate(report.now, report, wake=True)
+        else:
+            self.evaluate(report.now, report)
+        report.executed = self.act(at())
+        report.delivered = self.deliver(at())
+        if self.on_tick is not None and not wake:
+            self.on_tick(report)
         return report
 
     # -- observe and record -----------------------------------------------------------------
 
-    def poll_all(self, now: datetime) -> dict[str, str]:
+    def poll_all(
+        self, now: datetime, *, clock: Callable[[], datetime] | None = None
+    ) -> dict[str, str]:
         """List every account, then record them all in one transaction (the listings first:
-        no write lock is held while the provider APIs answer)."""
-        listed = {account: self._list(account, now) for account in self.providers}
+        no write lock is held while the provider APIs answer). ``clock``: each account is
+        listed, and recorded, at the instant its listing starts (see :meth:`tick`)."""
+        listed = {}
+        for account in self.providers:
+            at = now if clock is None else clock()
+            listed[account] = (at, self._list(account, at))
         with self.store.batch():
-            return {name: self._record_poll(name, got, now) for name, got in listed.items()}
+            return {name: self._record_poll(name, got, at) for name, (at, got) in listed.items()}
 
     def poll_account(self, account: str, now: datetime) -> str:
         """List and record one account; returns "ok" or the error kind (recorded, logged)."""

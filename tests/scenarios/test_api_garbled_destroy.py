@@ -19,7 +19,7 @@ from tests.scenarios.helpers import (
 
 NAME = "api_garbled_destroy"
 INSTANCE = "vast-main/9001"
-GARBLED_FROM = offset("40m30s")
+GARBLED_FROM = offset("40m")
 
 
 @pytest.fixture(scope="module")

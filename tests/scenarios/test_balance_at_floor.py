@@ -44,3 +44,26 @@ def test_a_balance_above_the_floor_is_left_alone(tmp_path: Path) -> None:
     data["duration"] = "1h10m"
     run = run_scenario(data, tmp_path, CONFIG)
     assert run.actions == []
+
+
+def test_float_dust_above_the_floor_is_the_floor(tmp_path: Path) -> None:
+    # $10 read through float arithmetic (10.000000000000002) is $10.00: money is compared in
+    # cents, so the destroy still comes at the tick that lists it, not at the next one.
+    data = scenario_data(NAME)
+    data["accounts"][0]["events"] = [{"at": "1h", "balance_usd": 10.000000000000002}]
+    run = run_scenario(data, tmp_path, CONFIG)
+    (action,) = run.actions_for("runpod-main/9601")
+    assert (action["rule"], action["offset_s"]) == ("budget", AT_FLOOR)
+
+
+def test_a_low_balance_floor_is_reached_in_cents_too(tmp_path: Path) -> None:
+    data = scenario_data(NAME)
+    data["accounts"][0]["events"] = [{"at": "1h", "balance_usd": 10.000000000000002}]
+    # A short min_runway: only the floor can raise the alert (5 h of runway at $2/h is plenty).
+    config = f'{ENFORCE}\n[rules.low_balance]\nmin_balance_usd = 10.0\nmin_runway = "1h"\n'
+    run = run_scenario(data, tmp_path, config)
+    floor = [n for n in run.notifications if n["rule"] == "low_balance"]
+    assert floor, run.notifications
+    assert floor[0]["offset_s"] == AT_FLOOR
+    (sent,) = [note for _at, note in run.sent if note.rule == "low_balance"]
+    assert "balance $10.00 is at or under $10.00" in sent.body

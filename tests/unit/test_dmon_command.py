@@ -15,7 +15,7 @@ from watchdog_gpu.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
-# Every dmon fixture: per GPU (verdict, samples) at the default threshold 0, and the row count.
+# Every dmon fixture: per GPU (verdict, samples) at threshold 0, and the row count.
 DMON_RESULTS: dict[str, tuple[dict[str, tuple[str, int]], int]] = {
     "dmon_default_1gpu_idle_h100_590.48.01.txt": ({"0": ("idle", 5)}, 5),
     "dmon_default_1gpu_idle_l40s_595.80.txt": ({"0": ("idle", 5)}, 5),
@@ -89,9 +89,10 @@ def test_every_dmon_fixture_has_an_expected_result() -> None:
 @pytest.mark.parametrize("name", sorted(DMON_RESULTS))
 def test_json_output_for_every_dmon_fixture(capsys: pytest.CaptureFixture[str], name: str) -> None:
     gpus, rows = DMON_RESULTS[name]
-    code, document, _ = run_json(capsys, str(FIXTURES / name))
+    code, document, _ = run_json(capsys, str(FIXTURES / name), "--threshold", "0")
     assert code == 0
-    assert list(document) == ["ok", "error", "rows", "gpus"]
+    assert list(document) == ["ok", "error", "rows", "gpus", "threshold"]
+    assert document["threshold"] == 0
     assert (document["ok"], document["error"]) == (True, None)
     assert len(document["rows"]) == rows
     assert {
@@ -133,7 +134,7 @@ def test_json_numbers_are_ints_when_integral_and_floats_otherwise(
 ) -> None:
     path = tmp_path / "floats.txt"
     path.write_text("# gpu     sm    pwr\n# Idx      %      W\n    0    2.5   70.0\n")
-    _, document, _ = run_json(capsys, str(path))
+    _, document, _ = run_json(capsys, str(path), "--threshold", "0")
     assert document["rows"] == [{"gpu": 0, "sm": 2.5, "pwr": 70}]
     assert type(document["rows"][0]["pwr"]) is int
     assert document["gpus"] == {"0": {"verdict": "busy", "samples": 1}}
@@ -205,7 +206,74 @@ def test_the_table_shows_rows_and_verdicts(capsys: pytest.CaptureFixture[str]) -
         "pclk",
     ]
     assert lines[1].split() == ["0", "70", "42", "48", "-", "-", "-", "-", "-", "-", "2619", "345"]
-    assert lines[-2:] == ["GPU 0: unknown (1 samples)", "GPU 1: idle (1 samples)"]
+    assert lines[-3:] == [
+        "GPU 0: unknown (1 samples)",
+        "GPU 1: idle (1 samples)",
+        "(busy above 5 %)",
+    ]
+
+
+SM_3_PERCENT = "# gpu  sm  enc  dec\n# Idx   %    %    %\n    0   3    0    0 \n"
+
+
+def test_the_default_threshold_is_the_idle_rules(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 3 % is idle for idle_gpu (threshold_percent = 5 by default): dmon parse must agree.
+    path = tmp_path / "sm3.txt"
+    path.write_text(SM_3_PERCENT)
+    _, document, _ = run_json(capsys, str(path))
+    assert document["gpus"] == {"0": {"verdict": "idle", "samples": 1}}
+    assert document["threshold"] == 5
+
+
+def test_the_threshold_of_a_config_file_is_used(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / "sm3.txt"
+    path.write_text(SM_3_PERCENT)
+    config = tmp_path / "config.toml"
+    config.write_text("[rules.idle_gpu]\nthreshold_percent = 2\n")
+    _, document, _ = run_json(capsys, str(path), "--config", str(config))
+    assert document["gpus"] == {"0": {"verdict": "busy", "samples": 1}}
+    assert document["threshold"] == 2
+    # --threshold wins over the file.
+    _, document, _ = run_json(capsys, str(path), "--config", str(config), "--threshold", "4")
+    assert document["gpus"]["0"]["verdict"] == "idle"
+
+
+def test_an_invalid_config_file_exits_2_with_its_problems(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / "sm3.txt"
+    path.write_text(SM_3_PERCENT)
+    config = tmp_path / "config.toml"
+    config.write_text("[rules.idle_gpu]\nthreshold_percent = 100\n")
+    assert main(["dmon", "parse", str(path), "--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "rules.idle_gpu.threshold_percent: must be at most 50" in captured.err
+
+
+def test_a_row_with_an_impossible_date_or_time_is_never_idle(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # docs/probe.md: a row whose date or time is not one is garbage, never a row, never idle.
+    path = tmp_path / "dates.txt"
+    path.write_text(
+        "#Date       Time        gpu     sm    enc    dec\n"
+        "#YYYYMMDD   HH:MM:SS    Idx      %      %      %\n"
+        " 20261204   12:00:00      1     90      0      0 \n"
+        " 20261399   12:00:00      0      0      0      0 \n"
+        " 20261204   25:00:00      0      0      0      0 \n"
+    )
+    _, document, err = run_json(capsys, str(path))
+    assert document["gpus"] == {"1": {"verdict": "busy", "samples": 1}}
+    assert [row["gpu"] for row in document["rows"]] == [1]
+    assert "line 4: skipped (its date or time is not one: '20261399 12:00:00')" in err
+    assert "line 5: skipped (its date or time is not one: '20261204 25:00:00')" in err
 
 
 def test_without_json_an_error_goes_to_stderr_with_exit_3(

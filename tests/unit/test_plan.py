@@ -641,3 +641,14 @@ def test_the_plan_says_when_a_decision_on_listed_state_changes_by_time_alone() -
     assert result.next_listed_due(NOW + timedelta(minutes=5)) == NOW + timedelta(minutes=15)
     only_idle = plan_unwarned([idle], view, NOW, ctx)
     assert only_idle.next_listed_due(NOW) is None
+
+
+def test_a_name_glob_matching_every_name_protects_unnamed_instances_too() -> None:
+    # protect_names = ["*"] promises "every instance": an instance without a name is one.
+    view = fleet(instance(name=""))
+    ctx = context(safety=SafetyConfig(protect_names=["*"]))
+    result = plan([finding()], view, NOW, ctx)
+    assert statuses(result.decisions) == [PlanStatus.PROTECTED]
+    # A glob that needs some text still leaves the unnamed instance unprotected.
+    ctx = context(safety=SafetyConfig(protect_names=["*keep*"]))
+    assert statuses(plan([finding()], view, NOW, ctx).decisions) == [PlanStatus.EXECUTE]

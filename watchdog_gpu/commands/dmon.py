@@ -1,19 +1,23 @@
-"""``watchdog-gpu dmon parse FILE [--json] [--threshold N]``: the dmon parser, for people
-debugging a host.
+"""``watchdog-gpu dmon parse FILE [--json] [--threshold N | --config PATH]``: the dmon parser,
+for people debugging a host.
 
 Save ``nvidia-smi dmon`` output to a file (or pipe it in with ``FILE`` = ``-``) and see what the
 watchdog reads from it: the rows, and per GPU whether it was busy, idle or unknown.
 
 ``--json`` prints one object (the contract other tools rely on)::
 
-    {"ok": true, "error": null, "rows": [...], "gpus": {"0": {"verdict": "idle", "samples": 5}}}
+    {"ok": true, "error": null, "rows": [...], "gpus": {"0": {"verdict": "idle", "samples": 5}},
+     "threshold": 5.0}
 
 Rows are keyed by the lowercase header names; numbers are numbers (``int`` when integral), ``-``
 is ``null``, ``date``/``time`` are strings. ``gpus`` is keyed by the GPU index dmon printed. dmon
 prints one row per *physical* GPU, also on MIG-enabled GPUs (it has no MIG instance columns), so a
 MIG GPU is one entry, and ``unknown``: its utilisation is ``-`` and this command has no process
-list to decide with. The verdict: ``busy`` if any row shows activity above ``--threshold``
-(default 0), ``idle`` if no row does, ``unknown`` if activity cannot be ruled out.
+list to decide with. The verdict: ``busy`` if any row shows activity above the threshold,
+``idle`` if no row does, ``unknown`` if activity cannot be ruled out. The threshold is the one the
+idle rule uses: ``--threshold``, else ``[rules.idle_gpu] threshold_percent`` of ``--config``'s
+file, else that option's default (5). A row whose printed date or time is not one is garbage,
+skipped with a note, as the streaming probe (the default) skips it.
 
 For an nvidia-smi error text the exit status is 3 and the object is
 ``{"ok": false, "error": {"kind": KIND, "message": "..."}, "rows": [], "gpus": {}}``. A file that
@@ -33,6 +37,10 @@ from watchdog_gpu.cli import EXIT_DMON_ERROR, EXIT_OK, EXIT_USAGE, doc_paragraph
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.probe.dmon import DmonTable, parse_dmon
 from watchdog_gpu.probe.verdicts import GpuSummary, check_threshold, summarise
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+
+# What the idle rule judges with when nothing else is configured.
+DEFAULT_THRESHOLD: float = IdleGpuConfig.model_fields["threshold_percent"].default
 
 _BOMS = (
     (codecs.BOM_UTF8, "utf-8-sig"),
@@ -55,9 +63,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parse.add_argument(
         "--threshold",
         type=_threshold,
-        default=0.0,
+        default=None,
         metavar="N",
-        help="a GPU is busy when sm/enc/dec/jpg/ofa exceed N percent (default 0)",
+        help="a GPU is busy when sm/enc/dec/jpg/ofa exceed N percent (default: the idle rule's "
+        f"threshold_percent, {DEFAULT_THRESHOLD:g} unless --config sets another)",
+    )
+    parse.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="take the threshold from this config file's [rules.idle_gpu] threshold_percent",
     )
     parse.set_defaults(handler=run_parse)
 
@@ -82,6 +97,9 @@ def decode_output(data: bytes) -> str:
 
 def run_parse(args: argparse.Namespace) -> int:
     """Handle ``dmon parse``: exit 0 with rows, 3 for an nvidia-smi error text, 2 if unreadable."""
+    threshold = _effective_threshold(args)
+    if threshold is None:
+        return EXIT_USAGE
     try:
         data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     except OSError as error:
@@ -89,7 +107,7 @@ def run_parse(args: argparse.Namespace) -> int:
         print(f"watchdog-gpu dmon parse: cannot read {args.file}: {reason}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        table = parse_dmon(decode_output(data))
+        table = parse_dmon(decode_output(data), dated=True)
     except DmonError as error:
         if args.json:
             failure = {"kind": error.kind, "message": str(error)}
@@ -101,12 +119,31 @@ def run_parse(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if table.device_limit_warning:
         print("note: nvidia-smi monitored only its default number of GPUs", file=sys.stderr)
-    summaries = summarise(table, threshold=args.threshold)
+    summaries = summarise(table, threshold=threshold)
     if args.json:
-        _print_json(_json_result(table, summaries))
+        _print_json(_json_result(table, summaries) | {"threshold": threshold})
     else:
         _print_table(table, summaries)
+        print(f"(busy above {threshold:g} %)")
     return EXIT_OK
+
+
+def _effective_threshold(args: argparse.Namespace) -> float | None:
+    """``--threshold``, else the idle rule's threshold of ``--config``'s file, else its default;
+    ``None`` (the problems printed) when the config file is invalid."""
+    if args.threshold is not None:
+        return float(args.threshold)
+    if args.config is None:
+        return DEFAULT_THRESHOLD
+    from watchdog_gpu.config import ConfigError, load_settings  # lazy: only with --config
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as error:
+        for problem in error.problems:
+            print(f"watchdog-gpu dmon parse: {args.config}: {problem}", file=sys.stderr)
+        return None
+    return settings.rules.idle_gpu.threshold_percent
 
 
 def _json_result(table: DmonTable, summaries: dict[int, GpuSummary]) -> dict[str, Any]:

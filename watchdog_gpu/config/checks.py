@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from watchdog_gpu.capabilities import CAPABILITIES
+from watchdog_gpu.durations import format_duration
 from watchdog_gpu.errors import ConfigProblem
 from watchdog_gpu.secrets import SecretReference, warn_if_exposed
 
@@ -192,6 +193,7 @@ def config_warnings(settings: Settings) -> list[ConfigProblem]:
     if not settings.accounts:
         warnings.append(NO_ACCOUNTS)
     warnings += deprecated_keys(settings)
+    warnings += defeating_settings(settings)
     if not settings.notify.routes and settings.notify.config is None:
         warnings.append(
             ConfigProblem(
@@ -215,6 +217,35 @@ def config_warnings(settings: Settings) -> list[ConfigProblem]:
             for index, account in enumerate(settings.accounts)
             if not account.ssh.has_authentication
         ]
+    return warnings
+
+
+def defeating_settings(settings: Settings) -> list[ConfigProblem]:
+    """Valid settings that switch a protection or a rule off without saying so: a name glob
+    that protects every instance, a sample gap shorter than the probe interval."""
+    from watchdog_gpu.plan import glob_protects_everything  # lazy: the planner is large
+
+    warnings = [
+        ConfigProblem(
+            f"safety.protect_names[{index}]",
+            f"{pattern!r} matches every instance, named or not: no rule will ever stop or "
+            "destroy anything (only warnings are sent)",
+        )
+        for index, pattern in enumerate(settings.safety.protect_names)
+        if glob_protects_everything(pattern)
+    ]
+    idle = settings.rules.idle_gpu
+    interval = settings.watchdog.probe_interval
+    if idle.enabled and idle.max_sample_gap < interval:
+        warnings.append(
+            ConfigProblem(
+                "rules.idle_gpu.max_sample_gap",
+                f"shorter than watchdog.probe_interval ({format_duration(interval)}): samples "
+                "of the burst probe and the provider's readings come that far apart, so every "
+                "gap between them is blind and idle_gpu never finds those GPUs idle (keep it "
+                "about twice the probe interval)",
+            )
+        )
     return warnings
 
 

@@ -23,7 +23,7 @@ from watchdog_gpu.config.settings import (
     Settings,
     current_load,
 )
-from watchdog_gpu.errors import ConfigError, ConfigProblem
+from watchdog_gpu.errors import TOML_TOO_DEEP, ConfigError, ConfigProblem
 from watchdog_gpu.secrets import config_directory
 
 CONFIG_ENV_VAR = "WATCHDOG_GPU_CONFIG"
@@ -140,6 +140,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError([ConfigProblem("", _describe_toml_error(path, error))]) from None
+    except RecursionError:
+        raise ConfigError([ConfigProblem("", f"{path}: invalid TOML: {TOML_TOO_DEEP}")]) from None
 
 
 def _describe_toml_error(path: Path, error: tomllib.TOMLDecodeError) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from watchdog_gpu.errors import DmonError
+from watchdog_gpu.probe.host_time import host_seconds
 
 DmonValue = int | float | str | None
 
@@ -163,8 +164,12 @@ class _State:
     limit_warning: bool = False
 
 
-def parse_dmon(text: str) -> DmonTable:
+def parse_dmon(text: str, *, dated: bool = False) -> DmonTable:
     """Parse the complete output of one ``nvidia-smi dmon`` run.
+
+    ``dated``: a row whose printed date or time (``-o DT``) is not one is garbage, as the
+    streaming probe reads it (``docs/probe.md``); without it such a row is kept and only its
+    time is not used (the burst probe spaces rows evenly then, see ``samples.row_times``).
 
     Given the text (any line ends; a final line without a line end is treated as possibly cut),
     return the table of rows. Raise ``DmonError`` with the kind of a known error text found on any
@@ -181,7 +186,7 @@ def parse_dmon(text: str) -> DmonTable:
         if line.lstrip().startswith("#"):
             _read_header(state, line, number)
             continue
-        _read_data_line(state, line, number, terminated=number <= complete)
+        _read_data_line(state, line, number, terminated=number <= complete, dated=dated)
     raise_for_error_lines(state.stray)
     if not state.rows and state.columns is None:
         if not state.stray:
@@ -230,7 +235,9 @@ def _read_header(state: _State, line: str, number: int) -> None:
     state.seen_columns.extend(name for name in names if name not in state.seen_columns)
 
 
-def _read_data_line(state: _State, line: str, number: int, *, terminated: bool) -> None:
+def _read_data_line(
+    state: _State, line: str, number: int, *, terminated: bool, dated: bool
+) -> None:
     if _DEVICE_LIMIT_WARNING.search(line):
         state.limit_warning = True
     tokens = line.split()
@@ -245,10 +252,26 @@ def _read_data_line(state: _State, line: str, number: int, *, terminated: bool) 
         return
     try:
         row = _row(columns, tokens, number)
+        if dated:
+            _check_printed_time(row)
     except ValueError as error:
         _skip(state, line, number, terminated=terminated, reason=str(error))
         return
     state.rows.append(row)
+
+
+def _check_printed_time(row: DmonRow) -> None:
+    """``ValueError`` when the row's printed date or time (``-o D``/``-o T``) is not one
+    (``20261399``, ``25:00:00``): such a row is garbage, never a sample. The same judgement as
+    the streaming reader's when it maps the row's host time (``host_time.host_seconds``)."""
+    date, time = row.values.get("date"), row.values.get("time")
+    if date is None and time is None:
+        return
+    # host_seconds judges a date and a time together: the column not printed is any valid one.
+    date_text = date if isinstance(date, str) else "19700101"
+    time_text = time if isinstance(time, str) else "00:00:00"
+    if host_seconds(date_text, time_text) is None:
+        raise ValueError(f"its date or time is not one: {snippet(f'{date_text} {time_text}')}")
 
 
 def _row(columns: Sequence[str], tokens: Sequence[str], number: int) -> DmonRow:

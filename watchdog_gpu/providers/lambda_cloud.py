@@ -13,7 +13,6 @@ makes no call and reports everything unknown.
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 
 from watchdog_gpu.capabilities import CAPABILITIES
@@ -24,7 +23,6 @@ from watchdog_gpu.providers.parsing import lambda_cloud as parse
 
 logger = logging.getLogger(__name__)
 
-_INSTANCE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _GONE_CODE = "global/object-does-not-exist"
 
 
@@ -63,7 +61,7 @@ class LambdaProvider(BaseProvider):
     def destroy(self, instance_id: str) -> None:
         """Terminate; ``global/object-does-not-exist`` is success. A 404 without that code (a
         wrong ``api_url``) is a ``PermanentError``: it must never pass for a kill."""
-        if not _INSTANCE_ID.match(instance_id):
+        if not CAPABILITIES["lambda"].accepts_instance_id(instance_id):
             raise PermanentError(f"lambda: {instance_id[:40]!r} is not a Lambda instance id")
         try:
             self.http.request_json(

@@ -103,7 +103,6 @@ ACCOUNT_QUERY = """query Account {
 STOP_MUTATION = 'mutation { podStop(input: {podId: "%s"}) { id desiredStatus lastStatusChange } }'
 TERMINATE_MUTATION = 'mutation { podTerminate(input: {podId: "%s"}) }'
 
-_POD_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
 
 T = TypeVar("T")
 
@@ -323,6 +322,6 @@ def _pods_payload(payload: object) -> object:
 def _checked_id(instance_id: str) -> str:
     # Ids are written into the GraphQL text: only RunPod's alphanumeric ids, so nothing can
     # close the string and change the operation.
-    if not _POD_ID.match(instance_id):
+    if not CAPABILITIES["runpod"].accepts_instance_id(instance_id):
         raise PermanentError(f"runpod: {instance_id[:40]!r} is not a RunPod pod id")
     return instance_id

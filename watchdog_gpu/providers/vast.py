@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from datetime import datetime
 
 from watchdog_gpu.capabilities import CAPABILITIES
@@ -32,7 +31,6 @@ logger = logging.getLogger(__name__)
 PAGE_LIMIT = 25  # the v1 maximum
 MAX_PAGES = 400  # 10,000 instances: beyond that a paging loop is a bug, not an account
 _ORDER_BY_ID = json.dumps([{"col": "id", "dir": "asc"}], separators=(",", ":"))
-_INSTANCE_ID = re.compile(r"^[0-9]{1,20}$")
 
 
 class VastProvider(BaseProvider):
@@ -148,6 +146,6 @@ def _require_success(payload: object, operation: str) -> None:
 
 def _checked_id(instance_id: str) -> str:
     # Ids go into the URL path: only Vast's numeric ids, so no id can reach another endpoint.
-    if not _INSTANCE_ID.match(instance_id):
+    if not CAPABILITIES["vast"].accepts_instance_id(instance_id):
         raise PermanentError(f"vast: {instance_id[:40]!r} is not a Vast instance id")
     return instance_id

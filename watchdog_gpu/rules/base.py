@@ -17,8 +17,10 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    ValidationError,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.fleet import FleetView
@@ -47,12 +49,23 @@ class StrictModel(BaseModel):
     @classmethod
     def _accept_legacy_durations(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
         used: list[str] = []
+        refused: list[InitErrorDetails] = []
         if cls.LEGACY_DURATIONS and isinstance(data, Mapping):
             data = dict(data)
             for old, (new, unit) in cls.LEGACY_DURATIONS.items():
                 if old in data:
-                    data[new] = _legacy_duration(old, new, unit, data.pop(old), new in data)
+                    try:
+                        data[new] = _legacy_duration(old, new, unit, data.pop(old), new in data)
+                    except ValueError as error:
+                        refused.append(_value_error(old, error))
                     used.append(old)
+        if refused:
+            # The rest of the table is still validated: every mistake is listed at once.
+            try:
+                handler(data)
+            except ValidationError as error:
+                refused += _line_errors(error)
+            raise ValidationError.from_exception_data(cls.__name__, refused)
         model = handler(data)
         if used:
             model._legacy_keys = tuple(used)
@@ -62,6 +75,25 @@ class StrictModel(BaseModel):
     def legacy_keys(self) -> tuple[str, ...]:
         """The deprecated numeric duration keys this model was written with."""
         return self._legacy_keys
+
+
+def _value_error(key: str, error: ValueError) -> InitErrorDetails:
+    return {"type": "value_error", "loc": (key,), "input": None, "ctx": {"error": error}}
+
+
+def _line_errors(error: ValidationError) -> list[InitErrorDetails]:
+    """``error``'s errors in the form a new ``ValidationError`` is built from."""
+    found: list[InitErrorDetails] = []
+    for detail in error.errors(include_url=False):
+        item: InitErrorDetails = {
+            "type": detail["type"],
+            "loc": detail["loc"],
+            "input": detail["input"],
+        }
+        if "ctx" in detail:
+            item["ctx"] = detail["ctx"]
+        found.append(item)
+    return found
 
 
 _UNIT_NAMES = {"s": "seconds", "m": "minutes", "h": "hours"}

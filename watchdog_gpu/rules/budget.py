@@ -64,6 +64,7 @@ from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.fleet import AccountView, FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
+from watchdog_gpu.money import at_or_under
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec, StrictModel
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.spend import (
@@ -262,7 +263,7 @@ def _rate_breach(
 def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:
     balance = account.latest.balance_usd if account.latest is not None else None
     # At or under: a balance equal to the floor has reached it.
-    if floor is None or balance is None or balance > floor:
+    if floor is None or balance is None or not at_or_under(balance, floor):
         return None
     text = f"account {account.account} balance ${balance:.2f} is at or under the ${floor:.2f} floor"
     capabilities = CAPABILITIES.get(account.provider)

@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from watchdog_gpu.durations import Duration, PositiveDuration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
@@ -79,6 +79,9 @@ from watchdog_gpu.sample_history import sample_history
 from watchdog_gpu.spend import instance_spend
 
 NAME = "idle_gpu"
+# A GPU busier than this is working, whatever the job: a threshold above it would call such a
+# GPU idle and destroy it (config check refuses it).
+MAX_THRESHOLD_PERCENT = 50.0
 
 
 class IdleGpuConfig(DestructiveRuleConfig):
@@ -94,8 +97,8 @@ class IdleGpuConfig(DestructiveRuleConfig):
     threshold_percent: float = Field(
         default=5.0,
         ge=0,
-        le=100,
-        description="a GPU is busy when sm/enc/dec/jpg/ofa exceed this percentage",
+        description="a GPU is busy when sm/enc/dec/jpg/ofa exceed this percentage "
+        f"(at most {MAX_THRESHOLD_PERCENT:g})",
     )
     min_coverage: float = Field(
         default=0.8,
@@ -113,6 +116,27 @@ class IdleGpuConfig(DestructiveRuleConfig):
             "(about twice the probe interval)"
         ),
     )
+
+    @field_validator("threshold_percent")
+    @classmethod
+    def _sane_threshold(cls, value: float) -> float:
+        if value > MAX_THRESHOLD_PERCENT:
+            raise ValueError(
+                f"must be at most {MAX_THRESHOLD_PERCENT:g}: at {value:g} a GPU up to "
+                f"{value:g} % busy, doing real work, counts as idle and is destroyed "
+                "(the default is 5)"
+            )
+        return value
+
+    @field_validator("max_sample_gap")
+    @classmethod
+    def _some_gap(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(
+                "must be longer than 0s: no two samples would be close enough to count as "
+                "observed, so idle_gpu would never find an idle GPU (the default is 3m)"
+            )
+        return value
 
     @property
     def clock_settings(self) -> IdleClockSettings:

@@ -21,6 +21,7 @@ from pydantic import Field
 from watchdog_gpu.durations import PositiveDuration
 from watchdog_gpu.fleet import AccountView, FleetView
 from watchdog_gpu.model import ActionKind, Finding, Severity
+from watchdog_gpu.money import at_or_under
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
 from watchdog_gpu.spend import current_rate, day_start
 
@@ -77,16 +78,16 @@ def _account_finding(
     rate = max(instances_rate.usd_per_hour, latest.spend_usd_per_hour or 0.0)
     runway = max(balance, 0.0) / rate if rate > 0 else None
     reasons: list[str] = []
-    if config.min_balance_usd is not None and balance <= config.min_balance_usd:
+    if config.min_balance_usd is not None and at_or_under(balance, config.min_balance_usd):
         reasons.append(f"balance ${balance:.2f} is at or under ${config.min_balance_usd:.2f}")
     short = config.min_runway_hours
     if runway is not None and short is not None and runway < short:
         reasons.append(f"runway {runway:.1f} h at ${rate:.2f}/h is under {short:g} h")
-    if balance <= 0 and not reasons:
+    if at_or_under(balance, 0.0) and not reasons:
         reasons.append(f"balance ${balance:.2f}")
     if not reasons:
         return None
-    critical = balance <= 0 or (runway is not None and runway < CRITICAL_RUNWAY_HOURS)
+    critical = at_or_under(balance, 0.0) or (runway is not None and runway < CRITICAL_RUNWAY_HOURS)
     episode = day_start(now, "UTC")
     return Finding(
         rule=NAME,

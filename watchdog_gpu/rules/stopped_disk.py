@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from watchdog_gpu.durations import Duration, format_duration
 from watchdog_gpu.fleet import FleetView
@@ -35,6 +35,18 @@ class StoppedDiskConfig(DestructiveRuleConfig):
     warn_before: Duration = Field(
         default=timedelta(hours=1), description="the warning goes out this long before the action"
     )
+
+    @field_validator("action")
+    @classmethod
+    def _stop_keeps_the_disk(cls, value: str) -> str:
+        # The instance is stopped already: "stop" would be verified at once while its disk
+        # keeps billing, which is the very thing this rule is for.
+        if value == "stop":
+            raise ValueError(
+                'cannot be "stop": the instance is already stopped and its disk keeps billing; '
+                'use "destroy" (or "notify" to be told only)'
+            )
+        return value
 
 
 def evaluate(view: FleetView, now: datetime, config: StoppedDiskConfig) -> list[Finding]:

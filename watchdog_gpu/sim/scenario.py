@@ -20,8 +20,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.durations import Duration
-from watchdog_gpu.errors import ConfigProblem, ScenarioError
+from watchdog_gpu.errors import TOML_TOO_DEEP, ConfigProblem, ScenarioError
 from watchdog_gpu.sim.provider_states import PROVIDER_STATES
 
 Provider = Literal["vast", "runpod", "lambda"]
@@ -31,11 +32,20 @@ ApiMode = Literal[
 ]
 SshMode = Literal["up", "down", "refused", "hostkey_changed", "garbage"]
 # Strict numbers: a quoted "95" or a boolean in a TOML file is a mistake, not a percentage.
+# Every figure has a bound far above any real one: beyond it the bills overflow floats and the
+# JSON output would carry Infinity or NaN.
 Percent = Annotated[int, Field(ge=0, le=100, strict=True)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
-Money = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+MAX_AMOUNT = 1e9
+NonNegative = Annotated[float, Field(ge=0, le=MAX_AMOUNT, allow_inf_nan=False, strict=True)]
+Money = Annotated[float, Field(ge=-MAX_AMOUNT, le=MAX_AMOUNT, allow_inf_nan=False, strict=True)]
 
 MAX_GPUS = 16
+MIN_TICK = timedelta(seconds=1)
+# The daemon looks back a day and more from its clock (budgets by the month, retention): a
+# scenario lives where those instants exist, and within what Unix timestamps can express.
+EARLIEST_START = datetime(1970, 2, 1, tzinfo=UTC)
+LATEST_END = datetime(9000, 1, 1, tzinfo=UTC)
+_TIME_RANGE = "the scenario must run between 1970-02-01 and 9000-01-01 (UTC)"
 
 
 class _Frozen(BaseModel):
@@ -161,7 +171,18 @@ class Scenario(_Frozen):
     def _start_is_aware(cls, value: datetime) -> datetime:
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("start needs a timezone, e.g. '2026-03-02T20:00:00Z'")
-        return value.astimezone(UTC)
+        value = value.astimezone(UTC)
+        if not EARLIEST_START <= value < LATEST_END:
+            raise ValueError(_TIME_RANGE)
+        return value
+
+    @field_validator("tick")
+    @classmethod
+    def _tick_moves(cls, value: timedelta) -> timedelta:
+        # A tick of 0s would never reach the end of the scenario.
+        if value < MIN_TICK:
+            raise ValueError(f"must be at least {MIN_TICK.total_seconds():g}s")
+        return value
 
     @property
     def end(self) -> datetime:
@@ -198,12 +219,16 @@ def parse_scenario(source: str | Mapping[str, Any]) -> Scenario:
             data: Mapping[str, Any] = tomllib.loads(source)
         except tomllib.TOMLDecodeError as error:
             raise ScenarioError([ConfigProblem("", f"invalid TOML: {error}")]) from None
+        except RecursionError:
+            raise ScenarioError([ConfigProblem("", f"invalid TOML: {TOML_TOO_DEEP}")]) from None
     else:
         data = source
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
         raise ScenarioError(_problems_from(error)) from None
+    except RecursionError:  # an already-parsed mapping nested beyond any scenario
+        raise ScenarioError([ConfigProblem("", TOML_TOO_DEEP)]) from None
     problems = _cross_check(scenario)
     if problems:
         raise ScenarioError(problems)
@@ -261,6 +286,9 @@ def _first_per_path(problems: list[ConfigProblem]) -> list[ConfigProblem]:
 def _cross_check(scenario: Scenario) -> list[ConfigProblem]:
     """Checks that span fields: uniqueness, per-provider rules, event contents and ranges."""
     problems: list[ConfigProblem] = []
+    if scenario.duration >= LATEST_END - scenario.start:
+        problems.append(ConfigProblem("duration", f"too long: {_TIME_RANGE}"))
+        return problems  # every offset check below would overflow the end
     names: dict[str, int] = {}
     keys: dict[tuple[str, str], int] = {}
     for index, account in enumerate(scenario.accounts):
@@ -365,8 +393,11 @@ def _check_instance(
     scenario: Scenario, account: ScenarioAccount, instance: ScenarioInstance, path: str
 ) -> list[ConfigProblem]:
     problems: list[ConfigProblem] = []
-    if account.provider == "vast" and not instance.id.isdigit():
-        problems.append(ConfigProblem(f"{path}.id", "Vast instance ids are integers, e.g. '9001'"))
+    capabilities = CAPABILITIES[account.provider]
+    if not capabilities.accepts_instance_id(instance.id):
+        # The adapters refuse any other id in a stop/destroy call: such an instance could
+        # never be acted on, so the scenario would not test what it means to.
+        problems.append(ConfigProblem(f"{path}.id", capabilities.describe_instance_id()))
     if account.provider == "lambda":
         cents = instance.compute_usd_per_hour * 100
         if abs(cents - round(cents)) > 1e-9:

@@ -64,6 +64,10 @@ _RESULTS = {
 }
 
 
+# The statuses of an action whose call the provider accepted.
+_CALLED = frozenset({ActionStatus.VERIFIED, ActionStatus.UNVERIFIED, ActionStatus.CALLED})
+
+
 class InProcessTransport(httpx.BaseTransport):
     """An httpx transport that hands each request to a dialect handler in this process.
 
@@ -274,14 +278,16 @@ class Simulation:
         the wakes it calls for before the next one, as the daemon does (``wake.py``)."""
         if self.clock.now() < self.next_tick:
             self.clock.set(self.next_tick)
-        now = self.clock.now()
-        report = self.assembly.watchdog.tick(now)
+        # Each phase reads the virtual clock as it starts, as the daemon's jobs do: what a
+        # hanging provider's retries cost moves everything after them (decisions, calls,
+        # messages) to when it really happened.
+        report = self.assembly.watchdog.tick(self.clock.now(), clock=self.clock.now)
         self.next_tick += self.scenario.tick
-        self.wakes_ran += self._wake_until(report, now)
+        self.wakes_ran += self._wake_until(report)
         if self.collector is not None:
             self.collector.after_job()
 
-    def _wake_until(self, report: TickReport, probed_at: datetime) -> int:
+    def _wake_until(self, report: TickReport) -> int:
         """Run the wakes ``report`` calls for before the next tick (and the scenario's end);
         how many ran."""
         if self.wakes is None:
@@ -293,7 +299,7 @@ class Simulation:
             next_change=report.next_change,
             next_due=report.next_due,
             next_listed=report.next_listed,
-            probed_at=probed_at,
+            probed_at=report.probed_at,
             next_tick=bound,
         )
         while wake is not None:
@@ -302,14 +308,14 @@ class Simulation:
             now = self.clock.now()
             listing = self.wakes.listing
             self.wakes.ran(now)
-            report = self.assembly.watchdog.wake(now, listing=listing)
+            report = self.assembly.watchdog.wake(now, listing=listing, clock=self.clock.now)
             ran += 1
             wake = self.wakes.after_evaluation(
-                now=now,
+                now=report.now,
                 next_change=report.next_change,
                 next_due=report.next_due,
                 next_listed=report.next_listed,
-                probed_at=now,
+                probed_at=report.probed_at,
                 next_tick=bound,
             )
         return ran
@@ -357,6 +363,7 @@ class Simulation:
                 verified_at.setdefault(
                     f"{event.account}/{event.instance_id}/{event.rule}", event.at
                 )
+        calls = [call for call in self.world.actions() if call.source == "api"]
         entries = []
         for row in self.store.list_actions():
             item: dict[str, Any] = {
@@ -372,6 +379,21 @@ class Simulation:
             onset = row.evidence.get("idle_onset")
             if isinstance(onset, str):
                 item["idle_onset_offset_s"] = self.offset(datetime.fromisoformat(onset))
+            # When the simulated provider received the call (what it saw): later than the
+            # decision when the call failed and was repeated, or the fuse deferred it.
+            called = next(
+                (
+                    call.at
+                    for call in calls
+                    if (call.account, call.instance_id, call.action)
+                    == (row.account, row.instance_id, row.kind.value)
+                    and call.at >= row.created_at
+                    and row.status in _CALLED
+                ),
+                None,
+            )
+            if called is not None:
+                item["called_offset_s"] = self.offset(called)
             verified = verified_at.get(f"{row.account}/{row.instance_id}/{row.rule}")
             if verified is not None and row.status == ActionStatus.VERIFIED:
                 item["verified_offset_s"] = self.offset(verified)
