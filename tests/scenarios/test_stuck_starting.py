@@ -15,7 +15,7 @@ from tests.scenarios.helpers import Run, assert_within_tick, offset, run_scenari
 
 NAME = "stuck_starting"
 LIMIT = offset("15m")
-NEVER_UP = "runpod-lab/p-nevercomesup"
+NEVER_UP = "runpod-lab/podnevercomesup"
 REBOOTING = "vast-main/9801"
 
 
