@@ -42,6 +42,10 @@ class InstanceView:
     spans: tuple[StateSpan, ...]
     samples: Sequence[GpuSample] = ()
     probes: tuple[ProbeOutcome, ...] = ()
+    # The ledger's anchor: when the instance began billing before its first sighting (the
+    # provider's start time, recorded once at that sighting and never recomputed); None when it
+    # was first seen as it started, or not running (docs/safety.md, "Period spend").
+    billed_from: datetime | None = None
 
     @property
     def state(self) -> InstanceState:
@@ -89,6 +93,28 @@ class VolumeView:
     latest: VolumeSnapshot
     first_seen: datetime
     detached_since: datetime | None  # first observation of the current detached run, if detached
+
+
+@dataclass(frozen=True, slots=True)
+class RatedSpan:
+    """A run of identical listings of something that bills at ``usd_per_hour`` (None:
+    unknown), from ``first_seen`` until ``last_seen``."""
+
+    first_seen: datetime
+    last_seen: datetime
+    usd_per_hour: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeLedger:
+    """What a volume / network volume / filesystem billed: its recorded rate runs (oldest
+    first) and, once a complete listing no longer had it, ``gone_at``. Volumes gone inside the
+    spend period stay in the view through this, so their spend never leaves the period."""
+
+    account: str
+    volume_id: str
+    spans: tuple[RatedSpan, ...]
+    gone_at: datetime | None = None
 
 
 class ProtectionKind(StrEnum):
@@ -152,6 +178,8 @@ class FleetView:
     instances: Mapping[str, InstanceView] = field(default_factory=dict)  # by "account/instance_id"
     accounts: Mapping[str, AccountView] = field(default_factory=dict)  # by account name
     volumes: tuple[VolumeView, ...] = ()
+    # Every volume that billed inside the spend period, gone ones included (for period spend).
+    volume_ledgers: tuple[VolumeLedger, ...] = ()
     ssh_keys: tuple[SshKeyRecord, ...] = ()
     protections: tuple[Protection, ...] = ()
     snoozes: tuple[Snooze, ...] = ()

@@ -1,4 +1,11 @@
-"""Spend accounting from recorded state spans (pure).
+"""Spend accounting from the ledger of billed intervals (pure).
+
+The ledger is what the store records (docs/database.md, "The ledger of billed intervals"): each
+instance's state spans with their rates by component, its anchor (``InstanceView.billed_from``)
+and each volume's and filesystem's rate runs (``FleetView.volume_ledgers``).
+:func:`ledger_pieces` turns them into billed intervals; :func:`period_spend` — the one definition
+of period spend, read by the budget rule and the metrics — sums the intervals that fall in a
+period, split at its bounds, so it never decreases inside it (docs/safety.md, "Period spend").
 
 Spend is the rate the provider reports it bills (``StateSpan.billed_usd_per_hour``) integrated
 over time — never a catalogue price — and "cost unknown" stays distinct from $0. The exact
@@ -30,7 +37,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from itertools import pairwise
 from zoneinfo import ZoneInfo
 
-from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.fleet import FleetView, InstanceView, VolumeLedger
 from watchdog_gpu.model import InstanceState, StateSpan
 
 SECONDS_PER_HOUR = 3600.0
@@ -117,10 +124,11 @@ def _overlap_seconds(piece: BillingPiece, start: datetime, end: datetime) -> flo
 
 def instance_spend(spans: Sequence[StateSpan], start: datetime, end: datetime) -> SpendFigure:
     """What one instance's ``spans`` billed within ``[start, end]``."""
-    return _pieces_spend(billing_pieces(spans, until=end), start, end)
+    return pieces_spend(billing_pieces(spans, until=end), start, end)
 
 
-def _pieces_spend(pieces: Iterable[BillingPiece], start: datetime, end: datetime) -> SpendFigure:
+def pieces_spend(pieces: Iterable[BillingPiece], start: datetime, end: datetime) -> SpendFigure:
+    """The dollars of ``pieces`` that fall within ``[start, end]`` (each split at the bounds)."""
     usd = 0.0
     unknown = 0.0
     estimated = 0.0
@@ -140,27 +148,74 @@ def _pieces_spend(pieces: Iterable[BillingPiece], start: datetime, end: datetime
 
 def view_billing_pieces(instance: InstanceView, *, until: datetime) -> list[BillingPiece]:
     """:func:`billing_pieces` of ``instance``'s spans, preceded by what it billed before its
-    first listing when the provider dates its start (``started_at``: Vast.ai's uptime,
-    RunPod's runtime uptime or ``lastStartedAt``) before our first sighting: an instance launched
-    while its account could not be listed (an outage from the start) or before the watchdog ran
-    was billing all along, and a budget that counted it from its first sighting would let it
-    overshoot by that much. That stretch is billed at the rate of the first span (running: the
-    provider says it started and has not restarted since) and counted as estimated. Only for
-    the instance's very first span, and only when it is running (docs/safety.md, "Unknown
-    cost")."""
+    first listing: from ``billed_from`` — the provider's start time (Vast.ai's uptime, RunPod's
+    runtime uptime or ``lastStartedAt``) recorded once, at the first sighting — to the first
+    sighting, at the rate of the first span, counted as estimated. An instance launched while
+    its account could not be listed, or before the watchdog ran, was billing all along. The
+    anchor is a recorded fact, never recomputed from the latest listing: a stop or a restart
+    moves the provider's start time, and the period's spend must not move with it
+    (docs/safety.md, "Period spend")."""
     pieces = billing_pieces(instance.spans, until=until)
-    started = instance.latest.started_at
+    started = instance.billed_from
     spans = instance.spans
     if (
         started is not None
         and spans
         and spans[0].first_seen == instance.first_seen
-        and spans[0].state is InstanceState.RUNNING
         and started < instance.first_seen
     ):
         before = BillingPiece(started, instance.first_seen, spans[0].billed_usd_per_hour, True)
         pieces.insert(0, before)
     return pieces
+
+
+def volume_billing_pieces(volume: VolumeLedger, *, until: datetime) -> list[BillingPiece]:
+    """What a volume billed, by the instances' model: each rate run bills until the next one
+    begins; the last bills until the listing that no longer had the volume (``gone_at``) or,
+    while it is not known gone, at its last rate up to ``until`` (estimated after its last
+    listing)."""
+    pieces: list[BillingPiece] = []
+    spans = volume.spans
+    for index, span in enumerate(spans):
+        if index + 1 < len(spans):
+            end = spans[index + 1].first_seen
+        elif volume.gone_at is not None:
+            end = max(volume.gone_at, span.last_seen)
+        else:
+            end = span.last_seen
+        if end > span.first_seen:
+            pieces.append(BillingPiece(span.first_seen, end, span.usd_per_hour))
+    if spans and volume.gone_at is None:
+        last = spans[-1]
+        tail_start = max(last.last_seen, last.first_seen)
+        if until > tail_start:
+            pieces.append(BillingPiece(tail_start, until, last.usd_per_hour, estimated=True))
+    return pieces
+
+
+def ledger_pieces(
+    view: FleetView, *, until: datetime, accounts: Iterable[str] | None = None
+) -> list[BillingPiece]:
+    """The fleet's billed intervals up to ``until`` — every instance's (its anchor included)
+    and every volume's and filesystem's — of ``accounts`` (None: all of them)."""
+    wanted = None if accounts is None else frozenset(accounts)
+    pieces: list[BillingPiece] = []
+    for instance in view.instances.values():
+        if wanted is None or instance.latest.account in wanted:
+            pieces.extend(view_billing_pieces(instance, until=until))
+    for volume in view.volume_ledgers:
+        if wanted is None or volume.account in wanted:
+            pieces.extend(volume_billing_pieces(volume, until=until))
+    return pieces
+
+
+def period_spend(
+    view: FleetView, start: datetime, end: datetime, *, accounts: Iterable[str] | None = None
+) -> SpendFigure:
+    """What ``accounts`` (None: the whole fleet) billed within ``[start, end]``: the sum of the
+    ledger's intervals that fall in it, split at its bounds. The one definition of period spend
+    (the budget rule, the metrics and every report read it)."""
+    return pieces_spend(ledger_pieces(view, until=end, accounts=accounts), start, end)
 
 
 def instances_spend(
@@ -169,24 +224,36 @@ def instances_spend(
     """What ``instances`` billed within ``[start, end]`` (:func:`view_billing_pieces`)."""
     total = SpendFigure()
     for instance in instances:
-        total += _pieces_spend(view_billing_pieces(instance, until=end), start, end)
+        total += pieces_spend(view_billing_pieces(instance, until=end), start, end)
     return total
 
 
 def account_spend(view: FleetView, account: str, start: datetime, end: datetime) -> SpendFigure:
-    """What every instance of ``account`` billed within ``[start, end]``."""
-    return instances_spend(view.instances_of(account), start, end)
+    """What ``account`` (its instances and volumes) billed within ``[start, end]``."""
+    return period_spend(view, start, end, accounts=(account,))
 
 
 def provider_spend(view: FleetView, provider: str, start: datetime, end: datetime) -> SpendFigure:
-    """What every instance of ``provider`` (all its accounts) billed within ``[start, end]``."""
-    chosen = (i for i in view.instances.values() if i.latest.provider == provider)
-    return instances_spend(chosen, start, end)
+    """What every account of ``provider`` billed within ``[start, end]``."""
+    accounts = {i.latest.account for i in view.instances.values() if i.latest.provider == provider}
+    accounts.update(name for name, a in view.accounts.items() if a.provider == provider)
+    return period_spend(view, start, end, accounts=accounts)
 
 
 def total_spend(view: FleetView, start: datetime, end: datetime) -> SpendFigure:
     """What the whole fleet billed within ``[start, end]``, across providers."""
-    return instances_spend(view.instances.values(), start, end)
+    return period_spend(view, start, end)
+
+
+def volumes_rate(volumes: Iterable[VolumeLedger]) -> RateFigure:
+    """The rate volumes bill now: each one not gone at its latest rate."""
+    total = RateFigure()
+    for volume in volumes:
+        if volume.gone_at is not None or not volume.spans:
+            continue
+        rate = volume.spans[-1].usd_per_hour
+        total += RateFigure(0.0, 1) if rate is None else RateFigure(rate, 0)
+    return total
 
 
 def current_rate(instances: Iterable[InstanceView]) -> RateFigure:
@@ -205,21 +272,19 @@ def current_rate(instances: Iterable[InstanceView]) -> RateFigure:
 
 
 def _rate_steps(
-    instances: Iterable[InstanceView], start: datetime, end: datetime
+    pieces: Iterable[BillingPiece], start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime, float]]:
-    """The summed *known* rate of ``instances`` as consecutive constant steps over
-    ``[start, end]``, pieces as in :func:`billing_pieces` up to ``end`` (the last known rate
-    included); unknown rates count as 0."""
+    """The summed *known* rate of ``pieces`` as consecutive constant steps over ``[start,
+    end]``; unknown rates count as 0."""
     changes: dict[datetime, float] = {}
-    for instance in instances:
-        for piece in view_billing_pieces(instance, until=end):
-            if piece.usd_per_hour is None or piece.usd_per_hour == 0:
-                continue
-            low, high = max(piece.start, start), min(piece.end, end)
-            if high <= low:
-                continue
-            changes[low] = changes.get(low, 0.0) + piece.usd_per_hour
-            changes[high] = changes.get(high, 0.0) - piece.usd_per_hour
+    for piece in pieces:
+        if piece.usd_per_hour is None or piece.usd_per_hour == 0:
+            continue
+        low, high = max(piece.start, start), min(piece.end, end)
+        if high <= low:
+            continue
+        changes[low] = changes.get(low, 0.0) + piece.usd_per_hour
+        changes[high] = changes.get(high, 0.0) - piece.usd_per_hour
     points = sorted({start, end, *changes})
     steps: list[tuple[datetime, datetime, float]] = []
     level = 0.0
@@ -231,17 +296,16 @@ def _rate_steps(
 
 
 def spend_crossing_time(
-    instances: Iterable[InstanceView], start: datetime, end: datetime, amount_usd: float
+    pieces: Iterable[BillingPiece], start: datetime, end: datetime, amount_usd: float
 ) -> datetime | None:
-    """The first instant in ``[start, end]`` at which the spend of ``instances`` since ``start``
-    (known rates, the last known one after the last listing) reached ``amount_usd``; ``None`` if
-    it did not. Deterministic for recorded data, so a rule can use it as a stable episode
-    start: the listing that ends an outage does not move it (the old rate bills until the next
-    span's first sighting either way)."""
+    """The first instant in ``[start, end]`` at which the spend of ``pieces`` since ``start``
+    (known rates) reached ``amount_usd``; ``None`` if it did not. Deterministic for recorded
+    data, so a rule can use it as a stable episode start: the listing that ends an outage does
+    not move it (the old rate bills until the next span's first sighting either way)."""
     if amount_usd <= 0:
         return start
     spent = 0.0
-    for low, high, rate in _rate_steps(instances, start, end):
+    for low, high, rate in _rate_steps(pieces, start, end):
         seconds = (high - low).total_seconds()
         step_usd = rate * seconds / SECONDS_PER_HOUR
         if rate > 0 and spent + step_usd >= amount_usd:
@@ -252,15 +316,15 @@ def spend_crossing_time(
 
 
 def rate_exceeded_since(
-    instances: Iterable[InstanceView],
+    pieces: Iterable[BillingPiece],
     end: datetime,
     ceiling_usd_per_hour: float,
     lookback: datetime,
 ) -> datetime | None:
-    """When the summed known rate of ``instances`` last rose above ``ceiling_usd_per_hour``
+    """When the summed known rate of ``pieces`` last rose above ``ceiling_usd_per_hour``
     (searching back to ``lookback``); ``None`` when it is not above the ceiling at ``end``.
     Returns ``lookback`` when it has been above the ceiling for the whole lookback."""
-    steps = _rate_steps(instances, lookback, end)
+    steps = _rate_steps(pieces, lookback, end)
     if not steps or steps[-1][2] <= ceiling_usd_per_hour:
         return None
     since = steps[-1][0]

@@ -8,16 +8,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.unit.rules.builders import at, fleet, instance, running, span
+from watchdog_gpu.fleet import InstanceView, RatedSpan, VolumeLedger
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.spend import (
+    BillingPiece,
     SpendFigure,
     account_spend,
     current_rate,
     day_start,
     instance_spend,
     instances_spend,
+    ledger_pieces,
     month_start,
     next_day_start,
+    period_spend,
     provider_spend,
     rate_exceeded_since,
     spend_crossing_time,
@@ -95,8 +99,8 @@ def test_the_listing_after_an_outage_keeps_the_estimate_of_the_outage() -> None:
     figure = instance_spend(after, at(0), at(150))
     assert figure.usd == pytest.approx(2.0 + 0.1 * 0.5)
     assert figure.estimated_usd == 0
-    assert spend_crossing_time([instance(*during)], at(0), at(120), 1.5) == at(90)
-    assert spend_crossing_time([instance(*after)], at(0), at(150), 1.5) == at(90)
+    assert spend_crossing_time(pieces(at(120), instance(*during)), at(0), at(120), 1.5) == at(90)
+    assert spend_crossing_time(pieces(at(150), instance(*after)), at(0), at(150), 1.5) == at(90)
 
 
 @pytest.mark.parametrize(
@@ -154,15 +158,15 @@ def test_the_crossing_time_is_when_cumulative_spend_reached_the_amount() -> None
     one = running(at(0), at(120), compute=1.0, storage=0.0, instance_id="1")
     two = running(at(60), at(120), compute=2.0, storage=0.0, instance_id="2")
     # $1 in the first hour, then $3/h: $2 is reached 20 minutes into the second hour.
-    assert spend_crossing_time([one, two], at(0), at(120), 2.0) == at(80)
-    assert spend_crossing_time([one, two], at(0), at(120), 10.0) is None
+    assert spend_crossing_time(pieces(at(120), one, two), at(0), at(120), 2.0) == at(80)
+    assert spend_crossing_time(pieces(at(120), one, two), at(0), at(120), 10.0) is None
 
 
 def test_the_rate_ceiling_was_exceeded_since_the_instance_that_tipped_it() -> None:
     one = running(at(0), at(120), compute=3.0, storage=0.0, instance_id="1")
     two = running(at(50), at(120), compute=3.0, storage=0.0, instance_id="2")
-    assert rate_exceeded_since([one, two], at(125), 5.0, at(-600)) == at(50)
-    assert rate_exceeded_since([one, two], at(125), 7.0, at(-600)) is None
+    assert rate_exceeded_since(pieces(at(125), one, two), at(125), 5.0, at(-600)) == at(50)
+    assert rate_exceeded_since(pieces(at(125), one, two), at(125), 7.0, at(-600)) is None
 
 
 @pytest.mark.parametrize(
@@ -200,29 +204,56 @@ def test_the_month_starts_at_local_midnight_of_the_first() -> None:
 def test_a_provider_dated_start_before_the_first_listing_is_billed_as_an_estimate() -> None:
     # Launched at 0 while its account could not be listed; first listed at 60, running at
     # $1/h: the budget counts the hour before the first sighting (the provider says it ran).
-    view = running(at(60), at(90), compute=1.0, storage=0.0, started_at=at(0))
+    view = running(at(60), at(90), compute=1.0, storage=0.0, billed_from=at(0))
     figure = instances_spend([view], at(0), at(90))
     assert figure.usd == pytest.approx(1.5)
     assert figure.estimated_usd == pytest.approx(1.0)
     assert total_spend(fleet(at(90), view), at(30), at(90)).usd == pytest.approx(1.0)
     # The spend crossed $0.50 half an hour after the launch, before anyone saw the instance.
-    assert spend_crossing_time([view], at(0), at(90), 0.5) == at(30)
+    assert spend_crossing_time(pieces(at(90), view), at(0), at(90), 0.5) == at(30)
 
 
-def test_no_billing_before_the_first_listing_without_a_dated_start_or_a_running_first_span() -> (
-    None
-):
-    later_start = running(at(60), at(90), compute=1.0, storage=0.0, started_at=at(70))
-    undated = running(at(60), at(90), compute=1.0, storage=0.0)
-    stopped_first = instance(
-        span(STOPPED, at(60), at(70), compute=1.0, storage=0.0),
-        span(RUNNING, at(70), at(90), compute=1.0, storage=0.0),
-        started_at=at(0),
+def test_the_anchor_is_the_recorded_one_whatever_the_latest_listing_says() -> None:
+    # Anchored at 0 when first seen at 60; stopped at 90 (Vast clears its start time) and
+    # restarted at 120 (a new start time): the hour before the first sighting stays counted.
+    spans = (
+        span(RUNNING, at(60), at(89), compute=1.0, storage=0.0),
+        span(STOPPED, at(90), at(119), compute=1.0, storage=0.0),
+        span(RUNNING, at(120), at(150), compute=1.0, storage=0.0),
     )
+    before = instance(*spans[:1], billed_from=at(0))
+    stopped = instance(*spans[:2], billed_from=at(0))
+    restarted = instance(*spans, billed_from=at(0), started_at=at(120))
+    assert total_spend(fleet(at(89), before), at(0), at(89)).usd == pytest.approx(89 / 60)
+    assert total_spend(fleet(at(119), stopped), at(0), at(119)).usd == pytest.approx(1.5)
+    assert total_spend(fleet(at(150), restarted), at(0), at(150)).usd == pytest.approx(2.0)
+
+
+def test_no_billing_before_the_first_listing_without_an_anchor_or_its_first_span() -> None:
+    undated = running(at(60), at(90), compute=1.0, storage=0.0, started_at=at(0))
     # Seen since 10, but only a later span overlaps the view: not the first sighting.
-    cut = instance(span(RUNNING, at(60), at(90), compute=1.0, storage=0.0), first_seen=at(10))
-    cut = replace(cut, latest=replace(cut.latest, started_at=at(0)))
-    for view in (later_start, undated, stopped_first, cut):
+    cut = instance(
+        span(RUNNING, at(60), at(90), compute=1.0, storage=0.0),
+        first_seen=at(10),
+        billed_from=at(0),
+    )
+    for view in (undated, cut):
         assert instances_spend([view], at(0), at(90)).usd == pytest.approx(
             instance_spend(view.spans, at(0), at(90)).usd
         ), view
+
+
+def test_volumes_and_filesystems_count_in_period_spend_gone_ones_included() -> None:
+    # A network volume at $0.10/h listed 0..60 then deleted (gone at 61), a filesystem at
+    # $0.20/h listed 0..30 then not listed any more (its listing fails): estimated after 30.
+    deleted = VolumeLedger("acct", "v1", (RatedSpan(at(0), at(60), 0.1),), gone_at=at(61))
+    unlisted = VolumeLedger("acct", "v2", (RatedSpan(at(0), at(30), 0.2),))
+    view = replace(fleet(at(120)), volume_ledgers=(deleted, unlisted))
+    figure = period_spend(view, at(0), at(120))
+    assert figure.usd == pytest.approx(0.1 * 61 / 60 + 0.2 * 2)
+    assert figure.estimated_usd == pytest.approx(0.2 * 1.5)
+    assert period_spend(view, at(0), at(120), accounts=("other",)).usd == 0
+
+
+def pieces(until: datetime, *views: InstanceView) -> list[BillingPiece]:
+    return ledger_pieces(fleet(until, *views), until=until)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import RESERVED_ACCOUNT_NAME
-from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.rules import unobserved
 from watchdog_gpu.rules.base import RuleConfig
@@ -27,8 +27,9 @@ from watchdog_gpu.spend import (
     SpendFigure,
     current_rate,
     day_start,
-    instances_spend,
+    ledger_pieces,
     month_start,
+    pieces_spend,
 )
 
 GLOBAL_SCOPE = RESERVED_ACCOUNT_NAME  # no account may be called so (config validation)
@@ -170,18 +171,20 @@ def period_spend(view: FleetView, now: datetime, budget: BudgetConfig) -> list[P
     """Spend in the current day and month (in the budget's time zone) of the whole fleet and of
     every account, with the budget rule's ceilings where they are configured (none while the
     rule is disabled)."""
-    scopes: dict[str, tuple[InstanceView, ...]] = {GLOBAL_SCOPE: tuple(view.instances.values())}
-    for account in sorted(set(account_providers(view)) | set(budget.accounts)):
-        scopes[account] = view.instances_of(account)
+    accounts = sorted(set(account_providers(view)) | set(budget.accounts))
+    # The ledger's intervals once per account; the global scope is all of them.
+    scopes = {name: ledger_pieces(view, until=now, accounts=(name,)) for name in accounts}
+    scopes[GLOBAL_SCOPE] = [piece for name in accounts for piece in scopes[name]]
     starts = {"day": day_start(now, budget.timezone), "month": month_start(now, budget.timezone)}
     rows: list[PeriodRow] = []
-    for scope, instances in scopes.items():
+    for scope in [GLOBAL_SCOPE, *accounts]:
+        pieces = scopes[scope]
         limits = budget if scope == GLOBAL_SCOPE else budget.accounts.get(scope)
         for period, start in starts.items():
             ceiling = None
             if budget.enabled and limits is not None:
                 ceiling = limits.daily_usd if period == "day" else limits.monthly_usd
-            rows.append(PeriodRow(scope, period, instances_spend(instances, start, now), ceiling))
+            rows.append(PeriodRow(scope, period, pieces_spend(pieces, start, now), ceiling))
     return rows
 
 

@@ -25,16 +25,18 @@ How it decides:
   ``[rules.budget.accounts.NAME]`` ceilings apply to that account alone. A balance is per account
   (providers do not pool money), so ``min_balance_usd`` is a floor for *each* account, which an
   account's own ``min_balance_usd`` overrides.
-- **Spend** is the billed $/h integrated over recorded state spans (``watchdog_gpu.spend``) from
-  the start of the local day / month in ``timezone`` until now. An instance not listed since
-  its last sighting (its account's polls fail) keeps billing at its last known rate until a
-  listing says otherwise: unknown spend is estimated pessimistically, never treated as $0, and
-  the estimate is named in the evidence. Time with no known rate at all (an unmapped state)
-  adds nothing and is reported in the evidence. When a ceiling is reached, every account that
-  can be acted on is: the planner holds the actions of an account whose listing fails (its
-  states are stale), the others go ahead. Exact semantics: ``docs/safety.md``.
-- **Rate** is, per account, the larger of the sum of the billed rates of its instances and the
-  spend rate the provider reports for the account.
+- **Spend** is the period spend of the ledger (``watchdog_gpu.spend.period_spend``: instances
+  at the rate their provider charges, volumes and filesystems included) from the start of the
+  local day / month in ``timezone`` until now; it never decreases inside the period. An
+  instance not listed since its last sighting (its account's polls fail) keeps billing at its
+  last known rate until a listing says otherwise: unknown spend is estimated pessimistically,
+  never treated as $0, and the estimate is named in the evidence. Time with no known rate at
+  all (an unmapped state) adds nothing and is reported in the evidence. When a ceiling is
+  reached, every account that can be acted on is: the planner holds the actions of an account
+  whose listing fails (its states are stale), the others go ahead. Exact semantics:
+  ``docs/safety.md``.
+- **Rate** is, per account, the larger of the sum of the billed rates of its instances and
+  volumes and the spend rate the provider reports for the account.
 - **Findings.** When any ceiling of a scope is reached, every billing instance of the scope (any
   state but ``gone`` whose rate is above $0 or unknown) gets one finding — one per instance,
   whatever number of ceilings it breaks (all listed in the evidence) — severity critical, the
@@ -62,19 +64,22 @@ from pydantic import Field, field_validator
 
 from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.durations import Duration
-from watchdog_gpu.fleet import AccountView, FleetView, InstanceView
+from watchdog_gpu.fleet import AccountView, FleetView, InstanceView, VolumeLedger
 from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
 from watchdog_gpu.money import at_or_under
 from watchdog_gpu.rules.base import DestructiveRuleConfig, RuleSpec, StrictModel
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.spend import (
+    BillingPiece,
     SpendFigure,
     current_rate,
     day_start,
-    instances_spend,
+    ledger_pieces,
     month_start,
+    pieces_spend,
     rate_exceeded_since,
     spend_crossing_time,
+    volumes_rate,
 )
 
 NAME = "budget"
@@ -135,6 +140,10 @@ def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Findi
     zone = ZoneInfo(config.timezone)
     everyone = tuple(view.instances.values())
     by_instance: dict[str, list[Breach]] = {}
+    # The ledger's intervals, built once per tick and shared by every scope and period.
+    pieces: dict[str, list[BillingPiece]] = {}
+    for piece_account in {*view.accounts, *(i.latest.account for i in everyone)}:
+        pieces[piece_account] = ledger_pieces(view, until=now, accounts=(piece_account,))
 
     def charge(breaches: Iterable[Breach], instances: Iterable[InstanceView]) -> None:
         found = list(breaches)
@@ -145,13 +154,13 @@ def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Findi
                 by_instance.setdefault(instance.latest.ref.key, []).extend(found)
 
     charge(
-        _spend_breaches("global", config, everyone, view.accounts.values(), now=now, zone=zone),
+        _spend_breaches("global", config, Scope(view, tuple(pieces), pieces), now=now, zone=zone),
         everyone,
     )
     for account, limits in sorted(config.accounts.items()):
         mine = view.instances_of(account)
-        known = [view.accounts[account]] if account in view.accounts else []
-        charge(_spend_breaches(f"account {account}", limits, mine, known, now=now, zone=zone), mine)
+        scope = Scope(view, (account,), pieces)
+        charge(_spend_breaches(f"account {account}", limits, scope, now=now, zone=zone), mine)
     for account_view in view.accounts.values():
         override = config.accounts.get(account_view.account)
         floor = override.min_balance_usd if override is not None else None
@@ -166,6 +175,28 @@ def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Findi
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The accounts a ceiling covers, with the ledger's intervals of each."""
+
+    view: FleetView
+    accounts: tuple[str, ...]
+    pieces_by_account: dict[str, list[BillingPiece]]
+
+    def pieces(self, accounts: Iterable[str] | None = None) -> list[BillingPiece]:
+        chosen = self.accounts if accounts is None else accounts
+        return [piece for name in chosen for piece in self.pieces_by_account.get(name, ())]
+
+    @property
+    def instances(self) -> tuple[InstanceView, ...]:
+        wanted = frozenset(self.accounts)
+        return tuple(i for i in self.view.instances.values() if i.latest.account in wanted)
+
+    @property
+    def account_views(self) -> tuple[AccountView, ...]:
+        return tuple(self.view.accounts[a] for a in self.accounts if a in self.view.accounts)
+
+
 def _bills(instance: InstanceView) -> bool:
     if instance.state is InstanceState.GONE:
         return False
@@ -174,43 +205,30 @@ def _bills(instance: InstanceView) -> bool:
 
 
 def _spend_breaches(
-    scope: str,
-    limits: BudgetLimits,
-    instances: Sequence[InstanceView],
-    accounts: Iterable[AccountView],
-    *,
-    now: datetime,
-    zone: ZoneInfo,
+    scope_name: str, limits: BudgetLimits, scope: Scope, *, now: datetime, zone: ZoneInfo
 ) -> list[Breach]:
     breaches: list[Breach] = []
-    accounts = tuple(accounts)
+    pieces = scope.pieces()
     periods = (("daily", limits.daily_usd, day_start), ("monthly", limits.monthly_usd, month_start))
     for kind, ceiling, period_start in periods:
         if ceiling is None:
             continue
         start = period_start(now, zone)
-        spent = instances_spend(instances, start, now)
+        spent = pieces_spend(pieces, start, now)
         if spent.usd >= ceiling:
-            reached = spend_crossing_time(instances, start, now, ceiling) or start
-            unread = instances_spend(_unreadable(instances, accounts), start, now)
+            reached = spend_crossing_time(pieces, start, now, ceiling) or start
+            failing = [v.account for v in scope.account_views if v.last_poll_error_kind is not None]
+            unread = pieces_spend(scope.pieces(failing), start, now)
             text = (
-                f"{scope} {kind} spend ${spent.usd:.2f} reached the ${ceiling:.2f} ceiling"
+                f"{scope_name} {kind} spend ${spent.usd:.2f} reached the ${ceiling:.2f} ceiling"
                 f"{_unknown_note(spent, unread.estimated_usd)}"
             )
-            breaches.append(Breach(scope, kind, text, reached, not spent.complete))
+            breaches.append(Breach(scope_name, kind, text, reached, not spent.complete))
     if limits.max_usd_per_hour is not None:
-        breach = _rate_breach(scope, limits.max_usd_per_hour, instances, accounts, now)
+        breach = _rate_breach(scope_name, limits.max_usd_per_hour, scope, now)
         if breach is not None:
             breaches.append(breach)
     return breaches
-
-
-def _unreadable(
-    instances: Iterable[InstanceView], accounts: Iterable[AccountView]
-) -> list[InstanceView]:
-    """The instances of accounts whose last poll failed (their spend is being estimated)."""
-    failing = {view.account for view in accounts if view.last_poll_error_kind is not None}
-    return [instance for instance in instances if instance.latest.account in failing]
 
 
 def _unknown_note(spent: SpendFigure, estimated_usd: float) -> str:
@@ -228,36 +246,34 @@ def _unknown_note(spent: SpendFigure, estimated_usd: float) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def _rate_breach(
-    scope: str,
-    ceiling: float,
-    instances: Sequence[InstanceView],
-    accounts: Iterable[AccountView],
-    now: datetime,
-) -> Breach | None:
-    """The scope's spend rate: per account the larger of its instances' billed rates and the
-    provider's reported account rate."""
+def _rate_breach(scope_name: str, ceiling: float, scope: Scope, now: datetime) -> Breach | None:
+    """The scope's spend rate: per account the larger of what its instances and volumes bill
+    and the provider's reported account rate."""
+    instances = scope.instances
     by_account: dict[str, list[InstanceView]] = {}
     for instance in instances:
         by_account.setdefault(instance.latest.account, []).append(instance)
+    volumes: dict[str, list[VolumeLedger]] = {}
+    for volume in scope.view.volume_ledgers:
+        volumes.setdefault(volume.account, []).append(volume)
     reported = {
         view.account: view.latest.spend_usd_per_hour
-        for view in accounts
+        for view in scope.account_views
         if view.latest is not None and view.latest.spend_usd_per_hour is not None
     }
     total = 0.0
     unknown = 0
-    for account in sorted(set(by_account) | set(reported)):
-        figure = current_rate(by_account.get(account, ()))
+    for account in sorted(set(by_account) | set(reported) | (set(volumes) & set(scope.accounts))):
+        figure = current_rate(by_account.get(account, ())) + volumes_rate(volumes.get(account, ()))
         unknown += figure.unknown_instances
         total += max(figure.usd_per_hour, reported.get(account) or 0.0)
     if total <= ceiling:
         return None
     lookback = min((instance.first_seen for instance in instances), default=now)
-    started = rate_exceeded_since(instances, now, ceiling, lookback)
+    started = rate_exceeded_since(scope.pieces(), now, ceiling, lookback)
     note = f" ({unknown} instance(s) with an unknown rate not counted)" if unknown else ""
-    text = f"{scope} spend rate ${total:.2f}/h exceeds the ${ceiling:.2f}/h ceiling{note}"
-    return Breach(scope, "rate", text, started, unknown > 0)
+    text = f"{scope_name} spend rate ${total:.2f}/h exceeds the ${ceiling:.2f}/h ceiling{note}"
+    return Breach(scope_name, "rate", text, started, unknown > 0)
 
 
 def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:

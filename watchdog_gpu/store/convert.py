@@ -18,7 +18,9 @@ from watchdog_gpu.fleet import (
     InstanceView,
     Protection,
     ProtectionKind,
+    RatedSpan,
     Snooze,
+    VolumeLedger,
     VolumeView,
 )
 from watchdog_gpu.model import (
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         SnoozeRow,
         SshKey,
         Volume,
+        VolumeSpan,
     )
 
 _STATES = {state.value: state for state in InstanceState}
@@ -126,6 +129,20 @@ def instance_view(
         spans=tuple(spans),
         samples=samples,
         probes=tuple(probes),
+        billed_from=row.billed_from,
+    )
+
+
+def volume_ledgers(
+    rows: Iterable[Volume | Row[Any]], span_rows: Iterable[VolumeSpan | Row[Any]]
+) -> tuple[VolumeLedger, ...]:
+    """Each volume row with its rate runs (rows of ``volume_spans``, in order)."""
+    spans: dict[int, list[RatedSpan]] = defaultdict(list)
+    for span in span_rows:
+        spans[span.volume_pk].append(RatedSpan(span.first_seen, span.last_seen, span.usd_per_hour))
+    return tuple(
+        VolumeLedger(row.account, row.volume_id, tuple(spans.get(row.id, ())), row.gone_at)
+        for row in rows
     )
 
 

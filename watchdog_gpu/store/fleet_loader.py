@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
+from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history import FleetHistory, NewestIds
@@ -52,6 +52,7 @@ from watchdog_gpu.store.schema import (
     SnoozeRow,
     SshKey,
     Volume,
+    VolumeSpan,
 )
 from watchdog_gpu.store.values import (
     ACTIONS_DEFERRED,
@@ -115,6 +116,25 @@ _VOLUMES = (
     select(*Volume.__table__.columns)
     .where(Volume.account.in_(_NAMES), Volume.gone_at.is_(None))
     .order_by(Volume.account, Volume.id)
+)
+# The ledger's volumes: every one that may have billed inside the window, gone ones included,
+# with their rate runs (a present volume's are few: they change on attachment or price only).
+_VOLUME_IN_LEDGER: ColumnElement[bool] = and_(
+    Volume.account.in_(_NAMES),
+    or_(Volume.gone_at.is_(None), Volume.gone_at >= bindparam("window_start")),
+)
+_LEDGER_VOLUMES = (
+    select(*Volume.__table__.columns).where(_VOLUME_IN_LEDGER).order_by(Volume.account, Volume.id)
+)
+_LEDGER_VOLUME_SPANS = (
+    select(*VolumeSpan.__table__.columns)
+    .join(Volume, Volume.id == VolumeSpan.volume_pk)
+    .where(
+        _VOLUME_IN_LEDGER,
+        VolumeSpan.first_seen <= _NOW,
+        or_(VolumeSpan.last_seen >= bindparam("window_start"), Volume.gone_at.is_(None)),
+    )
+    .order_by(VolumeSpan.volume_pk, VolumeSpan.first_seen, VolumeSpan.id)
 )
 _SSH_KEYS = (
     select(*SshKey.__table__.columns)
@@ -185,6 +205,7 @@ def load_fleet_view(
         instances=instances,
         accounts=account_views,
         volumes=tuple(map(convert.volume_view, named(conn.execute(_VOLUMES, {"names": names})))),
+        volume_ledgers=volume_ledgers(conn, names, now, window_start),
         ssh_keys=tuple(map(convert.ssh_key, named(conn.execute(_SSH_KEYS, {"names": names})))),
         protections=tuple(convert.protection(row) for row in conn.execute(_PROTECTIONS)),
         snoozes=tuple(convert.snooze(row) for row in conn.execute(_SNOOZES, {"now": now})),
@@ -198,6 +219,16 @@ def load_fleet_view(
         notification_keys=frozenset(notices),
         notice_times=notices,
         fuse=fuse_state(conn),
+    )
+
+
+def volume_ledgers(
+    conn: Connection, names: list[str], now: datetime, window_start: datetime
+) -> tuple[VolumeLedger, ...]:
+    """What the volumes of ``names`` billed since ``window_start`` (gone ones included)."""
+    params = {"names": names, "now": now, "window_start": window_start}
+    return convert.volume_ledgers(
+        conn.execute(_LEDGER_VOLUMES, params), conn.execute(_LEDGER_VOLUME_SPANS, params)
     )
 
 

@@ -449,6 +449,7 @@ def _insert_instances(
         prints.append(None if gone else _fingerprint(snapshot))
         values.update(account=account, instance_id=snapshot.instance_id, first_seen=now)
         values["state_since"] = now
+        values["billed_from"] = billed_from(snapshot, now)
         rows.append(values)
     conn.execute(_INSERT_INSTANCES, rows)
     ids: dict[str, int] = {}
@@ -457,6 +458,16 @@ def _insert_instances(
     for snapshot, print_ in zip(snapshots, prints, strict=True):
         written[ids[snapshot.instance_id]] = print_
     return [_span(ids[s.instance_id], s.state.value, s.raw_state, s, now) for s in snapshots]
+
+
+def billed_from(snapshot: InstanceSnapshot, now: datetime) -> datetime | None:
+    """The ledger's anchor of an instance first seen ``now``: the provider's start time when it
+    is running and started before this sighting (it billed all along), else None. Written once,
+    with the instance row, and never recomputed (docs/safety.md, "Period spend")."""
+    started = snapshot.started_at
+    if snapshot.state is InstanceState.RUNNING and started is not None and started < now:
+        return started
+    return None
 
 
 def _span(pk: int, state: str, raw_state: str, snapshot: InstanceSnapshot, now: datetime) -> Values:

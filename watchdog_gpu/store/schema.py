@@ -130,6 +130,9 @@ class Instance(Base):
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
     state_since: Mapped[datetime]
+    # The ledger's anchor (docs/database.md): the provider's start time when the instance was
+    # first seen running after it started, written once at that sighting, never updated.
+    billed_from: Mapped[datetime | None]
 
 
 class InstanceSpan(Base):

@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Any
 
 from watchdog_gpu.errors import SchemaTooNewError, StoreError
-from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView
+from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
 from watchdog_gpu.model import ActionStatus, InstanceState, Verdict
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history_rows import (
@@ -200,6 +200,14 @@ _LATEST_SNAPSHOTS = (
 )
 _VOLUMES = (
     "SELECT * FROM volumes WHERE account IN ({names}) AND gone_at IS NULL ORDER BY account, id"
+)
+_VOLUME_IN_LEDGER = "v.account IN ({names}) AND (v.gone_at IS NULL OR v.gone_at >= ?)"
+_LEDGER_VOLUMES = f"SELECT v.* FROM volumes AS v WHERE {_VOLUME_IN_LEDGER} ORDER BY v.account, v.id"  # noqa: S608
+_LEDGER_VOLUME_SPANS = (
+    "SELECT s.* FROM volume_spans AS s JOIN volumes AS v ON v.id = s.volume_pk "  # noqa: S608
+    f"WHERE {_VOLUME_IN_LEDGER} AND s.first_seen <= ? "
+    "AND (s.last_seen >= ? OR v.gone_at IS NULL) "
+    "ORDER BY s.volume_pk, s.first_seen, s.id"
 )
 _SSH_KEYS = "SELECT * FROM ssh_keys WHERE account IN ({names}) ORDER BY account, id"
 _PROTECTIONS = "SELECT * FROM protections ORDER BY id"
@@ -387,6 +395,7 @@ class SqliteReader:
                     convert.volume_view(row)
                     for row in self._rows(_VOLUMES.format_map(in_names), names)
                 ),
+                volume_ledgers=self._volume_ledgers(names, now, window_start),
                 ssh_keys=tuple(
                     convert.ssh_key(row)
                     for row in self._rows(_SSH_KEYS.format_map(in_names), names)
@@ -403,6 +412,18 @@ class SqliteReader:
                 notice_times=notices,
                 fuse=self._fuse_state(),
             )
+
+    def _volume_ledgers(
+        self, names: list[str], now: datetime, window_start: datetime
+    ) -> tuple[VolumeLedger, ...]:
+        in_names = {"names": _marks(names)}
+        in_ledger = (*names, bind_time(window_start))
+        volumes = self._rows(_LEDGER_VOLUMES.format_map(in_names), in_ledger)
+        spans = self._rows(
+            _LEDGER_VOLUME_SPANS.format_map(in_names),
+            (*in_ledger, bind_time(now), bind_time(window_start)),
+        )
+        return convert.volume_ledgers(volumes, spans)
 
     def list_findings(self, seen_since: datetime | None = None) -> list[FindingRecord]:
         with self.errors():

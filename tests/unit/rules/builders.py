@@ -73,8 +73,10 @@ def instance(
     probes: Iterable[ProbeOutcome] = (),
     public_ports: tuple[int, ...] = (),
     first_seen: datetime | None = None,
+    billed_from: datetime | None = None,
 ) -> InstanceView:
-    """An instance whose latest snapshot is its last span (state, rates, ``last_seen``)."""
+    """An instance whose latest snapshot is its last span (state, rates, ``last_seen``);
+    ``billed_from`` is the ledger's anchor (what the store records at the first sighting)."""
     assert spans, "an instance needs at least one span"
     last = spans[-1]
     latest = InstanceSnapshot(
@@ -102,6 +104,7 @@ def instance(
         spans=tuple(spans),
         samples=tuple(sorted(samples, key=lambda s: (s.at, s.gpu_index))),
         probes=tuple(sorted(probes, key=lambda p: p.at)),
+        billed_from=billed_from,
     )
 
 
