@@ -90,10 +90,12 @@ class InstanceRecord:
         return self.state in COMPUTE_STATES
 
     def compute_usd_per_hour(self) -> float:
-        """The compute rate billed now (after a RunPod Savings Plan discount)."""
+        """The compute rate billed now (after a RunPod Savings Plan or a Vast reserved-instance
+        discount)."""
         if not self.compute_billed:
             return 0.0
-        return self.spec.compute_usd_per_hour * (1 - self.spec.savings_plan_discount)
+        spec = self.spec
+        return spec.compute_usd_per_hour * (1 - spec.savings_plan_discount - spec.reserved_discount)
 
     def storage_usd_per_hour(self, state: str | None = None) -> float:
         """Storage rate in ``state`` (default: the current one, with its provider state). Paused
@@ -184,6 +186,7 @@ class InstanceView:
     network_volume: str | None
     savings_plan_discount: float
     serverless_endpoint: str | None
+    reserved_discount: float
     gpu_name: str
     gpu_count: int
     compute_usd_per_hour: float  # the instance's compute price (billed only while running)
@@ -202,7 +205,8 @@ class InstanceView:
     @property
     def billed_usd_per_hour(self) -> float:
         compute = self.compute_usd_per_hour if self.compute_billed else 0.0
-        return compute * (1 - self.savings_plan_discount) + self.storage_usd_per_hour
+        discount = self.savings_plan_discount + self.reserved_discount
+        return compute * (1 - discount) + self.storage_usd_per_hour
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,10 @@ class ScenarioInstance(_Frozen):
     savings_plan_discount: Annotated[float, Field(ge=0, lt=1, strict=True)] = 0.0
     # A RunPod serverless worker of this endpoint id (its pod shows ``endpointId``).
     serverless_endpoint: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    # An addition (docs/scenario-format.md): a Vast reserved (prepaid) instance's discount, as a
+    # fraction of the compute price; Vast charges the discounted rate and lists both
+    # (``instance.totalHour`` and ``instance.discountedTotalPerHour``).
+    reserved_discount: Annotated[float, Field(ge=0, lt=1, strict=True)] = 0.0
     # Additions to the public format (documented in docs/scenario-format.md): where SSH probes
     # should connect. Defaults to loopback so nothing ever dials an address outside this machine.
     ssh_host: str = "127.0.0.1"
@@ -374,6 +378,8 @@ def _check_account(scenario: Scenario, account: ScenarioAccount, path: str) -> l
 def _check_pod_fields(
     account: ScenarioAccount, instance: ScenarioInstance, path: str
 ) -> list[ConfigProblem]:
+    if account.provider != "vast" and "reserved_discount" in instance.model_fields_set:
+        return [ConfigProblem(f"{path}.reserved_discount", "a Vast reserved-instance field")]
     if account.provider != "runpod":
         return [
             ConfigProblem(f"{path}.{name}", "a RunPod pod field")

@@ -635,6 +635,7 @@ class SimulatedWorld:
             network_volume=record.spec.network_volume,
             savings_plan_discount=record.spec.savings_plan_discount,
             serverless_endpoint=record.spec.serverless_endpoint,
+            reserved_discount=record.spec.reserved_discount,
             gpu_name=record.spec.gpu_name,
             gpu_count=record.spec.gpu_count,
             compute_usd_per_hour=record.spec.compute_usd_per_hour,

@@ -97,3 +97,38 @@ def test_an_empty_next_token_ends_paging_like_the_official_client() -> None:
 
     assert len(api.requests) == 2
     assert [instance.instance_id for instance in instances] == ["49877120", "50079779", "50090759"]
+
+
+def test_a_reserved_instance_bills_the_discounted_rate_vast_charges() -> None:
+    # Vast's example: listed 0.80/h, charged 0.50/h (its "as currently charged" pricing).
+    row = vast_bid_row(
+        actual_status="running",
+        intended_status="running",
+        is_bid=False,
+        dph_base=0.80 - 0.0142222,
+        dph_total=0.80,
+        instance={
+            "gpuCostPerHour": 0.80 - 0.0142222,
+            "diskHour": 0.0142222,
+            "totalHour": 0.80,
+            "discountTotalHour": 0.30,
+            "discountedTotalPerHour": 0.50,
+        },
+    )
+
+    snapshot = vast.parse_instance(row, account="a", now=NOW)
+
+    assert snapshot.state is S.RUNNING
+    assert snapshot.compute_usd_per_hour == pytest.approx(0.50 - 0.0142222)
+    assert billed_usd_per_hour(
+        snapshot.state, snapshot.compute_usd_per_hour, snapshot.storage_usd_per_hour
+    ) == pytest.approx(0.50)
+
+
+def test_an_on_demand_instance_whose_charged_rate_is_the_listed_one_bills_the_listed_rate() -> None:
+    row = vast_bid_row(actual_status="running", intended_status="running", is_bid=False)
+    row["instance"] = {"totalHour": row["dph_total"], "discountedTotalPerHour": row["dph_total"]}
+
+    snapshot = vast.parse_instance(row, account="a", now=NOW)
+
+    assert snapshot.compute_usd_per_hour == pytest.approx(row["dph_total"] - 0.0142222)

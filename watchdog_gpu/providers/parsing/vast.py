@@ -23,8 +23,10 @@ Every fact used here, with its source, is in ``docs/providers.md`` ("Vast.ai"): 
 - Compute $/h is what the contract bills **in its current state**: ``dph_total −
   storage_total_cost`` (which is ``dph_base``) while running/frozen/rebooting, and $0 while
   created, loading or scheduling ("GPU charges begin when status reaches running"). Never the
-  ``search`` (offer) prices. Storage $/h is ``storage_total_cost``, or ``disk_space ×
-  storage_cost / 720`` — Vast divides by 720 hours, as both of its documented examples show.
+  ``search`` (offer) prices; a reserved (prepaid) instance's discount — ``instance.totalHour −
+  instance.discountedTotalPerHour``, what Vast charges — comes off it. Storage $/h is
+  ``storage_total_cost``, or ``disk_space × storage_cost / 720`` — Vast divides by 720 hours,
+  as both of its documented examples show.
   Bandwidth is billed per byte (``inet_up_cost``/``inet_down_cost`` $/GB) and has no hourly
   rate: it is not part of the $/h figures (docs/providers.md says how to read it).
 - SSH goes through the documented proxy endpoint ``ssh_host:ssh_port`` as ``root``; the direct
@@ -417,9 +419,31 @@ def _compute_usd_per_hour(
     ):
         return 0.0
     total = get_money(fields, "dph_total")
+    listed: float | None
     if total is not None and storage is not None and total >= storage:
-        return round(total - storage, 7)
-    return get_money(fields, "dph_base")
+        listed = round(total - storage, 7)
+    else:
+        listed = get_money(fields, "dph_base")
+    discount = _charged_discount(fields)
+    if listed is None or discount is None:
+        return listed
+    return round(max(0.0, listed - discount), 7)
+
+
+def _charged_discount(fields: Mapping[str, object]) -> float | None:
+    """What Vast takes off the listed rate of this contract — a reserved (prepaid) instance's
+    discount: ``instance.totalHour − instance.discountedTotalPerHour`` (the "as currently
+    charged" pricing; the official client shows ``discounted_dph_total`` as a reserved rental's
+    $/hr). None when Vast reports no discount (an on-demand or bid contract: the two are
+    equal). The discount is on the compute price: storage bills its listed rate."""
+    charged = as_object(fields.get("instance"))
+    if charged is None:
+        return None
+    listed = get_money(charged, "totalHour")
+    discounted = get_money(charged, "discountedTotalPerHour")
+    if listed is None or discounted is None or discounted >= listed:
+        return None
+    return listed - discounted
 
 
 def _ssh_endpoint(fields: Mapping[str, object]) -> tuple[str | None, int | None]:

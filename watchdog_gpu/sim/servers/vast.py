@@ -376,12 +376,15 @@ def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
         "discountedTotalPerHour": view.compute_usd_per_hour + view.storage_usd_per_hour_running,
     }
     compute_now = view.compute_usd_per_hour if billing_compute else 0
+    # A reserved instance lists its full rate and charges the discounted one (the charged
+    # pricing's discountedTotalPerHour; dph_total stays the listed rate).
+    discount = compute_now * view.reserved_discount
     charged = {
         "gpuCostPerHour": compute_now,
         "diskHour": storage,
         "totalHour": compute_now + storage,
-        "discountTotalHour": 0,
-        "discountedTotalPerHour": compute_now + storage,
+        "discountTotalHour": discount,
+        "discountedTotalPerHour": compute_now - discount + storage,
     }
     return {
         "id": int(view.instance_id),
