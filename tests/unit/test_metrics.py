@@ -45,8 +45,10 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Decision, Plan, action_key
+from watchdog_gpu.rules import budget as budget_rule
 from watchdog_gpu.rules.budget import BudgetConfig, BudgetLimits
 from watchdog_gpu.rules.hygiene import HygieneConfig
+from watchdog_gpu.spend import day_start
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 from watchdog_gpu.tick import TickReport
 
@@ -362,6 +364,25 @@ def test_period_spend_is_known_dollars_with_unknown_time_apart_and_ceilings_only
     assert ceiling(VAST, "month") == 100.0
     assert ceiling(VAST, "day") is None
     assert ceiling(RUNPOD, "day") is None
+
+
+def test_period_spend_counts_volumes_and_is_the_figure_the_budget_rule_reads(
+    store: Store,
+) -> None:
+    # A stopped pod's disk at $0.20/h and a network volume at $0.30/h for an hour: $0.50.
+    for minute in range(0, 61, 10):
+        stopped = snapshot("201", InstanceState.STOPPED, minute, account=RUNPOD, storage=0.2)
+        poll(store, minute, RUNPOD, stopped, volumes=(volume("v1", 0.3),))
+    registry = CollectorRegistry()
+    budget = BudgetConfig(daily_usd=0.45)
+    config = MetricsConfig(accounts={RUNPOD: "runpod"}, budget=budget)
+    Metrics(registry, config, store=store, clock=VirtualClock(NOW))
+
+    spent = value(registry, "watchdog_gpu_period_spend_usd", scope=RUNPOD, period="day")
+    assert spent == pytest.approx(0.5)
+    view = store.load_fleet_view(NOW, timedelta(hours=1), day_start(NOW, "UTC"))
+    (finding,) = budget_rule.evaluate(view, NOW, budget)
+    assert "daily spend $0.50 reached the $0.45 ceiling" in str(finding.evidence["breaches"])
 
 
 def test_a_disabled_budget_rule_exposes_no_ceiling(store: Store) -> None:
