@@ -147,7 +147,7 @@ def _util(index: int) -> float:
 
 
 def _provider_samples(account: str, per_account: int, now: datetime) -> list[GpuSample]:
-    """RunPod's listing: each running GPU's utilisation (``probe/prober.provider_samples``)."""
+    """RunPod's listing: each running GPU's utilisation (``probe/prober.provider_api_samples``)."""
     return [
         GpuSample(
             account=account,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from watchdog_gpu.evidence import AccountEvidence, default_evidence
 from watchdog_gpu.model import (
     AccountSnapshot,
     ActionKind,
@@ -189,6 +190,14 @@ class FleetView:
     # built without it knows the keys only.
     notice_times: Mapping[str, datetime] = field(default_factory=dict)
     fuse: FuseState = field(default_factory=FuseState)
+    # What each configured account's GPU evidence can prove (evidence.py); an account not in it
+    # gets the strict default (a provider's reading never proves idle).
+    evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
+
+    def evidence_of(self, snapshot: InstanceSnapshot) -> AccountEvidence:
+        """What the GPU evidence of ``snapshot``'s account can prove."""
+        found = self.evidence.get(snapshot.account)
+        return found if found is not None else default_evidence(snapshot.account, snapshot.provider)
 
     def instances_of(self, account: str) -> tuple[InstanceView, ...]:
         return tuple(view for view in self.instances.values() if view.latest.account == account)

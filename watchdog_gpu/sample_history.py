@@ -423,11 +423,16 @@ class SampleHistory(Sequence[GpuSample]):
                 idle.append(row)
         return None, idle
 
-    def last_usable_at(self, now: datetime) -> datetime | None:
-        """The newest usable sample at or before ``now``."""
+    def last_usable_at(self, now: datetime, *, readings_prove_idle: bool = True) -> datetime | None:
+        """The newest usable sample at or before ``now``; without ``readings_prove_idle`` a
+        provider's reading that says idle is not one (it cannot prove idle: evidence.py)."""
+        c = self._columns
+        api = SOURCE_CODES[SampleSource.PROVIDER_API]
         for row in reversed(self.rows(None, now)):
-            if self.usable(row):
-                return instant(self._columns.at[row])
+            if not self.usable(row):
+                continue
+            if readings_prove_idle or c.source[row] != api or c.verdict[row] == BUSY:
+                return instant(c.at[row])
         return None
 
     def unusable_count(self, since: datetime, now: datetime) -> int:

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
+from watchdog_gpu.evidence import AccountEvidence
 from watchdog_gpu.executor import CALLING, Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
@@ -27,7 +28,6 @@ from watchdog_gpu.model import (
     ActionKind,
     ActionStatus,
     Finding,
-    GpuSample,
     InstanceRef,
     InstanceSnapshot,
     InstanceState,
@@ -46,6 +46,7 @@ from watchdog_gpu.notify.render import (
 )
 from watchdog_gpu.plan import Decision, Plan, PlanContext, plan, protected_report
 from watchdog_gpu.probe.condense import condense_samples
+from watchdog_gpu.probe.prober import provider_api_samples
 from watchdog_gpu.probe.state_log import StateChangeLog
 from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.resolutions import cleared_episodes
@@ -67,8 +68,6 @@ class ProbeRunner(Protocol):
         leaving: Callable[[], Collection[InstanceRef]] | None = None,
     ) -> list[ProbeOutcome]: ...
 
-    def provider_samples(self, instances: Sequence[InstanceSnapshot]) -> list[GpuSample]: ...
-
 
 @dataclass(frozen=True, slots=True)
 class TickSettings:
@@ -83,6 +82,10 @@ class TickSettings:
     # more than one poll interval, so one missed tick does not split an episode.
     continuity: timedelta = timedelta(minutes=3)
     notify_backoff: Backoff = field(default_factory=Backoff)
+    # What each account's GPU evidence can prove (Settings.evidence, evidence.py).
+    evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
+    # The busy threshold a provider's utilisation reading is judged with (idle_gpu's).
+    threshold_percent: float = 5.0
 
     @property
     def rules(self) -> Mapping[str, RuleConfig]:
@@ -275,8 +278,6 @@ class Watchdog:
         Not probed: an instance whose stop or destroy the provider accepted (``called``) or that
         was verified after the listing that still says "running". Its SSH goes away before the
         store's snapshot says so, and an "unreachable" outcome there is noise, not news."""
-        if self.prober is None:
-            return []
         leaving = self._leaving(now)
         running = [
             record.snapshot
@@ -285,6 +286,15 @@ class Watchdog:
             and record.snapshot.account in self.providers
             and not _leaving(record.snapshot, leaving)
         ]
+        # The providers' utilisation readings are recorded whether or not any account can be
+        # probed over SSH: they prove a GPU busy (evidence.py).
+        api_samples = provider_api_samples(
+            running, threshold_percent=self.settings.threshold_percent
+        )
+        if self.prober is None:
+            if api_samples:
+                self.store.record_samples(api_samples)
+            return []
 
         def left_meanwhile() -> set[InstanceRef]:
             # The act job runs in its own thread: a call made while this round read the
@@ -295,7 +305,6 @@ class Watchdog:
         outcomes = [
             _condensed(outcome) for outcome in self.prober.probe_all(running, now, left_meanwhile)
         ]
-        api_samples = self.prober.provider_samples(running)
         with self.store.batch():  # one commit for the round
             self.store.record_probes(outcomes)
             if api_samples:
@@ -330,7 +339,8 @@ class Watchdog:
         estimated spend (docs/safety.md, "Unknown cost") nor draw actions no provider can run."""
         since = month_start(now, self.settings.budget_timezone) - timedelta(days=1)
         configured = {name: provider.name for name, provider in self.providers.items()}
-        return self.store.load_fleet_view(now, self.settings.lookback, since, configured)
+        view = self.store.load_fleet_view(now, self.settings.lookback, since, configured)
+        return replace(view, evidence=self.settings.evidence)
 
     def evaluate(
         self, now: datetime, report: TickReport | None = None, *, wake: bool = False

@@ -264,6 +264,8 @@ def tick_settings(settings: Settings) -> TickSettings:
         budget_timezone=settings.rules.budget.timezone,
         continuity=2 * settings.watchdog.poll_interval + timedelta(seconds=30),
         notify_backoff=Backoff(settings.notify.retry_initial, settings.notify.retry_max),
+        evidence=settings.evidence(),
+        threshold_percent=settings.rules.idle_gpu.threshold_percent,
     )
 
 

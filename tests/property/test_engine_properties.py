@@ -206,9 +206,6 @@ class FakeProber:
             )
         return outcomes
 
-    def provider_samples(self, instances: Sequence[InstanceSnapshot]) -> list[GpuSample]:
-        return []
-
 
 class Phone:
     def deliver(self, notification: PlannedNotification) -> DeliveryResult:

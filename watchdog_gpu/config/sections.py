@@ -301,6 +301,14 @@ class AccountConfig(StrictModel):
         default=False, description="never stop or destroy anything in this account"
     )
     ssh: AccountSshConfig = Field(default_factory=AccountSshConfig)
+    idle_evidence: Literal["ssh", "provider_api"] = Field(
+        default="ssh",
+        description=(
+            "what may prove this account's GPUs idle: ssh (the probe's dmon rows only) or "
+            "provider_api (RunPod's per-poll utilisation figure too: a GPU busy in short bursts "
+            "between polls can be judged idle and destroyed; docs/safety.md)"
+        ),
+    )
 
     @field_validator("name")
     @classmethod

@@ -36,6 +36,7 @@ from watchdog_gpu.config.sections import (
     WatchdogSection,
 )
 from watchdog_gpu.errors import ConfigProblem
+from watchdog_gpu.evidence import AccountEvidence, account_evidence
 from watchdog_gpu.safety import SafetyConfig
 
 ENV_PREFIX = "WATCHDOG_GPU_"
@@ -144,6 +145,19 @@ class Settings(BaseSettings):
         ``[watchdog] mode``. Raises ``KeyError`` for an unknown rule name."""
         mode = self.rules.by_name()[rule_name].mode
         return self.watchdog.mode if mode == "inherit" else mode
+
+    def evidence(self) -> dict[str, AccountEvidence]:
+        """What each account's GPU evidence can prove (``watchdog_gpu.evidence``): what the
+        rules judge by and ``config check``, ``doctor`` and ``status`` print."""
+        return {
+            account.name: account_evidence(
+                account.name,
+                account.provider,
+                ssh=self.probe.enabled and account.ssh.has_authentication,
+                idle_evidence=account.idle_evidence,
+            )
+            for account in self.accounts
+        }
 
     def account(self, name: str) -> AccountConfig:
         """The account called ``name``; raises ``KeyError`` if there is none."""

@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from watchdog_gpu.evidence import EVIDENCE_WEAK, OPT_IN
 from watchdog_gpu.model import ActionKind, Finding, PlannedAction, PlannedNotification, Severity
 
 MONITOR_MARKER = "[monitor mode: nothing will be changed]"
@@ -290,6 +291,17 @@ def render_alert(
                 "Allow actions: watchdog-gpu unprotect "
                 + shlex.quote(f"{finding.account}/{finding.instance_id}")
             )
+    elif finding.evidence.get(EVIDENCE_WEAK) is True:
+        # Evidence that cannot prove idle (evidence.py): say what keeps it, and what lets it act.
+        lines.append(
+            "Next: not destroyed on this evidence; budget and time limits still apply. "
+            "Stop it yourself if it is idle."
+        )
+        lines.extend(_keep_commands(finding.account, finding.instance_id, DEFAULT_SNOOZE))
+        lines.append(
+            f"Let the provider's reading prove idle: set {OPT_IN} on account "
+            f"{finding.account!r} (a GPU busy in short bursts between polls then reads idle)"
+        )
     else:
         lines.append("Next: nothing changes automatically; this is for you to act on.")
     title = f"{_subject_name(finding)} {finding.rule}: {_clean(finding.summary, _TITLE_LIMIT)}"

@@ -15,7 +15,8 @@ samples; no exception from one instance stops the others. The runner is a seam
 simulator and the unit tests.
 
 RunPod also reports a per-GPU utilisation in its API: :func:`provider_api_samples` turns it into
-``GpuSample(source=PROVIDER_API)`` as a second, SSH-free signal.
+``GpuSample(source=PROVIDER_API)`` as a second, SSH-free signal (the tick records them whether or
+not any account can be probed; what such a reading can prove: ``watchdog_gpu/evidence.py``).
 """
 
 from __future__ import annotations
@@ -282,10 +283,6 @@ class Prober:
             self._runner.close_instance(InstanceRef(account, instance_id))
         if self._host_keys is not None:
             self._host_keys.forget_host_key(account, instance_id)
-
-    def provider_samples(self, instances: Sequence[InstanceSnapshot]) -> list[GpuSample]:
-        """:func:`provider_api_samples` with this prober's threshold."""
-        return provider_api_samples(instances, threshold_percent=self._threshold)
 
     def _target(self, instance: InstanceSnapshot) -> SshTarget:
         assert instance.ssh_host is not None

@@ -34,7 +34,7 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
@@ -216,26 +216,35 @@ class IdleEpisode:
 
 
 def current_idle(
-    instance: InstanceView, now: datetime, settings: IdleClockSettings
+    instance: InstanceView,
+    now: datetime,
+    settings: IdleClockSettings,
+    proves_idle: Callable[[SampleSource], bool] | None = None,
 ) -> IdleEpisode | None:
     """The instance's running idle episode — the one definition of "idle since" (its
     ``start``) — or ``None`` when it is not known idle now: not in a run that started running
     (:func:`~watchdog_gpu.runs.current_run`: a blind ``unknown`` listing inside the run keeps
     the clock, which counts no blind time), not armed, no instant
     observed idle on every GPU, or the newest observed idle instant older than
-    ``max_sample_gap`` (blind now: a job could have started)."""
+    ``max_sample_gap`` (blind now: a job could have started). ``proves_idle``: the sources
+    whose idle samples count as observed idle time (all by default; the idle rule passes the
+    account's evidence, ``watchdog_gpu/evidence.py``)."""
     run = current_run(instance)
     since = run.running_since if run is not None else None
     if since is None:
         return None
-    episode = idle_episode(instance, since, now, settings)
+    episode = idle_episode(instance, since, now, settings, proves_idle)
     if episode is None or now - episode.clock.last_observed > settings.max_sample_gap:
         return None
     return episode
 
 
 def idle_episode(
-    instance: InstanceView, since: datetime, now: datetime, settings: IdleClockSettings
+    instance: InstanceView,
+    since: datetime,
+    now: datetime,
+    settings: IdleClockSettings,
+    proves_idle: Callable[[SampleSource], bool] | None = None,
 ) -> IdleEpisode | None:
     """The idle episode of an instance running since ``since`` (its run), up to ``now``, fresh
     or not; ``None`` before arming or when no instant was observed idle on every GPU."""
@@ -267,6 +276,8 @@ def idle_episode(
         gpu, at, covers_from, source = history.observation(row)
         if at < first or gpu not in points:
             continue
+        if proves_idle is not None and not proves_idle(source):
+            continue  # a reading that cannot prove idle observes nothing (it still proves busy)
         sources.add(source)
         if covers_from == NO_TIME:
             points[gpu].append(instant(at))

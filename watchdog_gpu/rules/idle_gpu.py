@@ -22,7 +22,11 @@ How it decides, for each running instance:
   from the metric values); a sample without ``sm`` (MIG) is busy if the probe saw processes and
   unknown otherwise — never idle. An interactive login reported by a probe is activity too.
 - Samples from ``nvidia-smi dmon`` and from the provider's API are merged per GPU; either one
-  saying busy is activity.
+  saying busy is activity. **Evidence strength** (:mod:`watchdog_gpu.evidence`): only samples
+  that can prove idle count as observed idle time — dmon rows, not the provider's per-poll
+  utilisation reading, unless the account sets ``idle_evidence = "provider_api"``. An instance
+  whose GPUs read idle for ``idle`` only when those readings count gets a notify-only finding
+  ("looks idle per the provider, unobserved by SSH — not destroyed").
 - **Blind time is never idle time** (the idle clock, :mod:`watchdog_gpu.rules.idle_clock`, and
   ``docs/safety.md``, "Blind time and the idle clock"): the clock counts only *observed* idle
   time of every GPU (``gpu_count``; a GPU without samples observes nothing) — the seconds
@@ -53,17 +57,20 @@ How it decides, for each running instance:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from watchdog_gpu.durations import Duration, PositiveDuration, format_duration
+from watchdog_gpu.evidence import EVIDENCE_WEAK, AccountEvidence
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import (
     ActionKind,
     Finding,
+    SampleSource,
     Severity,
     Verdict,
 )
@@ -169,7 +176,9 @@ def evaluate_timed(view: FleetView, now: datetime, config: IdleGpuConfig) -> Rul
     for instance in view.instances.values():
         # Not only listed running: an unknown listing inside a run (a late heartbeat) is blind
         # time in it, and a standing warning must not be withdrawn for it (runs.current_run).
-        finding, point = _evaluate_instance(instance, now, config)
+        finding, point = _evaluate_instance(
+            instance, now, config, view.evidence_of(instance.latest)
+        )
         if finding is not None:
             findings.append(finding)
         if point is not None and (earliest is None or point < earliest):
@@ -196,12 +205,47 @@ def next_point(clock: IdleClock, observed: timedelta, config: IdleGpuConfig) -> 
 
 
 def _evaluate_instance(
-    instance: InstanceView, now: datetime, config: IdleGpuConfig
+    instance: InstanceView, now: datetime, config: IdleGpuConfig, evidence: AccountEvidence
 ) -> tuple[Finding | None, datetime | None]:
-    """The instance's finding (if any) and its clock's next point (:func:`next_point`)."""
+    """The instance's finding (if any) and its clock's next point (:func:`next_point`): on the
+    samples that can prove idle (``evidence``); when those do not, but the provider's readings
+    say idle for ``idle``, a notify-only finding (looks idle, not destroyed)."""
+    finding, point = _judge(instance, now, config, evidence.proves_idle)
+    if finding is not None or evidence.reading_proves_idle:
+        return finding, point
+    return _looks_idle(instance, now, config), point
+
+
+def _looks_idle(instance: InstanceView, now: datetime, config: IdleGpuConfig) -> Finding | None:
+    """The notify-only finding of an instance whose GPUs read idle for ``idle`` only when the
+    provider's per-poll readings count: they prove busy, never idle (evidence.py)."""
+    episode = current_idle(instance, now, config.clock_settings)
+    if episode is None or SampleSource.PROVIDER_API not in episode.sources:
+        return None
+    clock = episode.clock
+    if clock.observed(now) < config.idle:
+        return None
+    due_at = clock.due(config.idle, now)
+    finding = _finding(instance, episode, now, due_at=due_at, first_held=due_at, config=config)
+    summary = (
+        f"not destroyed: looks idle per the provider ({format_duration(clock.observed(now))}), "
+        "unobserved by SSH; a reading per poll proves busy, never idle"
+    )
+    evidence = {**finding.evidence, EVIDENCE_WEAK: True}
+    return replace(
+        finding, action=ActionKind.NOTIFY, summary=summary, evidence=evidence, due_at=due_at
+    )
+
+
+def _judge(
+    instance: InstanceView,
+    now: datetime,
+    config: IdleGpuConfig,
+    proves_idle: Callable[[SampleSource], bool],
+) -> tuple[Finding | None, datetime | None]:
     # Not running, not armed, no clock, or blind now: no finding, and nothing due until rows
     # come again.
-    episode = current_idle(instance, now, config.clock_settings)
+    episode = current_idle(instance, now, config.clock_settings, proves_idle)
     if episode is None:
         return None, None
     clock = episode.clock

@@ -42,7 +42,9 @@ def evaluate(view: FleetView, now: datetime, config: UnobservedConfig) -> list[F
     """One finding per running instance without usable GPU data for ``after``.
 
     Usable data is a GPU sample (dmon or provider API) that says busy, or idle with a real
-    ``sm`` value; MIG samples without processes, failed probes and missing samples are not. Blind
+    ``sm`` value; MIG samples without processes, failed probes and missing samples are not, nor
+    is a provider's reading that says idle unless the account lets it prove idle
+    (``idle_evidence = "provider_api"``, evidence.py). Blind
     time starts at the last usable sample of the current run (or when the run started);
     ``due_at`` is that plus ``after``. An instance in the ``unknown`` state is blind since it
     entered that state.
@@ -52,7 +54,7 @@ def evaluate(view: FleetView, now: datetime, config: UnobservedConfig) -> list[F
         if instance.state is InstanceState.UNKNOWN:
             finding = _unknown_state_finding(instance, now, config)
         else:
-            finding = _instance_finding(instance, now, config)
+            finding = _instance_finding(view, instance, now, config)
         if finding is not None:
             findings.append(finding)
     return findings
@@ -89,13 +91,14 @@ def _unknown_state_finding(
 
 
 def _instance_finding(
-    instance: InstanceView, now: datetime, config: UnobservedConfig
+    view: FleetView, instance: InstanceView, now: datetime, config: UnobservedConfig
 ) -> Finding | None:
     since = running_since(instance)
     if since is None:
         return None
     history = sample_history(instance.samples)
-    last_usable = history.last_usable_at(now)
+    evidence = view.evidence_of(instance.latest)
+    last_usable = history.last_usable_at(now, readings_prove_idle=evidence.reading_proves_idle)
     blind_since = max(since, last_usable) if last_usable is not None else since
     if now - blind_since < config.after:
         return None
@@ -107,7 +110,9 @@ def _instance_finding(
     )
     unknown = history.unusable_count(blind_since, now)
     latest = instance.latest
-    if last_probe is None:
+    if last_probe is None and evidence.provider_reading:
+        why = "no SSH probe; the provider's utilisation reading proves busy, never idle"
+    elif last_probe is None:
         why = "no probe has run" if latest.has_ssh_endpoint else "no SSH endpoint and no API data"
     elif last_probe.status is ProbeStatus.OK:
         why = "probes work but every sample is unknown (MIG without processes?)"

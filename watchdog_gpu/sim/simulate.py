@@ -26,10 +26,12 @@ import httpx
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import AccountConfig, Settings
 from watchdog_gpu.config.checks import actions_providers_cannot_take
+from watchdog_gpu.config.sections import AccountSshConfig
 from watchdog_gpu.errors import ConfigError
 from watchdog_gpu.gc_freeze import CollectBetweenJobs
 from watchdog_gpu.model import ActionStatus, PlannedNotification
 from watchdog_gpu.notify.delivery import Deliverer, DeliveryResult
+from watchdog_gpu.probe.runner import AccountRunners
 from watchdog_gpu.secrets import SecretReference
 from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.http import SimRequest, normalise_path
@@ -151,16 +153,26 @@ class SimulationResult:
 
 def simulation_settings(scenario: Scenario, base: Settings | None) -> Settings:
     """The daemon configuration for a scenario: ``base``'s rules, safety and mode (the
-    documented defaults in enforce mode without one), the scenario's accounts, no network."""
-    accounts = [
-        AccountConfig(
-            name=account.name,
-            provider=account.provider,
-            api_key=SecretReference.plain(account.effective_api_key),
-            api_url=SIM_BASE_URLS[account.provider],
-        )
-        for account in scenario.accounts
-    ]
+    documented defaults in enforce mode without one), the scenario's accounts, no network.
+
+    A scenario account that ``base`` also lists (by name) keeps that entry's own settings —
+    its ``ssh`` (without a key its hosts are never probed: only the provider's API is seen),
+    ``idle_evidence``, ``protect`` —; the others are probed over the simulated SSH."""
+    configured = {account.name: account for account in base.accounts} if base else {}
+    accounts = []
+    for account in scenario.accounts:
+        network = {
+            "provider": account.provider,
+            "api_key": SecretReference.plain(account.effective_api_key),
+            "api_url": SIM_BASE_URLS[account.provider],
+        }
+        own = configured.get(account.name)
+        if own is not None:
+            accounts.append(own.model_copy(update=network))
+        else:
+            accounts.append(
+                AccountConfig(name=account.name, ssh=AccountSshConfig(use_agent=True), **network)
+            )
     if base is None:
         base = Settings()
         watchdog = base.watchdog.model_copy(update={"mode": "enforce"})
@@ -240,14 +252,18 @@ class Simulation:
 
     def build(self) -> Assembly:
         """(Re)build the engine over the same store, world and clock: a restart of the daemon."""
+        keyed = [a.name for a in self.settings.accounts if a.ssh.has_authentication]
+        keyless = [a.name for a in self.settings.accounts if not a.ssh.has_authentication]
         assembly = assemble(
             self.settings,
             self.clock,
             {},
             store=self.store,
             transport_for=self._transport,
-            runner=SimulatedSshRunner(self.world),
-            streams=simulated_streams(self.settings, self.world),
+            # An account without an SSH key is never probed: its hosts refuse the login, as
+            # the daemon's per-account runners do (probe/runner.AccountRunners).
+            runner=AccountRunners({name: SimulatedSshRunner(self.world) for name in keyed}),
+            streams=simulated_streams(self.settings, self.world, keyless),
             # Retries wait on the virtual clock: seeded jitter keeps a scenario's run repeatable.
             jitter_seed=self.scenario.name,
         )

@@ -91,12 +91,14 @@ class SimulatedStreams:
         burst: Collection[InstanceRef] = (),
         capacity: int = DEFAULT_CAPACITY,
         batch_seconds: int = StreamCommandSpec().batch_seconds,
+        keyless: Collection[str] = (),
     ) -> None:
         self.world = world
         self._threshold = threshold_percent
         self._recent = interactive_recent_seconds
         self._aux_interval = aux_interval
         self._burst = frozenset(burst)
+        self._keyless = frozenset(keyless)
         self._capacity = capacity
         self._batch = batch_seconds
         self._stamps: dict[datetime, str] = {}  # every host prints the same second's stamp
@@ -106,7 +108,11 @@ class SimulatedStreams:
 
     def sync(self, targets: Sequence[SshTarget]) -> None:
         now = self.world.now()
-        wanted = {target.ref: target for target in targets if target.ref not in self._burst}
+        wanted = {
+            target.ref: target
+            for target in targets
+            if target.ref not in self._burst and target.account not in self._keyless
+        }
         with self._lock:
             for ref in [ref for ref in self._hosts if ref not in wanted]:
                 del self._hosts[ref]
@@ -217,8 +223,13 @@ def _aux_block(state: GpuState, at: datetime) -> str:
     )
 
 
-def simulated_streams(settings: Settings, world: SimulatedWorld) -> SimulatedStreams | None:
-    """The simulated streams for ``settings`` (``None`` with ``[probe] mode = "burst"``)."""
+def simulated_streams(
+    settings: Settings, world: SimulatedWorld, keyless: Collection[str] = ()
+) -> SimulatedStreams | None:
+    """The simulated streams for ``settings`` (``None`` with ``[probe] mode = "burst"``); the
+    hosts of the ``keyless`` accounts are not streamed (no key to log in with)."""
     if settings.probe.mode != "stream":
         return None
-    return SimulatedStreams(world, threshold_percent=settings.rules.idle_gpu.threshold_percent)
+    return SimulatedStreams(
+        world, threshold_percent=settings.rules.idle_gpu.threshold_percent, keyless=keyless
+    )

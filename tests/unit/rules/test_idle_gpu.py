@@ -20,6 +20,7 @@ from tests.unit.rules.builders import (
     samples,
     span,
 )
+from watchdog_gpu.evidence import EVIDENCE_WEAK, account_evidence
 from watchdog_gpu.fleet import InstanceView
 from watchdog_gpu.model import (
     ActionKind,
@@ -223,7 +224,7 @@ CASES = [
         at(152),
     ),
     Case(
-        "provider API samples alone can show idleness",
+        "provider API readings alone: looks idle (an alert, see below)",
         lambda: running(
             at(0),
             at(200),
@@ -394,3 +395,40 @@ def test_an_idle_sample_before_the_activity_does_not_cover_the_busy_moment() -> 
     (finding,) = findings_at(running(at(0), at(200), samples=data), at(150))
     assert finding.episode_started_at == at(121)
     assert finding.evidence["observed_idle_seconds"] == 29 * 60
+
+
+def _api_only() -> InstanceView:
+    return running(
+        at(0),
+        at(200),
+        samples=samples(at(0), at(200), sm=busy_until(120), source=SampleSource.PROVIDER_API),
+    )
+
+
+def test_provider_readings_alone_never_destroy_they_alert() -> None:
+    (finding,) = findings_at(_api_only(), at(151))
+    assert finding.action is ActionKind.NOTIFY
+    assert finding.evidence[EVIDENCE_WEAK] is True
+    assert finding.summary.startswith("not destroyed: looks idle per the provider (30m)")
+
+
+def test_provider_readings_do_not_alert_before_idle_of_apparent_idleness() -> None:
+    # A destroy would be warned warn_before ahead; an alert that destroys nothing waits for idle.
+    assert findings_at(_api_only(), at(149)) == []
+
+
+def test_an_account_that_opts_in_is_destroyed_on_the_readings() -> None:
+    opted = account_evidence("vast-main", "runpod", ssh=False, idle_evidence="provider_api")
+    view = replace(fleet(at(151), _api_only()), evidence={"vast-main": opted})
+    (finding,) = evaluate(view, at(151), CONFIG)
+    assert finding.action is ActionKind.DESTROY
+    assert finding.evidence["sources"] == "provider_api"
+    assert EVIDENCE_WEAK not in finding.evidence
+
+
+def test_dmon_rows_prove_idle_while_the_readings_ride_along() -> None:
+    # Both sources idle: the dmon rows alone carry the clock, and the destroy stands.
+    view = _with(forgotten(), samples(at(121), at(150), sm=0.0, source=SampleSource.PROVIDER_API))
+    (finding,) = findings_at(view, at(150))
+    assert finding.action is ActionKind.DESTROY
+    assert finding.evidence["sources"] == "dmon"

@@ -8,6 +8,7 @@ from datetime import datetime
 import pytest
 
 from tests.unit.rules.builders import at, fleet, instance, probes_every, running, samples, span
+from watchdog_gpu.evidence import account_evidence
 from watchdog_gpu.fleet import InstanceView
 from watchdog_gpu.model import ActionKind, InstanceState, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.rules.unobserved import UnobservedConfig, evaluate
@@ -61,10 +62,24 @@ CASES = [
         None,
     ),
     Case(
-        "provider API samples count as observation",
-        running(at(0), at(200), samples=samples(at(0), at(200), source=SampleSource.PROVIDER_API)),
+        "provider API readings that say busy count as observation",
+        running(
+            at(0),
+            at(200),
+            samples=samples(at(0), at(200), sm=80.0, source=SampleSource.PROVIDER_API),
+        ),
         at(200),
         None,
+    ),
+    Case(
+        "provider API readings that say idle prove nothing: blind",
+        running(
+            at(0),
+            at(200),
+            samples=samples(at(0), at(200), sm=0.0, source=SampleSource.PROVIDER_API),
+        ),
+        at(200),
+        at(0),
     ),
     Case(
         "a stopped instance is not blind, it is stopped",
@@ -124,3 +139,12 @@ def test_an_instance_in_an_unmapped_state_is_told_after_the_blind_window() -> No
     # The same episode while it lasts.
     (later,) = evaluate(fleet(at(120), exploded), at(120), CONFIG)
     assert later.episode_key == finding.episode_key
+
+
+def test_an_account_that_lets_the_reading_prove_idle_is_observed_by_it() -> None:
+    view = running(
+        at(0), at(200), samples=samples(at(0), at(200), sm=0.0, source=SampleSource.PROVIDER_API)
+    )
+    opted = account_evidence("vast-main", "runpod", ssh=False, idle_evidence="provider_api")
+    fleet_view = replace(fleet(at(200), view), evidence={"vast-main": opted})
+    assert evaluate(fleet_view, at(200), CONFIG) == []
