@@ -21,13 +21,15 @@ Each pass, in order:
    reason (a 4xx that waiting does not change) is tried ``MAX_REFUSED_CALLS`` times in all, then
    ``failed`` — final, and its message says so.
 
-The listing at the call: the rules that judge an instance by what the provider lists
-(``max_runtime``, ``paused_interruptible``, ``stopped_disk``) decided on the latest poll, which
-the act job follows by up to a poll interval. Right before their call the account is listed
-again (once per pass): an instance listed in another state than the one decided on (a paused
-instance resumed, a stopped one started) or started again (a restart: a new runtime) is not
-called; its action waits (``action_waits``) for an evaluation of a newer listing, which drops
-the finding when its condition cleared — so the executor then cancels it — or keeps it. A
+The listing at the call: every stop and destroy was decided on the latest poll, which the act
+job follows by up to a poll interval (an idle destroy decided at a wake, on the listing of the
+tick before). A destructive call is made only on the state a fresh listing shows: right before
+it the account is listed again (once per pass), and an instance listed in another state than
+the one decided on (a running pod its user stopped a second ago, a paused instance resumed, a
+stopped one started) or started again (a restart: a new runtime) is not called; its action
+waits (``action_waits``) for an evaluation of a newer listing — the planner decides again: it
+drops the finding when its condition cleared (an idle rule judges running instances only), so
+the executor then cancels it, or keeps it. The executor carries out; it does not decide. A
 failing listing holds the call like a failed call (retried, escalated on the same clock), and a
 wait that drags on (a listing that keeps changing) is escalated on that clock too.
 
@@ -80,11 +82,6 @@ CALLING = "calling"  # the ``result`` mark written right before a provider call
 MAX_VERIFY_BACKOFF = timedelta(minutes=10)
 MAX_RETRY_BACKOFF = timedelta(minutes=15)
 RETRY_BASE = timedelta(seconds=30)
-# Rules that judge an instance by what the provider lists (its state, since when it runs): their
-# actions are checked against a fresh listing right before the call (``_listing_moved_on``).
-# Not the idle rule (it judges by the GPU's rows, and ``current_episodes`` re-checks those), not
-# the budget (spend, whatever the state).
-LISTED_STATE_RULES = frozenset({"max_runtime", "paused_interruptible", "stopped_disk"})
 # Providers give a start as "up for N minutes" (Vast.ai, RunPod: ``now - uptime``), so two
 # listings of one run differ by a minute or so; a restart moves it by the whole runtime.
 RESTART_TOLERANCE = timedelta(minutes=5)
@@ -339,7 +336,7 @@ class Executor:
             return
         if self._cancelled_by_guard(row, state):
             return
-        if row.rule in LISTED_STATE_RULES and self._listing_moved_on(row, state):
+        if self._listing_moved_on(row, state):
             return
         if row.result == AWAITING_ACCOUNT and self._account_unreadable(row, state):
             return
@@ -419,8 +416,8 @@ class Executor:
         return holds
 
     def _listing_moved_on(self, row: ActionRow, state: _Pass) -> bool:
-        """For a rule that judges listed state: does the action wait (True) because the
-        instance is no longer what its evaluation saw? The act job runs up to a poll interval
+        """Does the action wait (True) because the instance is no longer what its evaluation
+        saw? The act job runs up to a poll interval
         after the listing its evaluation read (module doc, "The listing at the call"): the
         account is listed again now, and an instance in another state, or started again, waits
         for an evaluation of a new listing — which drops the finding if its condition cleared.
@@ -803,8 +800,8 @@ def escalation_number(elapsed: timedelta, after: timedelta) -> int:
 
 
 def listed_change(decided: InstanceSnapshot, current: InstanceSnapshot | None) -> str | None:
-    """How the provider's listing of an instance now differs from the one an action of a
-    listed-state rule was decided on, or None: another state, or a start more than
+    """How the provider's listing of an instance now differs from the one an action was
+    decided on, or None: another state, or a start more than
     :data:`RESTART_TOLERANCE` later (a restart: a new runtime, a new episode). An instance no
     longer listed is no difference: the call finds it gone and verification confirms it."""
     if current is None:

@@ -86,6 +86,17 @@ class FailingListing(ScriptedProvider):
         raise TransientError("vast: HTTP 500")
 
 
+@dataclass
+class FailsAfterTheCall(ScriptedProvider):
+    """Lists the instance before the call (the listing at the call), then every listing fails
+    (an outage right after the destroy call)."""
+
+    def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
+        if not self.calls:
+            return super().list_instances(now)
+        raise TransientError("vast: HTTP 500")
+
+
 def enqueue(store: Store, *, dry_run: bool = False, kind: ActionKind = ActionKind.DESTROY) -> None:
     store.record_observation(
         AccountObservation(AccountSnapshot("vast", "vast-main", NOW), (snapshot(),)), NOW
@@ -284,7 +295,7 @@ def test_a_call_refused_for_the_key_stops_when_its_condition_is_gone(store: Stor
 def test_a_kill_is_escalated_by_time_since_the_call_while_listing_fails(store: Store) -> None:
     enqueue(store)
     episode = KEY.removesuffix(":destroy")
-    provider = FailingListing(gone_after_call=False)
+    provider = FailsAfterTheCall(gone_after_call=False)
     runner = executor(store, provider)
     runner.run(NOW)  # the destroy call goes out; the listing then fails for good
     assert provider.calls == [("destroy", "9001")]
@@ -312,7 +323,7 @@ def test_a_failing_listing_leaves_no_cycle_holding_the_pass(store: Store) -> Non
     """The listing error is kept for the pass without its traceback: the traceback held the
     frame that held the pass, so each pass and its listings waited for the cyclic collector."""
     enqueue(store)
-    runner = executor(store, FailingListing(gone_after_call=False))
+    runner = executor(store, FailsAfterTheCall(gone_after_call=False))
     runner.run(NOW)  # the destroy call goes out; verifying it then finds the listing failing
     action = store.get_action(KEY)
     assert action is not None
@@ -625,14 +636,46 @@ def test_a_listing_recorded_after_the_latest_evaluation_waits_for_one(store: Sto
     assert action.status == ActionStatus.CALLED
 
 
-def test_the_idle_rule_is_not_held_by_a_state_change_in_the_listing(store: Store) -> None:
+def test_an_idle_destroy_is_not_sent_on_a_pod_its_user_stopped_since_the_decision(
+    store: Store,
+) -> None:
+    # Decided on a running instance; its user stopped it a second before the call. The call
+    # goes out only on the state a fresh listing shows: the action waits for the planner.
     enqueue(store)  # idle_gpu, decided on a running instance
+    provider = ScriptedProvider(listing=[snapshot(InstanceState.STOPPED)])
+    episodes = {KEY.removesuffix(":destroy")}
+    runner = executor(store, provider, current_episodes=lambda since: episodes)
+
+    runner.run(NOW + timedelta(seconds=1), evaluated_at=NOW)
+
+    assert provider.calls == []
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING
+    assert any(
+        "lists it stopped, not running as decided" in event.message
+        for event in store.list_audit_events()
+    )
+    # The next evaluation (of the new listing) no longer holds the finding: cancelled.
+    episodes.clear()
+    runner.run(NOW + timedelta(seconds=61), evaluated_at=NOW + timedelta(seconds=60))
+    assert provider.calls == []
+    action = store.get_action(KEY)
+    assert action is not None
+    assert action.status == ActionStatus.CANCELLED
+
+
+def test_a_budget_destroy_is_listed_again_before_the_call(store: Store) -> None:
+    key = enqueue_listed(store, snapshot(InstanceState.RUNNING), rule="budget")
     provider = ScriptedProvider(listing=[snapshot(InstanceState.STOPPED)])
     runner = executor(store, provider)
 
-    runner.run(NOW)
+    runner.run(NOW + timedelta(seconds=30), evaluated_at=NOW)
 
-    assert provider.calls == [("destroy", "9001")]
+    assert provider.calls == []
+    action = store.get_action(key)
+    assert action is not None
+    assert action.status == ActionStatus.PENDING
 
 
 def test_a_wait_that_drags_on_is_escalated_and_still_not_called(store: Store) -> None:
