@@ -1,7 +1,8 @@
 """``watchdog-gpu config check [--config PATH]``: validate the configuration and summarise it.
 
 On success it prints which file was used, the mode, each account with its provider and where its
-API key comes from (only ever "set" or "missing", never the value), each enabled rule with its
+API key comes from (only ever "set" or "missing", never the value) and what its GPU evidence can
+prove (``watchdog_gpu/evidence.py``: the rules judge by the same), each enabled rule with its
 action and effective mode, the notification routes, and which values came from the environment
 (``WATCHDOG_GPU_*`` variables win over the file; ``$STATE_DIRECTORY``, a configuration in
 ``/etc/watchdog-gpu`` (→ ``/var/lib/watchdog-gpu``) or ``$XDG_STATE_HOME`` place the default
@@ -156,6 +157,7 @@ def check_report(
 ) -> dict[str, Any]:
     """The ``--json`` form of a valid configuration's check (secrets only as their source)."""
     refusals = _refusals(settings, environ)
+    evidence = settings.evidence()
     return {
         "valid": True,
         "ready_to_run": not refusals,
@@ -171,6 +173,7 @@ def check_report(
                 "provider": account.provider,
                 "api_key": account.api_key.describe(environ),
                 "protected": account.protect,
+                "gpu_evidence": evidence[account.name].summary,
             }
             for account in settings.accounts
         ],
@@ -213,6 +216,8 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
         ]
         for account in settings.accounts
     )
+    evidence = settings.evidence()
+    lines += [f"  {name} GPU evidence: {item.summary}" for name, item in evidence.items()]
     lines.append("rules (action, effective mode):")
     lines += _table([name, action, mode + note] for name, action, mode, note in _rules(settings))
     disabled = [name for name, rule in settings.rules.by_name().items() if not rule.enabled]

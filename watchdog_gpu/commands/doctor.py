@@ -138,6 +138,8 @@ def _account_lines(account: AccountReport) -> list[str]:
         f"  key privileges: {key.scopes}",
         f"  provider: {'; '.join(account.capabilities)}",
     ]
+    if account.gpu_evidence:
+        lines.append(f"  GPU evidence: {account.gpu_evidence}")
     if not account.read:
         return lines
     lines.append(

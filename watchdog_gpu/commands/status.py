@@ -33,7 +33,9 @@ recorded yet``; a missing one is an error (exit 2), never created.
      "accounts": [{"name", "provider", "balance_usd", "spend_usd_per_hour",
                    "spend_rate_source": "provider"|"instances"|null, "runway_hours",
                    "last_poll": "ok"|"error"|"never", "last_poll_ok_at", "last_poll_error_kind",
-                   "last_poll_error_at", "last_poll_error_message"}],
+                   "last_poll_error_at", "last_poll_error_message",
+                   "gpu_evidence": str|null (what its GPU evidence can prove; null without a
+                   configuration listing the account)}],
      "instances": [{"account", "instance_id", "name", "provider", "state", "raw_state",
                     "state_since", "usd_per_hour",
                     "gpu": {"status": "busy"|"idle"|"unknown"|"no_samples"|"not_running",
@@ -93,6 +95,7 @@ from watchdog_gpu.store.rows import (
 
 if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
+    from watchdog_gpu.evidence import AccountEvidence
 
 # Outbox statuses of an action that is not finished (shown as "pending").
 OPEN_STATUSES = frozenset(
@@ -126,6 +129,8 @@ class AccountStatus:
     spend_usd_per_hour: float | None
     spend_source: str | None
     runway_hours: float | None
+    # What its GPU evidence can prove (evidence.py; None without a configuration that lists it).
+    gpu_evidence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,7 @@ class Policy:
     poll_interval: timedelta
     warn_before: Callable[[str], timedelta]
     protection: Callable[[InstanceSnapshot, Iterable[Protection]], str | None]
+    evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
 
 
 def policy_of(settings: Settings | None) -> Policy:
@@ -215,6 +221,7 @@ def policy_of(settings: Settings | None) -> Policy:
         poll_interval=settings.watchdog.poll_interval,
         warn_before=lambda rule: warn_before(rule, context),
         protection=lambda snapshot, protections: protection_for(snapshot, protections, context),
+        evidence=settings.evidence(),
     )
 
 
@@ -261,7 +268,7 @@ def collect(source: ReadSource | Source, now: datetime) -> FleetStatus:
         _instance_status(instance, view, shared, policy=policy)
         for instance in _ordered(view.instances.values())
     ]
-    accounts = [_account_status(record, view) for record in records]
+    accounts = [_account_status(record, view, policy.evidence) for record in records]
     return FleetStatus(
         as_of,
         note,
@@ -291,7 +298,9 @@ def _ordered(instances: Any) -> list[InstanceView]:
     )
 
 
-def _account_status(record: AccountRecord, view: FleetView) -> AccountStatus:
+def _account_status(
+    record: AccountRecord, view: FleetView, evidence: Mapping[str, AccountEvidence]
+) -> AccountStatus:
     account = record.view
     snapshot = account.latest
     rate, source = (None, None)
@@ -303,7 +312,15 @@ def _account_status(record: AccountRecord, view: FleetView) -> AccountStatus:
             rate, source = sum(value for value in rates if value is not None), "instances"
     balance = snapshot.balance_usd if snapshot is not None else None
     runway = balance / rate if balance is not None and rate else None
-    return AccountStatus(account, record.last_poll_error_message, rate, source, runway)
+    known = evidence.get(account.account)
+    return AccountStatus(
+        account,
+        record.last_poll_error_message,
+        rate,
+        source,
+        runway,
+        known.summary if known is not None else None,
+    )
 
 
 InstanceKey = tuple[str, str | None]
@@ -414,6 +431,11 @@ def status_lines(status: FleetStatus, *, colour: bool = False) -> list[str]:
         ("ACCOUNT", "PROVIDER", "BALANCE", "SPEND", "RUNWAY", "LAST POLL"),
         [_account_row(account, now) for account in status.accounts],
     )
+    lines += [
+        f"  {account.view.account} GPU evidence: {account.gpu_evidence}"
+        for account in status.accounts
+        if account.gpu_evidence is not None
+    ]
     lines.append("")
     if status.instances:
         instances = status.instances
@@ -597,6 +619,7 @@ def _account_json(account: AccountStatus) -> dict[str, Any]:
         "last_poll_error_kind": view.last_poll_error_kind,
         "last_poll_error_at": json_time(view.last_poll_error_at),
         "last_poll_error_message": account.error_message if last_poll == "error" else None,
+        "gpu_evidence": account.gpu_evidence,
     }
 
 

@@ -207,16 +207,38 @@ def config_warnings(settings: Settings) -> list[ConfigProblem]:
                 "not a loopback address: anyone who can reach it reads your fleet and spend",
             )
         )
-    if settings.probe.enabled:
-        warnings += [
-            ConfigProblem(
-                f"accounts[{index}].ssh",
-                "no key_file, private_key or use_agent: the GPU probe cannot log in, so this "
-                "account's instances stay unobserved (never judged idle)",
+    warnings += evidence_warnings(settings)
+    return warnings
+
+
+def evidence_warnings(settings: Settings) -> list[ConfigProblem]:
+    """Accounts whose GPUs the probe cannot see, and accounts that let a provider's reading
+    prove idle, each with what its evidence can prove (``Settings.evidence``, the same text
+    ``doctor`` and ``status`` print and the rules act by)."""
+    evidence = settings.evidence()
+    warnings = []
+    for index, account in enumerate(settings.accounts):
+        item = evidence[account.name]
+        if settings.probe.enabled and not account.ssh.has_authentication:
+            warnings.append(
+                ConfigProblem(
+                    f"accounts[{index}].ssh",
+                    f"no key_file, private_key or use_agent: the GPU probe cannot log in; "
+                    f"{item.summary}",
+                )
             )
-            for index, account in enumerate(settings.accounts)
-            if not account.ssh.has_authentication
-        ]
+        elif not settings.probe.enabled and not item.reading_proves_idle:
+            warnings.append(
+                ConfigProblem("probe.enabled", f"account {account.name!r}: {item.summary}")
+            )
+        if account.idle_evidence == "provider_api":
+            display = CAPABILITIES[account.provider].display_name
+            text = (
+                f"{item.summary}"
+                if item.reading_proves_idle
+                else f"has no effect: {display}'s API reports no GPU utilisation"
+            )
+            warnings.append(ConfigProblem(f"accounts[{index}].idle_evidence", text))
     return warnings
 
 

@@ -93,6 +93,7 @@ def _examine(
     tick = TickReport(now)
     watchdog.evaluate(now, tick)
     accounts = []
+    evidence = settings.evidence()
     for account in settings.accounts:
         failure = failures.get(account.name)
         accounts.append(
@@ -104,6 +105,7 @@ def _examine(
                 error=str(failure) if failure is not None else "",
                 probes=probes.get(account.name),
                 not_probed=_not_probed(settings, assembly, account.name, given_runner=given_runner),
+                gpu_evidence=evidence[account.name].summary,
             )
         )
     mode_note = (

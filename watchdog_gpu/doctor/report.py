@@ -119,6 +119,8 @@ class AccountReport:
     unknown: tuple[str, ...] = ()
     # What the provider's API can do at all (watchdog_gpu.capabilities), in words.
     capabilities: tuple[str, ...] = ()
+    # What its GPU evidence can prove (evidence.AccountEvidence.summary: what the rules act by).
+    gpu_evidence: str = ""
 
     @property
     def read(self) -> bool:
@@ -320,6 +322,7 @@ def account_report(
     error: str = "",
     probes: Mapping[str, ProbeOutcome] | None = None,
     not_probed: str = "",
+    gpu_evidence: str = "",
 ) -> AccountReport:
     """One account's part of the report. ``observation`` is None when the listing failed
     (``error_kind``/``error`` say how); ``probes`` maps instance ids to their probe outcome and
@@ -330,6 +333,7 @@ def account_report(
             provider,
             key_check(provider, error_kind, error, {}),
             capabilities=capability_notes(provider),
+            gpu_evidence=gpu_evidence,
         )
     outcomes = probes or {}
     snapshot = observation.account
@@ -354,6 +358,7 @@ def account_report(
         problems=dict(observation.problems),
         unknown=tuple(unknown),
         capabilities=capability_notes(provider),
+        gpu_evidence=gpu_evidence,
     )
 
 
