@@ -475,3 +475,24 @@ def test_the_gpu_state_is_coloured_on_a_terminal_unless_no_color(
     assert "\x1b[31munknown: probe unreachable\x1b[0m" in coloured
     assert "\x1b[" not in plain
     assert "unknown: probe unreachable" in plain
+
+
+def test_status_and_config_check_say_what_each_accounts_gpu_evidence_proves(
+    store: Store, db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One function decides it (Settings.evidence, what the rules act by); both print it.
+    record_two_hours(store)
+    account = '[[accounts]]\nname = "vast-main"\nprovider = "vast"\napi_key = "k"\n'
+    config = write_config(tmp_path, db, account)
+
+    status = json.loads(run(capsys, "status", "--config", str(config), "--json").out)
+    text = run(capsys, "status", "--config", str(config)).out
+    check = json.loads(run(capsys, "config", "check", "--config", str(config), "--json").out)
+
+    said = "no SSH probe and no utilisation from the API: its instances stay unobserved"
+    (listed,) = status["accounts"]
+    assert listed["gpu_evidence"].startswith(said)
+    assert [a["gpu_evidence"] for a in check["accounts"]] == [listed["gpu_evidence"]]
+    assert f"  vast-main GPU evidence: {listed['gpu_evidence']}" in text.splitlines()
+    without_config = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
+    assert without_config["accounts"][0]["gpu_evidence"] is None

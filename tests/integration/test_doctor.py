@@ -302,3 +302,19 @@ def test_doctor_as_a_user_runs_it_against_sim_serve(tmp_path: Path) -> None:
     assert [v["action"] for (_, subject), v in verdicts.items() if "w3e4" in subject] == ["destroy"]
     assert ("stopped_disk", "vast-a/9004") in verdicts
     assert not (tmp_path / "watchdog-gpu.db").exists()
+
+
+def test_the_report_says_what_each_accounts_gpu_evidence_proves_as_config_check_does(
+    served: ServedWorld, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(served, tmp_path)
+    result, report = doctor_json(capsys, config)
+    check = json.loads(run(capsys, "config", "check", "--config", str(config), "--json").out)
+
+    assert result.code == 0, result.err
+    said = {a["name"]: a["gpu_evidence"] for a in check["accounts"]}
+    assert {a["name"]: a["gpu_evidence"] for a in report["accounts"]} == said
+    # No SSH key in this configuration: RunPod's figure proves busy only.
+    assert said["runpod-a"].startswith("no SSH probe: only RunPod's per-poll utilisation figure")
+    text = run(capsys, "doctor", "--config", str(config)).out
+    assert f"  GPU evidence: {said['runpod-a']}" in text

@@ -288,6 +288,10 @@ def test_json_of_a_valid_configuration(
             "provider": "vast",
             "api_key": "env VAST_API_KEY (set)",
             "protected": False,
+            "gpu_evidence": (
+                "no SSH probe and no utilisation from the API: its instances stay unobserved "
+                "(never judged idle; budget and time limits still act)"
+            ),
         }
     ]
     assert {"path": "watchdog.mode", "variable": "WATCHDOG_GPU_WATCHDOG__MODE"} in report[
@@ -421,3 +425,68 @@ def test_config_check_refuses_an_inline_ssh_key_that_run_refuses_naming_the_acco
     assert problem.strip().startswith("accounts[1].ssh.private_key: ")
     assert problem.strip() in ran.err
     assert CANARY not in checked.out + checked.err + ran.out + ran.err
+
+
+RUNPOD_WITHOUT_KEY = """
+    [[accounts]]
+    name = "runpod-lab"
+    provider = "runpod"
+    api_key = { env = "RUNPOD_API_KEY" }
+"""
+
+
+def test_a_runpod_account_without_a_key_is_said_never_to_be_destroyed_as_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What config check says is what the rule does (Settings.evidence, read by both): before,
+    # it said "never judged idle" while idle_gpu destroyed on RunPod's figure.
+    monkeypatch.setenv("RUNPOD_API_KEY", CANARY)
+    code = main(["config", "check", "--config", str(write(tmp_path, RUNPOD_WITHOUT_KEY))])
+
+    captured = capsys.readouterr()
+    assert code == 0
+    said = (
+        "no SSH probe: only RunPod's per-poll utilisation figure, which proves busy, never idle; "
+        "its instances are never destroyed as idle"
+    )
+    assert "warning: accounts[0].ssh: no key_file, private_key or use_agent: " in captured.err
+    assert said in captured.err
+    assert f"runpod-lab GPU evidence: {said}" in captured.out
+    assert 'idle_evidence = "provider_api"' in captured.out
+
+
+def test_the_opt_in_is_named_with_what_it_can_misjudge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RUNPOD_API_KEY", CANARY)
+    monkeypatch.setenv("VAST_API_KEY", CANARY)
+    body = (
+        RUNPOD_WITHOUT_KEY
+        + '    idle_evidence = "provider_api"\n'
+        + ONE_ACCOUNT
+        + '    idle_evidence = "provider_api"\n'
+    )
+    code = main(["config", "check", "--config", str(write(tmp_path, body)), "--json"])
+
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    warnings = {w["path"]: w["message"] for w in report["warnings"]}
+    assert (
+        "busy in short bursts between polls can be judged idle and destroyed"
+        in (warnings["accounts[0].idle_evidence"])
+    )
+    assert warnings["accounts[1].idle_evidence"] == (
+        "has no effect: Vast.ai's API reports no GPU utilisation"
+    )
+    evidence = {a["name"]: a["gpu_evidence"] for a in report["accounts"]}
+    assert evidence["runpod-lab"].startswith("no SSH probe; RunPod's per-poll utilisation figure")
+
+
+def test_an_invalid_idle_evidence_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = RUNPOD_WITHOUT_KEY + '    idle_evidence = "api"\n'
+    code = main(["config", "check", "--config", str(write(tmp_path, body))])
+
+    assert code == 2
+    assert "accounts[0].idle_evidence" in capsys.readouterr().err
