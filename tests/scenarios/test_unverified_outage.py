@@ -1,6 +1,6 @@
 """Scenario: a kill that cannot be confirmed is escalated by time (unverified_outage.toml).
 
-The RunPod destroy is called at 40m; half a minute later the API answers HTTP 500 for 90
+The RunPod destroy is called at 40m (40m07s: when the rows covering it are in); half a minute later the API answers HTTP 500 for 90
 minutes, so re-listing cannot confirm the kill. Escalation depends on the time since the call,
 not on the instance still being listed: the first critical message comes about
 ``escalate_unverified_after`` (10 min here) after the call, further ones as the time doubles
@@ -17,7 +17,9 @@ from tests.scenarios.helpers import ENFORCE, Run, offset, run_scenario
 NAME = "unverified_outage"
 CONFIG = f'{ENFORCE}\n[safety]\nescalate_unverified_after = "10m"\n'
 POD = "runpod-main/a1b2c3d4e5f6gh"
-CALLED_AT = offset("40m")
+# Decided once the streamed rows covering 40m are in (the wake at batch_seconds + 2 s): the
+# pod's idle time is proven by dmon rows only, not by RunPod's reading at the 40m poll.
+CALLED_AT = offset("40m7s")
 ESCALATE_AFTER = offset("10m")
 OUTAGE_ENDS = offset("2h10m30s")
 
