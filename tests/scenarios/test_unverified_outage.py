@@ -1,11 +1,11 @@
 """Scenario: a kill that cannot be confirmed is escalated by time (unverified_outage.toml).
 
-The RunPod destroy is called at 40m (40m07s: when the rows covering it are in); half a minute later the API answers HTTP 500 for 90
-minutes, so re-listing cannot confirm the kill. Escalation depends on the time since the call,
-not on the instance still being listed: the first critical message comes about
-``escalate_unverified_after`` (10 min here) after the call, further ones as the time doubles
-(bounded: a handful over 90 minutes, not one per check), and the action is verified — never
-marked done by a timer — once the API answers again.
+The RunPod destroy is called at 40m (40m07s: once the rows covering it are in); half a minute
+later the API answers HTTP 500 for 90 minutes, so re-listing cannot confirm the kill. Escalation
+depends on the time since the call, not on the instance still being listed: the first critical
+message comes about ``escalate_unverified_after`` (10 min here) after the call, further ones as
+the time doubles (bounded: a handful over 90 minutes, not one per check), and the action is
+verified — never marked done by a timer — once the API answers again.
 """
 
 from __future__ import annotations
