@@ -16,6 +16,7 @@ from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import load_settings
 from watchdog_gpu.config.sections import RulesConfig
 from watchdog_gpu.errors import StoreError
+from watchdog_gpu.evidence import account_evidence
 from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.metrics import (
     Metrics,
@@ -441,6 +442,30 @@ def test_blind_instances_are_running_ones_without_usable_gpu_data_for_the_unobse
 ) -> None:
     # 104 and runpod's 202 were never probed in an hour; 101 and 102 have fresh samples
     assert value(fleet_registry, "watchdog_gpu_blind_instances") == 2
+
+
+@pytest.mark.parametrize(("idle_evidence", "blind"), [("ssh", 2), ("provider_api", 1)])
+def test_a_pod_seen_only_through_idle_readings_is_blind_unless_its_account_opts_in(
+    store: Store, idle_evidence: str, blind: int
+) -> None:
+    # RunPod's 202 reads 0 % at every poll: no usable data unless the readings may prove idle
+    # (the unobserved rule's judgement, Settings.evidence).
+    record_fleet(store)
+    store.record_samples(
+        [
+            GpuSample(RUNPOD, "202", at(minute), 0, Verdict.IDLE, SampleSource.PROVIDER_API, sm=0.0)
+            for minute in range(0, 61, 10)
+        ]
+    )
+    evidence = {RUNPOD: account_evidence(RUNPOD, "runpod", ssh=False, idle_evidence=idle_evidence)}
+    registry = CollectorRegistry()
+    Metrics(
+        registry,
+        MetricsConfig(accounts=ACCOUNTS, evidence=evidence),
+        store=store,
+        clock=VirtualClock(NOW),
+    )
+    assert value(registry, "watchdog_gpu_blind_instances") == blind
 
 
 def planned(key: str, kind: ActionKind = ActionKind.DESTROY) -> PlannedAction:

@@ -132,7 +132,9 @@ class StoreCollector(Collector):
         config = self.config
         accounts = dict(config.accounts) if config.accounts is not None else None
         since = gauges.spend_since(now, config.budget)
-        view = self.store.load_fleet_view(now, config.lookback, since, accounts)
+        view = gauges.with_evidence(
+            self.store.load_fleet_view(now, config.lookback, since, accounts), config
+        )
         # Computed into a scratch dict first: a failure part-way leaves no half-filled family.
         scratch = _empty_families()
         _fill_fleet(view, now, config, scratch)

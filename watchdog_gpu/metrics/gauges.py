@@ -9,11 +9,12 @@ apart, never added as $0, and an instance is "idle" only while its newest GPU da
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import RESERVED_ACCOUNT_NAME
+from watchdog_gpu.evidence import AccountEvidence
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import InstanceState
 from watchdog_gpu.rules import unobserved
@@ -55,6 +56,9 @@ class MetricsConfig:
     # phase's interval (``watchdog_gpu_job_interval_seconds``, which the tick-behind alert reads).
     rules: Mapping[str, RuleConfig] = field(default_factory=dict)
     job_intervals: Mapping[str, timedelta] = field(default_factory=dict)
+    # What each account's GPU evidence can prove (Settings.evidence): the blind-instance gauge
+    # judges as the unobserved rule does.
+    evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
 
     @property
     def lookback(self) -> timedelta:
@@ -76,6 +80,7 @@ class MetricsConfig:
             unobserved=rules.unobserved,
             rules=rules.by_name(),
             job_intervals=dict(job_intervals or {}),
+            evidence=settings.evidence(),
         )
 
 
@@ -218,6 +223,11 @@ def blind_instances(view: FleetView, now: datetime, config: UnobservedConfig) ->
     instances in an unmapped provider state for as long (the same judgement as the rule, which
     alerts about each of them)."""
     return len(unobserved.evaluate(view, now, config))
+
+
+def with_evidence(view: FleetView, config: MetricsConfig) -> FleetView:
+    """``view`` with what each configured account's GPU evidence can prove."""
+    return replace(view, evidence=config.evidence) if config.evidence else view
 
 
 @dataclass(frozen=True, slots=True)
