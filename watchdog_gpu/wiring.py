@@ -134,12 +134,14 @@ def build_ssh_runners(
     )
     keys_by_account = load_ssh_keys(settings, environ)
     runners: dict[str, CommandRunner] = {}
+    evidence = settings.evidence()
     for account in settings.accounts:
         ssh = account.ssh
         if not ssh.has_authentication:
             log.warning(
-                "no SSH key for account=%s: its GPUs cannot be probed (blind time alerts apply)",
+                "no SSH key for account=%s: its GPUs cannot be probed; GPU evidence: %s",
                 account.name,
+                evidence[account.name].summary,
             )
             continue
         runners[account.name] = ParamikoRunner(
