@@ -19,6 +19,7 @@ from tests.scenarios.helpers import (
     ENFORCE,
     Run,
     assert_spend_never_above_baseline,
+    finish,
     run_scenario,
     simulating,
 )
@@ -98,3 +99,17 @@ def test_with_the_opt_in_the_figure_decides_and_misjudges_the_bursty_pod(tmp_pat
     # The other account did not opt in: its pod with SSH down stays.
     assert run.instances[SSH_DOWN]["final_state"] == "running"
     assert_spend_never_above_baseline(run)
+
+
+def test_the_readings_are_recorded_when_no_account_has_a_key(tmp_path: Path) -> None:
+    # No account can be probed, so there is no prober at all: RunPod's readings are still
+    # recorded (before, only when some account had a key), and they still prove busy only.
+    other = '[[accounts]]\nname = "runpod-keyed"\nprovider = "runpod"\napi_key = "unused"\n'
+    with simulating(NAME, tmp_path, f"{CONFIG}{other}") as sim:
+        assert sim.assembly.prober is None
+        result = finish(sim)
+    assert result.actions == []
+    for pod in (BURSTY, IDLE, SSH_DOWN):
+        titles = [n["title"] for n in result.notifications_for(pod) if n["rule"] == "idle_gpu"]
+        assert len(titles) == 1, (pod, titles)
+        assert "looks idle per the provider" in titles[0]

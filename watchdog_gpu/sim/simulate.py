@@ -262,7 +262,10 @@ class Simulation:
             transport_for=self._transport,
             # An account without an SSH key is never probed: its hosts refuse the login, as
             # the daemon's per-account runners do (probe/runner.AccountRunners).
-            runner=AccountRunners({name: SimulatedSshRunner(self.world) for name in keyed}),
+            # Without any key there is no prober at all, as in the daemon.
+            runner=AccountRunners({name: SimulatedSshRunner(self.world) for name in keyed})
+            if keyed
+            else None,
             streams=simulated_streams(self.settings, self.world, keyless),
             # Retries wait on the virtual clock: seeded jitter keeps a scenario's run repeatable.
             jitter_seed=self.scenario.name,
