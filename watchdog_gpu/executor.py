@@ -30,8 +30,10 @@ stopped one started) or started again (a restart: a new runtime) is not called; 
 waits (``action_waits``) for an evaluation of a newer listing — the planner decides again: it
 drops the finding when its condition cleared (an idle rule judges running instances only), so
 the executor then cancels it, or keeps it. The executor carries out; it does not decide. A
-failing listing holds the call like a failed call (retried, escalated on the same clock), and a
-wait that drags on (a listing that keeps changing) is escalated on that clock too.
+failing listing holds the call of a rule that judges listed state (``max_runtime``,
+``paused_interruptible``, ``stopped_disk``) like a failed call (retried, escalated on the same
+clock); an idle or budget action then goes by its own evidence, as the call's own failure would
+tell. A wait that drags on (a listing that keeps changing) is escalated on that clock too.
 
 Crash safety (record first, act second): right before the provider call the action is marked
 ``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
@@ -79,6 +81,10 @@ from watchdog_gpu.store.rows import ActionRow
 log = logging.getLogger(__name__)
 
 CALLING = "calling"  # the ``result`` mark written right before a provider call
+# Rules that judge an instance by what the provider lists: a listing that fails at the call
+# holds their call (the state they decided on cannot be confirmed). Every action waits when a
+# fresh listing shows the instance changed (``_listing_moved_on``).
+LISTED_STATE_RULES = frozenset({"max_runtime", "paused_interruptible", "stopped_disk"})
 MAX_VERIFY_BACKOFF = timedelta(minutes=10)
 MAX_RETRY_BACKOFF = timedelta(minutes=15)
 RETRY_BASE = timedelta(seconds=30)
@@ -430,6 +436,11 @@ class Executor:
             reason = "a listing newer than the latest evaluation is recorded"
         else:
             listing = self._listing(row.account, state)
+            if isinstance(listing, ProviderError) and row.rule not in LISTED_STATE_RULES:
+                # No fresh listing to compare: an idle or budget action goes by its own
+                # evidence (re-checked above), as before; a refused or failed call is
+                # handled as such (``_refused``, ``_retry_later``).
+                return False
             if isinstance(listing, ProviderError):
                 detail = (
                     f"its state cannot be confirmed: listing the account fails ({listing.kind})"
