@@ -356,6 +356,18 @@ class ActionStatus(StrEnum):
     CANCELLED = "cancelled"  # a fuse-blocked action a human released with `fuse reset`
 
 
+# The one definition of an *open* action (decided, not finished): the executor still carries out
+# or verifies those in flight; ``held`` and ``blocked`` wait for a human. Every reader (the fleet
+# view, ``status``, ``once``, the daemon's status line) imports these.
+IN_FLIGHT_ACTION_STATUSES = (
+    ActionStatus.PENDING,
+    ActionStatus.CLAIMED,
+    ActionStatus.CALLED,
+    ActionStatus.UNVERIFIED,
+)
+OPEN_ACTION_STATUSES = (*IN_FLIGHT_ACTION_STATUSES, ActionStatus.HELD, ActionStatus.BLOCKED)
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedAction:
     """A stop or destroy the planner wants executed, keyed for idempotency."""

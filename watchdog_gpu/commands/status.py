@@ -78,7 +78,13 @@ from watchdog_gpu.commands.common import (
 )
 from watchdog_gpu.commands.gpu_activity import GpuActivity, gpu_activity
 from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
-from watchdog_gpu.model import ActionKind, ActionStatus, InstanceSnapshot, InstanceState
+from watchdog_gpu.model import (
+    OPEN_ACTION_STATUSES,
+    ActionKind,
+    ActionStatus,
+    InstanceSnapshot,
+    InstanceState,
+)
 from watchdog_gpu.notices import EpisodeNotices, index_notices
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
 from watchdog_gpu.plan import due_after_warning, recorded_protection
@@ -93,18 +99,6 @@ from watchdog_gpu.store.rows import (
 
 if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
-
-# Outbox statuses of an action that is not finished (shown as "pending").
-OPEN_STATUSES = frozenset(
-    {
-        ActionStatus.PENDING,
-        ActionStatus.CLAIMED,
-        ActionStatus.CALLED,
-        ActionStatus.UNVERIFIED,
-        ActionStatus.HELD,
-        ActionStatus.BLOCKED,
-    }
-)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -326,7 +320,7 @@ class _Shared:
             by_instance.setdefault((finding.account, finding.instance_id), []).append(finding)
         pending: dict[InstanceKey, list[ActionRecord]] = {}
         for action in view.recent_actions:
-            if action.status in OPEN_STATUSES:
+            if action.status in OPEN_ACTION_STATUSES:
                 pending.setdefault((action.account, action.instance_id), []).append(action)
         return cls(
             findings=by_instance,
