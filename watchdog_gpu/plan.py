@@ -435,24 +435,34 @@ def _active_snooze(view: FleetView, finding: Finding, now: datetime) -> str | No
     return None
 
 
-def acted_in_last_hour(view: FleetView, now: datetime) -> int:
+def acted_in_last_hour(actions: Iterable[ActionRecord], now: datetime) -> int:
     """Ordinary actions that count towards ``max_actions_per_hour``: real (not dry-run),
-    not the budget emergency's, and not ended without touching anything."""
-    return acted_since(view, now - HOUR)
+    not the budget emergency's, and not ended without touching anything. The one count of
+    the fuse: ``fuse status`` shows this number."""
+    return acted_since(actions, now - HOUR)
+
+
+def counts_for_fuse(record: ActionRecord) -> bool:
+    """Whether an outbox action counts towards the fuse's limits: a real one (never a dry run)
+    that did not end without touching anything."""
+    return record.status not in _NOT_ACTED and not record.dry_run
 
 
 def acted_since(
-    view: FleetView, since: datetime, *, inclusive: bool = False, budget: bool = False
+    actions: Iterable[ActionRecord],
+    since: datetime,
+    *,
+    inclusive: bool = False,
+    budget: bool = False,
 ) -> int:
-    """Actions that count towards the fuse's limits (real, not ended without touching
-    anything) planned after ``since`` (or at it, when ``inclusive``): the ordinary ones, or
-    with ``budget`` the budget emergency's."""
+    """Actions that count towards the fuse's limits (:func:`counts_for_fuse`) planned after
+    ``since`` (or at it, when ``inclusive``): the ordinary ones, or with ``budget`` the budget
+    emergency's."""
     return sum(
         1
-        for record in view.recent_actions
+        for record in actions
         if (record.created_at >= since if inclusive else record.created_at > since)
-        and record.status not in _NOT_ACTED
-        and not record.dry_run
+        and counts_for_fuse(record)
         and (record.rule == BUDGET_RULE) == budget
     )
 
@@ -476,12 +486,16 @@ def _apply_fuse(
     latched = context.fuse_latched or view.fuse.latched
     trip_reasons = [] if latched else _wrong_pattern(ordinary, view, now, context)
     blocked_ids = {id(d) for d in ordinary} if latched or trip_reasons else set()
-    hour_allowance = max(0, safety.max_actions_per_hour - acted_in_last_hour(view, now))
+    hour_allowance = max(
+        0, safety.max_actions_per_hour - acted_in_last_hour(view.recent_actions, now)
+    )
     tick_allowance = safety.max_actions_per_tick
     budget_allowance = safety.budget_emergency_max_actions_per_tick
     if tick_started is not None:  # a wake: what its tick already did counts
-        tick_allowance -= acted_since(view, tick_started, inclusive=True)
-        budget_allowance -= acted_since(view, tick_started, inclusive=True, budget=True)
+        tick_allowance -= acted_since(view.recent_actions, tick_started, inclusive=True)
+        budget_allowance -= acted_since(
+            view.recent_actions, tick_started, inclusive=True, budget=True
+        )
     allowance = min(tick_allowance, hour_allowance)
     queue = _Queue(now, context.tick_interval, tick_started, decisions)
     deferred_ids: set[int] = set()
