@@ -309,26 +309,35 @@ def due_time(
     return (max(due_at, now + lead) if lead > timedelta(0) else due_at), None
 
 
-def planned_due(
-    rule: str, episode_key: str, due_at: datetime, view: FleetView, context: PlanContext
-) -> datetime:
-    """When the planner will act on an episode as of ``view.now`` (what ``status`` shows)."""
-    return due_after_warning(episode_key, due_at, view, warn_before(rule, context))
+def standing_action(
+    episode_key: str, kind: ActionKind, dry_run: bool, actions: Mapping[str, ActionRecord]
+) -> ActionRecord | None:
+    """The outbox action that stands for an episode's stop/destroy in this mode (a dry run's
+    record for a monitor-mode rule): under way or carried out, so nothing is due. None when
+    the action is still to be decided: none recorded, or the recorded one was cancelled
+    (decided again). ``actions``: the view's actions by idempotency key."""
+    record = actions.get(ActionKey(episode_key, kind, dry_run).format())
+    return record if record is not None and record.status != ActionStatus.CANCELLED else None
 
 
-def due_after_warning(
+def action_due(
     episode_key: str,
+    kind: ActionKind,
     due_at: datetime,
-    view: FleetView,
-    lead: timedelta,
     *,
-    notices: Mapping[str, EpisodeNotices] | None = None,
-) -> datetime:
-    """:func:`planned_due` for a rule whose warning must stand ``lead`` before it acts.
-    ``notices``: ``index_notices(view.notice_times)`` when the caller has it already (``status``
-    asks for every due finding)."""
-    index = index_notices(view.notice_times) if notices is None else notices
-    return due_time(due_at, index.get(episode_key), lead, view.now)[0]
+    dry_run: bool,
+    lead: timedelta,
+    actions: Mapping[str, ActionRecord],
+    notices: Mapping[str, EpisodeNotices],
+    now: datetime,
+) -> datetime | None:
+    """When the planner will carry out an episode's stop/destroy as of ``now`` (what ``status``
+    shows): not before a standing warning is ``lead`` old; None when its action stands in the
+    outbox already (:func:`standing_action`: under way, carried out, or recorded as a dry run).
+    ``notices``: ``index_notices(view.notice_times)``, built once by the caller."""
+    if standing_action(episode_key, kind, dry_run, actions) is not None:
+        return None
+    return due_time(due_at, notices.get(episode_key), lead, now)[0]
 
 
 def _decide(
@@ -351,9 +360,9 @@ def _decide(
     if reason is not None:
         return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
     key = action_key(finding, finding.action, dry_run)
-    record = existing.get(key)
-    if record is not None and record.status != ActionStatus.CANCELLED:
-        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {record.status}")
+    standing = standing_action(finding.episode_key, finding.action, dry_run, existing)
+    if standing is not None:
+        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {standing.status}")
     lead = warn_before(finding.rule, context)
     due, standing = due_time(finding.due_at, notices.get(finding.episode_key), lead, now)
     warn_at = due - lead
@@ -385,7 +394,7 @@ def _decide(
         evidence=finding.evidence,
         usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
     )
-    released = record is not None and record.status == ActionStatus.CANCELLED
+    released = key in existing  # recorded, and not standing: cancelled, decided again
     return Decision(
         finding, PlanStatus.EXECUTE, dry_run, warn_at, action, released=released, due_at=due
     )

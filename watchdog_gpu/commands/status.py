@@ -87,7 +87,7 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.notices import EpisodeNotices, index_notices
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
-from watchdog_gpu.plan import due_after_warning, recorded_protection
+from watchdog_gpu.plan import action_due, recorded_protection
 from watchdog_gpu.rules.idle_clock import IdleClockSettings
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.store.rows import (
@@ -170,13 +170,14 @@ class ModeSummary:
 @dataclass(frozen=True)
 class Policy:
     """What the tables need of the configuration: the sample window, the idle threshold, the
-    poll interval, how long a rule's warning stands before it acts, and what protects an
-    instance (the planner's own checks)."""
+    poll interval, how long a rule's warning stands before it acts, whether a rule only records
+    a dry run (monitor mode) and what protects an instance (the planner's own checks)."""
 
     lookback: timedelta
     idle_clock: IdleClockSettings
     poll_interval: timedelta
     warn_before: Callable[[str], timedelta]
+    dry_run: Callable[[str], bool]
     protection: Callable[[InstanceSnapshot, Iterable[Protection]], str | None]
 
 
@@ -189,9 +190,10 @@ def policy_of(settings: Settings | None) -> Policy:
             idle_clock=status_defaults.IDLE_CLOCK,
             poll_interval=status_defaults.POLL_INTERVAL,
             warn_before=lambda rule: status_defaults.WARN_BEFORE.get(rule, timedelta(0)),
+            dry_run=lambda rule: status_defaults.MODE == "monitor",
             protection=recorded_protection,
         )
-    from watchdog_gpu.plan import PlanContext, protection_for, warn_before
+    from watchdog_gpu.plan import PlanContext, is_dry_run, protection_for, warn_before
     from watchdog_gpu.rules import lookback_for
     from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 
@@ -208,6 +210,7 @@ def policy_of(settings: Settings | None) -> Policy:
         idle_clock=(idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()).clock_settings,
         poll_interval=settings.watchdog.poll_interval,
         warn_before=lambda rule: warn_before(rule, context),
+        dry_run=lambda rule: is_dry_run(rule, context),
         protection=lambda snapshot, protections: protection_for(snapshot, protections, context),
     )
 
@@ -310,8 +313,8 @@ class _Shared:
 
     findings: dict[InstanceKey, list[FindingRecord]]
     pending: dict[InstanceKey, list[ActionRecord]]  # open actions, in the view's order
-    outbox: frozenset[str]  # the idempotency keys of the view's actions
-    notices: dict[str, EpisodeNotices]  # plan.due_after_warning's index, built once
+    actions: dict[str, ActionRecord]  # the view's actions by idempotency key
+    notices: dict[str, EpisodeNotices]  # plan.action_due's index, built once
 
     @classmethod
     def of(cls, view: FleetView, findings: Iterable[FindingRecord]) -> _Shared:
@@ -325,7 +328,7 @@ class _Shared:
         return cls(
             findings=by_instance,
             pending=pending,
-            outbox=frozenset(action.idempotency_key for action in view.recent_actions),
+            actions={action.idempotency_key: action for action in view.recent_actions},
             notices=index_notices(view.notice_times),
         )
 
@@ -355,33 +358,36 @@ def _instance_status(
 def _due(
     instance: InstanceView, view: FleetView, shared: _Shared, policy: Policy
 ) -> tuple[FindingRecord, ...]:
-    """Destructive findings the latest evaluation still had for the instance and that have no
-    action in the outbox yet, each due when the planner will act (``plan.planned_due``: not
-    before a standing warning is ``warn_before`` old). "Latest": seen less than a poll interval
-    before the account's last poll (evaluation follows polling; a cleared finding is not seen
-    again)."""
+    """Destructive findings the latest evaluation still had for the instance and whose action
+    the planner has still to carry out, each due when it will (``plan.action_due``: not before
+    a standing warning is ``warn_before`` old; nothing once its action — or, in monitor mode,
+    its dry run — is recorded). "Latest": seen less than a poll interval before the account's
+    last poll (evaluation follows polling; a cleared finding is not seen again)."""
     latest = instance.latest
     account = view.accounts.get(latest.account)
     polled = (
         [t for t in (account.last_poll_ok_at, account.last_poll_error_at) if t] if account else []
     )
     last_poll = max(polled, default=None)
-    return tuple(
-        replace(
-            finding,
-            due_at=due_after_warning(
-                finding.episode_key,
-                finding.due_at,
-                view,
-                policy.warn_before(finding.rule),
-                notices=shared.notices,
-            ),
+    due: list[FindingRecord] = []
+    for finding in shared.findings.get((latest.account, latest.instance_id), ()):
+        if finding.action is ActionKind.NOTIFY:
+            continue
+        if last_poll is not None and finding.last_seen + policy.poll_interval <= last_poll:
+            continue
+        at = action_due(
+            finding.episode_key,
+            finding.action,
+            finding.due_at,
+            dry_run=policy.dry_run(finding.rule),
+            lead=policy.warn_before(finding.rule),
+            actions=shared.actions,
+            notices=shared.notices,
+            now=view.now,
         )
-        for finding in shared.findings.get((latest.account, latest.instance_id), ())
-        if finding.action is not ActionKind.NOTIFY
-        and (last_poll is None or finding.last_seen + policy.poll_interval > last_poll)
-        and f"{finding.episode_key}:{finding.action.value}" not in shared.outbox
-    )
+        if at is not None:
+            due.append(replace(finding, due_at=at))
+    return tuple(due)
 
 
 # -- text -------------------------------------------------------------------------------------
