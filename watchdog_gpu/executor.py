@@ -49,7 +49,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
 from watchdog_gpu.model import (
@@ -146,14 +146,24 @@ class ActionStore(Protocol):
     def forget_host_key(self, account: str, instance_id: str) -> None: ...
 
 
+class StepOutcome(NamedTuple):
+    """An action that moved to ``status`` in one pass (its account and kind are its row's)."""
+
+    key: str
+    rule: str
+    status: str
+    account: str
+    kind: ActionKind
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutorReport:
     """What one pass did, by final or intermediate status (for logs and metrics)."""
 
-    outcomes: tuple[tuple[str, str, str], ...] = ()  # (idempotency key, rule, new status)
+    outcomes: tuple[StepOutcome, ...] = ()
 
     def count(self, status: str) -> int:
-        return sum(1 for _, _, new in self.outcomes if new == status)
+        return sum(1 for outcome in self.outcomes if outcome.status == status)
 
 
 @dataclass
@@ -162,7 +172,7 @@ class _Pass:
     evaluated_at: datetime | None = None
     current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
     listings: dict[str, tuple[InstanceSnapshot, ...] | ProviderError] = field(default_factory=dict)
-    outcomes: list[tuple[str, str, str]] = field(default_factory=list)
+    outcomes: list[StepOutcome] = field(default_factory=list)
 
 
 class Executor:
@@ -282,7 +292,9 @@ class Executor:
             next_attempt_at=next_attempt_at,
         )
         if moved:
-            state.outcomes.append((row.idempotency_key, row.rule, new_status))
+            state.outcomes.append(
+                StepOutcome(row.idempotency_key, row.rule, new_status, row.account, row.kind)
+            )
             log.info(
                 "action=%s account=%s instance=%s rule=%s status=%s dry_run=%s detail=%r",
                 row.kind.value,
@@ -401,9 +413,7 @@ class Executor:
             return None
         if state.current is None:
             state.current = set(self.current_episodes(state.evaluated_at))
-        parsed = ActionKey.parse(row.idempotency_key)
-        episode = parsed.episode if parsed is not None else row.idempotency_key
-        return episode in state.current
+        return row.episode_key in state.current
 
     def _still_warranted(self, row: ActionRow, state: _Pass) -> bool:
         """Does the condition behind ``row`` still hold? If not, the action is cancelled (or,
@@ -846,8 +856,7 @@ def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
 def episode_key_of(row: ActionRow) -> str:
     """The key the action's messages hang on (``ActionKey.message_episode``): the finding's
     episode key, with ``:dry_run`` kept for a dry run."""
-    parsed = ActionKey.parse(row.idempotency_key)
-    return parsed.message_episode if parsed is not None else row.idempotency_key
+    return ActionKey(row.episode_key, row.kind, row.dry_run).message_episode
 
 
 def _resume_status(row: ActionRow) -> ActionStatus:
@@ -868,6 +877,7 @@ def row_subject(row: ActionRow) -> PlannedAction:
         dry_run=row.dry_run,
         reason=row.reason,
         planned_at=row.created_at,
+        episode_key=row.episode_key,
         evidence=dict(row.evidence),
         usd_per_hour_at_stake=row.usd_per_hour_at_stake,
     )

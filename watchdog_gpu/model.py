@@ -370,7 +370,9 @@ OPEN_ACTION_STATUSES = (*IN_FLIGHT_ACTION_STATUSES, ActionStatus.HELD, ActionSta
 
 @dataclass(frozen=True, slots=True)
 class PlannedAction:
-    """A stop or destroy the planner wants executed, keyed for idempotency."""
+    """A stop or destroy the planner wants executed, keyed for idempotency. ``episode_key`` is
+    the episode of the finding it comes from (``Finding.episode_key``), stored with it: readers
+    take it from there, never from the idempotency key."""
 
     idempotency_key: str
     account: str
@@ -380,6 +382,7 @@ class PlannedAction:
     dry_run: bool
     reason: str
     planned_at: datetime
+    episode_key: str
     evidence: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
     usd_per_hour_at_stake: float | None = None
 

@@ -360,9 +360,9 @@ def _decide(
     if reason is not None:
         return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
     key = action_key(finding, finding.action, dry_run)
-    standing = standing_action(finding.episode_key, finding.action, dry_run, existing)
-    if standing is not None:
-        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {standing.status}")
+    recorded = standing_action(finding.episode_key, finding.action, dry_run, existing)
+    if recorded is not None:
+        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {recorded.status}")
     lead = warn_before(finding.rule, context)
     due, standing = due_time(finding.due_at, notices.get(finding.episode_key), lead, now)
     warn_at = due - lead
@@ -391,6 +391,7 @@ def _decide(
         dry_run=dry_run,
         reason=finding.summary,
         planned_at=now,
+        episode_key=finding.episode_key,
         evidence=finding.evidence,
         usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
     )

@@ -163,7 +163,7 @@ class Watchdog:
         self.on_tick = on_tick
         # A failing account is logged when its poll outcome changes, not at every poll.
         self._poll_log = StateChangeLog(log, what="poll")
-        self._planned_keys: set[str] = set()
+        self._planned_episodes: set[str] = set()
         # When this process last ran the rules: the executor acts only on conditions that still
         # held then (see executor.Executor).
         self.last_evaluated_at: datetime | None = None
@@ -353,8 +353,8 @@ class Watchdog:
             self._tick_started = now
         tick_started = self._tick_started if wake else None
         result = plan(findings, view, now, self.settings.context, tick_started=tick_started)
-        self._planned_keys = {
-            d.action.idempotency_key for d in result.decisions if d.action is not None
+        self._planned_episodes = {
+            d.action.episode_key for d in result.decisions if d.action is not None
         }
         for decision in result.decisions:
             self._record(decision, now, view.notification_keys)
@@ -496,7 +496,7 @@ class Watchdog:
     def _resolve_cleared(self, findings: Sequence[Finding], view: FleetView, now: datetime) -> None:
         """Write the resolutions of the episodes that cleared (``resolutions.py`` decides)."""
         recorded = self.store.list_findings(seen_since=now - self.settings.lookback)
-        for resolution in cleared_episodes(findings, recorded, view, self._planned_keys, now):
+        for resolution in cleared_episodes(findings, recorded, view, self._planned_episodes, now):
             finding = resolution.finding
             self.store.record_decision(
                 now,

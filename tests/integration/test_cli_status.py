@@ -267,6 +267,7 @@ def test_a_monitor_mode_destroy_whose_dry_run_is_recorded_is_not_listed_as_due(
         dry_run=True,
         reason="stopped for 2 h",
         planned_at=NOW - minutes(5),
+        episode_key=stopped.episode_key,
     )
     store.enqueue_action(dry_run, ActionStatus.DRY_RUN)
     enforce = write_config(tmp_path, db, mode="enforce")

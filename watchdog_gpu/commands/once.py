@@ -282,7 +282,7 @@ def summary_lines(
     if executed is None:
         lines.append("actions: executor not run")
     else:
-        counts = Counter(status for _, _, status in executed.outcomes)
+        counts = Counter(outcome.status for outcome in executed.outcomes)
         lines.append(f"actions: {_counts(counts) or 'none'}")
     delivered = report.delivered
     if delivered is None:
@@ -357,7 +357,7 @@ def summary_json(report: TickReport, notes: list[str], *, sent: bool = True) -> 
         "rules_failed": dict(report.failed_rules),
         "actions": None
         if executed is None
-        else dict(Counter(status for _, _, status in executed.outcomes)),
+        else dict(Counter(outcome.status for outcome in executed.outcomes)),
         "notifications": None
         if delivered is None
         else {

@@ -318,6 +318,7 @@ def action_row(row: ActionOutboxRow | Row[Any]) -> ActionRow:
         attempts=row.attempts,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        episode_key=row.episode_key,
         evidence=evidence(row.evidence),
         usd_per_hour_at_stake=row.usd_per_hour_at_stake,
         claimed_by=row.claimed_by,

@@ -51,6 +51,7 @@ def enqueue_action(session: Session, action: PlannedAction, status: str) -> bool
         session,
         ActionOutboxRow(
             idempotency_key=action.idempotency_key,
+            episode_key=action.episode_key,
             account=action.account,
             instance_id=action.instance_id,
             rule=action.rule,

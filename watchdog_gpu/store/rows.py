@@ -38,6 +38,7 @@ class ActionRow:
     attempts: int
     created_at: datetime
     updated_at: datetime
+    episode_key: str
     evidence: Mapping[str, JsonScalar] = field(default_factory=dict)
     usd_per_hour_at_stake: float | None = None
     claimed_by: str | None = None
@@ -58,6 +59,7 @@ class ActionRow:
             status=self.status,
             dry_run=self.dry_run,
             created_at=self.created_at,
+            episode_key=self.episode_key,
         )
 
     def to_planned(self) -> PlannedAction:
@@ -71,6 +73,7 @@ class ActionRow:
             dry_run=self.dry_run,
             reason=self.reason,
             planned_at=self.created_at,
+            episode_key=self.episode_key,
             evidence=self.evidence,
             usd_per_hour_at_stake=self.usd_per_hour_at_stake,
         )
