@@ -54,6 +54,7 @@ from typing import NamedTuple, Protocol
 from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
 from watchdog_gpu.model import (
     ActionKind,
+    ActionResult,
     ActionStatus,
     InstanceSnapshot,
     InstanceState,
@@ -76,7 +77,7 @@ from watchdog_gpu.store.rows import ActionRow
 
 log = logging.getLogger(__name__)
 
-CALLING = "calling"  # the ``result`` mark written right before a provider call
+CALLING = ActionResult.CALLING  # the ``result`` mark written right before a provider call
 MAX_VERIFY_BACKOFF = timedelta(minutes=10)
 MAX_RETRY_BACKOFF = timedelta(minutes=15)
 RETRY_BASE = timedelta(seconds=30)
@@ -118,7 +119,7 @@ class ActionStore(Protocol):
         new_status: str,
         now: datetime,
         *,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
     ) -> bool: ...
@@ -134,7 +135,7 @@ class ActionStore(Protocol):
         message: str,
         data: Mapping[str, str | int | float | bool | None] | None = None,
         notification: PlannedNotification | None = None,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
     ) -> bool: ...
@@ -273,7 +274,7 @@ class Executor:
         audit_kind: str,
         message: str,
         notification: PlannedNotification | None = None,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
         data: Mapping[str, str | int | float | bool | None] | None = None,
@@ -327,7 +328,7 @@ class Executor:
             audit_kind=audit_kind,
             message=message,
             notification=note,
-            result=outcome.value,
+            result=ActionResult(outcome.value),
             last_error=last_error,
         )
 
@@ -389,7 +390,7 @@ class Executor:
                 state,
                 error,
                 back_to=ActionStatus.PENDING,
-                result="call_failed",
+                result=ActionResult.CALL_FAILED,
                 notification=note,
             )
             return
@@ -400,7 +401,7 @@ class Executor:
             ActionStatus.CALLED,
             audit_kind="provider_called",
             message=f"{row.kind.value} {again}accepted by the provider; verifying",
-            result="called",
+            result=ActionResult.CALLED,
             next_attempt_at=state.now + self.safety.verify_interval,
         )
 
@@ -453,7 +454,7 @@ class Executor:
                     state,
                     listing,
                     back_to=ActionStatus.PENDING,
-                    result="listing_failed",
+                    result=ActionResult.LISTING_FAILED,
                     notification=note,
                 )
                 return True
@@ -471,7 +472,7 @@ class Executor:
             audit_kind="action_waits",
             message=f"{reason}: decided again after the next listing",
             notification=self._escalation(row, state, reason, called=False),
-            result="listing_changed",
+            result=ActionResult.LISTING_CHANGED,
             next_attempt_at=state.now + RETRY_BASE,
         )
         return True
@@ -503,7 +504,7 @@ class Executor:
             audit_kind="action_cancelled",
             message=f"{row.kind.value} cancelled before the provider call: {reason}",
             notification=note,
-            result="cancelled",
+            result=ActionResult.CANCELLED,
         )
 
     def _salvage_allows(self, row: ActionRow, state: _Pass) -> bool:
@@ -521,7 +522,7 @@ class Executor:
                 ActionStatus.CLAIMED,
                 ActionStatus.CLAIMED,
                 state.now,
-                result="salvaged",
+                result=ActionResult.SALVAGED,
             )
             return True
         if config.on_failure == "destroy":
@@ -577,7 +578,7 @@ class Executor:
             state,
             error,
             back_to=ActionStatus.PENDING,
-            result="call_refused",
+            result=ActionResult.CALL_REFUSED,
             notification=note or self._escalation(row, state, "the provider refuses the call"),
         )
 
@@ -643,7 +644,7 @@ class Executor:
         error: ProviderError,
         *,
         back_to: ActionStatus,
-        result: str | None = None,
+        result: ActionResult | None = None,
         notification: PlannedNotification | None = None,
         cap: timedelta = MAX_RETRY_BACKOFF,
     ) -> None:
@@ -759,7 +760,7 @@ class Executor:
             audit_kind="action_unverified",
             message=f"provider still lists it as {seen}",
             notification=note,
-            result="unverified",
+            result=ActionResult.UNVERIFIED,
             next_attempt_at=state.now + delay,
             data={"seen_state": seen, "escalation": number},
         )

@@ -20,11 +20,12 @@ from zoneinfo import ZoneInfo
 
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
-from watchdog_gpu.executor import CALLING, Executor, ExecutorReport
+from watchdog_gpu.executor import Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
     AccountObservation,
     ActionKind,
+    ActionResult,
     ActionStatus,
     Finding,
     GpuSample,
@@ -313,7 +314,7 @@ class Watchdog:
         for action in recent:
             if action.dry_run or action.kind not in (ActionKind.DESTROY, ActionKind.STOP):
                 continue
-            if action.status == ActionStatus.CLAIMED and action.result != CALLING:
+            if action.status == ActionStatus.CLAIMED and action.result != ActionResult.CALLING:
                 continue  # claimed, not called yet: it may still be cancelled
             # A call in flight (marked "calling", or called and not yet verified) skips every
             # listing; a verified one the listings before it.

@@ -25,7 +25,7 @@ from watchdog_gpu.clock import Clock
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.metrics import gauges
-from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.model import ActionResult, ActionStatus
 from watchdog_gpu.store.rows import ActionRow, Leader
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,6 @@ Family = GaugeMetricFamily | CounterMetricFamily
 PARTS = ("fleet", "notifications", "actions", "leadership")
 # Statuses of a stop/destroy whose provider call went out (or may have) and is not confirmed yet.
 _SENT = frozenset({ActionStatus.CALLED.value, ActionStatus.UNVERIFIED.value})
-_CALLING = "calling"  # executor.CALLING: the mark written right before a provider call
 
 
 class MetricsStore(Protocol):
@@ -65,7 +64,7 @@ def unverified_kills(rows: Iterable[ActionRow]) -> int:
 
 def _being_verified_or_called(row: ActionRow) -> bool:
     return row.status == ActionStatus.CLAIMED.value and (
-        row.claimed_from in _SENT or row.result == _CALLING
+        row.claimed_from in _SENT or row.result == ActionResult.CALLING
     )
 
 

@@ -26,6 +26,7 @@ from watchdog_gpu.fleet import (
 from watchdog_gpu.model import (
     AccountSnapshot,
     ActionKind,
+    ActionResult,
     ActionStatus,
     GpuSample,
     InstanceSnapshot,
@@ -325,7 +326,7 @@ def action_row(row: ActionOutboxRow | Row[Any]) -> ActionRow:
         claimed_at=row.claimed_at,
         claimed_from=ActionStatus(row.claimed_from) if row.claimed_from else None,
         next_attempt_at=row.next_attempt_at,
-        result=row.result,
+        result=ActionResult(row.result) if row.result is not None else None,
         last_error=row.last_error,
     )
 

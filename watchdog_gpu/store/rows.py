@@ -9,6 +9,7 @@ from datetime import datetime
 from watchdog_gpu.fleet import AccountView, ActionRecord
 from watchdog_gpu.model import (
     ActionKind,
+    ActionResult,
     ActionStatus,
     InstanceSnapshot,
     PlannedAction,
@@ -45,7 +46,7 @@ class ActionRow:
     claimed_at: datetime | None = None
     claimed_from: ActionStatus | None = None
     next_attempt_at: datetime | None = None
-    result: str | None = None
+    result: ActionResult | None = None
     last_error: str | None = None
 
     def to_record(self) -> ActionRecord:
