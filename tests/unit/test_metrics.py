@@ -29,6 +29,7 @@ from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
     ActionKind,
+    ActionStatus,
     Finding,
     GpuSample,
     InstanceSnapshot,
@@ -44,7 +45,7 @@ from watchdog_gpu.model import (
     VolumeSnapshot,
 )
 from watchdog_gpu.notify.delivery import DeliveryReport
-from watchdog_gpu.plan import Decision, Plan, action_key
+from watchdog_gpu.plan import Decision, Plan, acted_in_last_hour, action_key
 from watchdog_gpu.rules import budget as budget_rule
 from watchdog_gpu.rules.budget import BudgetConfig, BudgetLimits
 from watchdog_gpu.rules.hygiene import HygieneConfig
@@ -471,6 +472,26 @@ def test_unverified_kills_counts_calls_not_yet_confirmed_including_one_being_rec
     claimed = store.claim_actions(NOW, "executor", statuses=("unverified",))
     assert [row.idempotency_key for row in claimed] == ["b:destroy"]
     assert value(registry, "watchdog_gpu_unverified_kills") == 2
+
+
+def test_the_fuse_gauge_is_the_fuses_own_count_leaving_dry_runs_out(store: Store) -> None:
+    at = NOW - timedelta(minutes=10)
+    for key, dry_run, status in [
+        ("real", False, ActionStatus.VERIFIED),
+        ("dry-1", True, ActionStatus.DRY_RUN),
+        ("dry-2", True, ActionStatus.DRY_RUN),
+        ("held", False, ActionStatus.BLOCKED),
+    ]:
+        action = PlannedAction(
+            key, VAST, "101", "idle_gpu", ActionKind.DESTROY, dry_run, "", at, key
+        )
+        store.enqueue_action(action, status)
+    registry = CollectorRegistry()
+    Metrics(registry, MetricsConfig(), store=store, clock=VirtualClock(NOW))
+    view = store.load_fleet_view(NOW, timedelta(hours=1), NOW - timedelta(hours=1))
+
+    assert acted_in_last_hour(view.recent_actions, NOW) == 1
+    assert value(registry, "watchdog_gpu_fuse_actions_last_hour") == 1
 
 
 def test_the_notification_backlog_counts_undelivered_messages(store: Store) -> None:

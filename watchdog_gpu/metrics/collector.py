@@ -26,6 +26,7 @@ from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.metrics import gauges
 from watchdog_gpu.model import ActionResult, ActionStatus
+from watchdog_gpu.plan import acted_in_last_hour
 from watchdog_gpu.store.rows import ActionRow, Leader
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,10 @@ def _fill_fleet(
     view: FleetView, now: datetime, config: gauges.MetricsConfig, families: dict[str, Family]
 ) -> None:
     providers = gauges.account_providers(view)
+    # The fuse's own count (dry runs and the budget emergency's are not in it), as `fuse status`.
+    families["watchdog_gpu_fuse_actions_last_hour"].add_metric(
+        [], acted_in_last_hour(view.recent_actions, now)
+    )
     for (account, provider, state), count in gauges.instance_counts(view).items():
         families["watchdog_gpu_instances"].add_metric([account, provider, state], count)
     for rate in gauges.spend_rates(view):
@@ -243,6 +248,10 @@ def _empty_families() -> dict[str, Family]:
             "watchdog_gpu_instance_state_seconds",
             "how long an instance has been idle, paused or stopped",
             labels=["account", "instance_id", "state"],
+        ),
+        GaugeMetricFamily(
+            "watchdog_gpu_fuse_actions_last_hour",
+            "stops/destroys of the last hour that count towards the fuse's max_actions_per_hour",
         ),
         GaugeMetricFamily(
             "watchdog_gpu_unverified_kills",
