@@ -10,9 +10,10 @@ from the recorded samples (``busy``, ``idle 42 min`` — the idle rule's own clo
 ``max_sample_gap`` semantics, so a long SSH gap restarts it here too; ``idle ≥ 2 h`` when the
 clock starts at arming or at the window's first sample —, ``unknown``, ``no samples``, plus a
 failing probe's status and how the host is probed: ``[stream]`` or ``[burst]``), actions pending
-in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``), snoozes and
-protections (the planner's own check, configuration included when one was read). Then the fuse,
-and the protections kept in the database.
+in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``, when the planner will
+act: ``plan.action_due``; none once the action — in monitor mode its dry run — is recorded),
+snoozes and protections (the planner's own check, configuration included when one was read).
+Then the fuse, and the protections kept in the database.
 
 The database is the one the daemon resolves from the same configuration: ``database_url``, else
 ``watchdog-gpu.db`` in ``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in
