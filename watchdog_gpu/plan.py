@@ -325,7 +325,7 @@ def action_due(
     kind: ActionKind,
     due_at: datetime,
     *,
-    dry_run: bool,
+    dry_run: bool | None,
     lead: timedelta,
     actions: Mapping[str, ActionRecord],
     notices: Mapping[str, EpisodeNotices],
@@ -334,8 +334,10 @@ def action_due(
     """When the planner will carry out an episode's stop/destroy as of ``now`` (what ``status``
     shows): not before a standing warning is ``lead`` old; None when its action stands in the
     outbox already (:func:`standing_action`: under way, carried out, or recorded as a dry run).
-    ``notices``: ``index_notices(view.notice_times)``, built once by the caller."""
-    if standing_action(episode_key, kind, dry_run, actions) is not None:
+    ``notices``: ``index_notices(view.notice_times)``, built once by the caller. ``dry_run``
+    None: the mode is not known (no configuration read), so either record stands for it."""
+    modes = (False, True) if dry_run is None else (dry_run,)
+    if any(standing_action(episode_key, kind, mode, actions) is not None for mode in modes):
         return None
     return due_time(due_at, notices.get(episode_key), lead, now)[0]
 

@@ -271,12 +271,16 @@ def test_a_monitor_mode_destroy_whose_dry_run_is_recorded_is_not_listed_as_due(
     )
     store.enqueue_action(dry_run, ActionStatus.DRY_RUN)
     enforce = write_config(tmp_path, db, mode="enforce")
+    (tmp_path / "monitor").mkdir()
+    monitor = write_config(tmp_path / "monitor", db, mode="monitor")
 
-    monitor_row = line_of(run(capsys, "status", "--db", str(db)).out, "vast-main/102")
+    db_row = line_of(run(capsys, "status", "--db", str(db)).out, "vast-main/102")
+    monitor_row = line_of(run(capsys, "status", "--config", str(monitor)).out, "vast-main/102")
     shown = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
     enforce_row = line_of(run(capsys, "status", "--config", str(enforce)).out, "vast-main/102")
 
-    # Monitor mode (the default): the dry run is what the planner carries out; it is done.
+    # The mode unknown (--db alone) or monitor: the recorded dry run shows the action was done.
+    assert "due" not in db_row
     assert "due" not in monitor_row
     assert [i["due"] for i in shown["instances"] if i["instance_id"] == "102"] == [[]]
     # Switched to enforce mid-episode, the recorded dry run does not stand in for the destroy.

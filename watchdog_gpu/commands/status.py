@@ -11,7 +11,8 @@ from the recorded samples (``busy``, ``idle 42 min`` — the idle rule's own clo
 clock starts at arming or at the window's first sample —, ``unknown``, ``no samples``, plus a
 failing probe's status and how the host is probed: ``[stream]`` or ``[burst]``), actions pending
 in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``, when the planner will
-act: ``plan.action_due``; none once the action — in monitor mode its dry run — is recorded),
+act: ``plan.action_due``; none once the action — in monitor mode its dry run; with ``--db``
+alone, either — is recorded),
 snoozes and protections (the planner's own check, configuration included when one was read).
 Then the fuse, and the protections kept in the database.
 
@@ -178,7 +179,7 @@ class Policy:
     idle_clock: IdleClockSettings
     poll_interval: timedelta
     warn_before: Callable[[str], timedelta]
-    dry_run: Callable[[str], bool]
+    dry_run: Callable[[str], bool | None]  # None: the mode is unknown (no configuration)
     protection: Callable[[InstanceSnapshot, Iterable[Protection]], str | None]
 
 
@@ -191,7 +192,7 @@ def policy_of(settings: Settings | None) -> Policy:
             idle_clock=status_defaults.IDLE_CLOCK,
             poll_interval=status_defaults.POLL_INTERVAL,
             warn_before=lambda rule: status_defaults.WARN_BEFORE.get(rule, timedelta(0)),
-            dry_run=lambda rule: status_defaults.MODE == "monitor",
+            dry_run=lambda rule: None,
             protection=recorded_protection,
         )
     from watchdog_gpu.plan import PlanContext, is_dry_run, protection_for, warn_before

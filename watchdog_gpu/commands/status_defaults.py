@@ -24,8 +24,6 @@ IDLE_CLOCK = IdleClockSettings(
     min_coverage=0.8,
     max_sample_gap=timedelta(minutes=3),
 )
-# The mode of a default [watchdog] section: every rule (mode "inherit") records dry runs.
-MODE = "monitor"
 # The poll interval of a default [watchdog] section (WatchdogSection).
 POLL_INTERVAL = timedelta(minutes=1)
 # plan.warn_before(rule, …) with every rule's default configuration (a rule not named: 0).
