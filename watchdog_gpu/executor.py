@@ -95,7 +95,9 @@ MAX_REFUSED_CALLS = 3
 # A call refused for the account's key waits for the account to be listed again: the listing is
 # tried with backoff up to this (the key may be fixed any minute; one listing per pass).
 MAX_ACCOUNT_WAIT = timedelta(minutes=2)
-AWAITING_ACCOUNT = "awaiting_account"  # the ``result`` of an action waiting for that listing
+AWAITING_ACCOUNT = (
+    ActionResult.AWAITING_ACCOUNT
+)  # the ``result`` of an action waiting for that listing
 DEFAULT_LEASE = timedelta(minutes=5)
 
 

@@ -363,7 +363,8 @@ class ActionResult(StrEnum):
     CALLING = "calling"  # claimed, marked right before the provider call (crash safety)
     CALLED = "called"  # the provider accepted the call; verifying
     CALL_FAILED = "call_failed"  # the call failed (outage, rate limit): retried
-    CALL_REFUSED = "call_refused"  # the provider refused the call (bad key, 4xx): retried, bounded
+    CALL_REFUSED = "call_refused"  # the provider refused the call (bad key, 4xx): told, retried
+    AWAITING_ACCOUNT = "awaiting_account"  # refused for the account's key: waits for it to read
     LISTING_FAILED = "listing_failed"  # the listing before the call failed: retried
     LISTING_CHANGED = "listing_changed"  # the instance moved on since the decision: waits
     SALVAGED = "salvaged"  # the salvage command ran; the call follows
