@@ -95,9 +95,8 @@ MAX_REFUSED_CALLS = 3
 # A call refused for the account's key waits for the account to be listed again: the listing is
 # tried with backoff up to this (the key may be fixed any minute; one listing per pass).
 MAX_ACCOUNT_WAIT = timedelta(minutes=2)
-AWAITING_ACCOUNT = (
-    ActionResult.AWAITING_ACCOUNT
-)  # the ``result`` of an action waiting for that listing
+# The ``result`` of an action waiting for that listing.
+AWAITING_ACCOUNT = ActionResult.AWAITING_ACCOUNT
 DEFAULT_LEASE = timedelta(minutes=5)
 
 
