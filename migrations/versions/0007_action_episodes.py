@@ -3,8 +3,8 @@ reader parses it back out of the idempotency key (``{episode}:{kind}`` with ``:d
 appended for a dry run). Existing rows are filled in from their key; a key that does not read
 that way (none was written so) keeps the whole key as its episode, as the readers did.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-04 18:40:00.000000
 """
 
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from alembic import op
 
 # revision identifiers, used by Alembic.
-revision: str = "0006"
-down_revision: str | Sequence[str] | None = "0005"
+revision: str = "0007"
+down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
