@@ -53,11 +53,12 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
 from watchdog_gpu.model import (
     ActionKind,
+    ActionResult,
     ActionStatus,
     InstanceSnapshot,
     InstanceState,
@@ -80,7 +81,7 @@ from watchdog_gpu.store.rows import ActionRow
 
 log = logging.getLogger(__name__)
 
-CALLING = "calling"  # the ``result`` mark written right before a provider call
+CALLING = ActionResult.CALLING  # the ``result`` mark written right before a provider call
 # Rules that judge an instance by what the provider lists: a listing that fails at the call
 # holds their call (the state they decided on cannot be confirmed). Every action waits when a
 # fresh listing shows the instance changed (``_listing_moved_on``).
@@ -97,7 +98,8 @@ MAX_REFUSED_CALLS = 3
 # A call refused for the account's key waits for the account to be listed again: the listing is
 # tried with backoff up to this (the key may be fixed any minute; one listing per pass).
 MAX_ACCOUNT_WAIT = timedelta(minutes=2)
-AWAITING_ACCOUNT = "awaiting_account"  # the ``result`` of an action waiting for that listing
+# The ``result`` of an action waiting for that listing.
+AWAITING_ACCOUNT = ActionResult.AWAITING_ACCOUNT
 DEFAULT_LEASE = timedelta(minutes=5)
 
 
@@ -121,7 +123,7 @@ class ActionStore(Protocol):
         new_status: str,
         now: datetime,
         *,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
     ) -> bool: ...
@@ -137,7 +139,7 @@ class ActionStore(Protocol):
         message: str,
         data: Mapping[str, str | int | float | bool | None] | None = None,
         notification: PlannedNotification | None = None,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
     ) -> bool: ...
@@ -149,14 +151,24 @@ class ActionStore(Protocol):
     def forget_host_key(self, account: str, instance_id: str) -> None: ...
 
 
+class StepOutcome(NamedTuple):
+    """An action that moved to ``status`` in one pass (its account and kind are its row's)."""
+
+    key: str
+    rule: str
+    status: str
+    account: str
+    kind: ActionKind
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutorReport:
     """What one pass did, by final or intermediate status (for logs and metrics)."""
 
-    outcomes: tuple[tuple[str, str, str], ...] = ()  # (idempotency key, rule, new status)
+    outcomes: tuple[StepOutcome, ...] = ()
 
     def count(self, status: str) -> int:
-        return sum(1 for _, _, new in self.outcomes if new == status)
+        return sum(1 for outcome in self.outcomes if outcome.status == status)
 
 
 @dataclass
@@ -165,7 +177,7 @@ class _Pass:
     evaluated_at: datetime | None = None
     current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
     listings: dict[str, tuple[InstanceSnapshot, ...] | ProviderError] = field(default_factory=dict)
-    outcomes: list[tuple[str, str, str]] = field(default_factory=list)
+    outcomes: list[StepOutcome] = field(default_factory=list)
 
 
 class Executor:
@@ -266,7 +278,7 @@ class Executor:
         audit_kind: str,
         message: str,
         notification: PlannedNotification | None = None,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
         data: Mapping[str, str | int | float | bool | None] | None = None,
@@ -285,7 +297,9 @@ class Executor:
             next_attempt_at=next_attempt_at,
         )
         if moved:
-            state.outcomes.append((row.idempotency_key, row.rule, new_status))
+            state.outcomes.append(
+                StepOutcome(row.idempotency_key, row.rule, new_status, row.account, row.kind)
+            )
             log.info(
                 "action=%s account=%s instance=%s rule=%s status=%s dry_run=%s detail=%r",
                 row.kind.value,
@@ -318,7 +332,7 @@ class Executor:
             audit_kind=audit_kind,
             message=message,
             notification=note,
-            result=outcome.value,
+            result=ActionResult(outcome.value),
             last_error=last_error,
         )
 
@@ -380,7 +394,7 @@ class Executor:
                 state,
                 error,
                 back_to=ActionStatus.PENDING,
-                result="call_failed",
+                result=ActionResult.CALL_FAILED,
                 notification=note,
             )
             return
@@ -391,7 +405,7 @@ class Executor:
             ActionStatus.CALLED,
             audit_kind="provider_called",
             message=f"{row.kind.value} {again}accepted by the provider; verifying",
-            result="called",
+            result=ActionResult.CALLED,
             next_attempt_at=state.now + self.safety.verify_interval,
         )
 
@@ -404,9 +418,7 @@ class Executor:
             return None
         if state.current is None:
             state.current = set(self.current_episodes(state.evaluated_at))
-        parsed = ActionKey.parse(row.idempotency_key)
-        episode = parsed.episode if parsed is not None else row.idempotency_key
-        return episode in state.current
+        return row.episode_key in state.current
 
     def _still_warranted(self, row: ActionRow, state: _Pass) -> bool:
         """Does the condition behind ``row`` still hold? If not, the action is cancelled (or,
@@ -451,7 +463,7 @@ class Executor:
                     state,
                     listing,
                     back_to=ActionStatus.PENDING,
-                    result="listing_failed",
+                    result=ActionResult.LISTING_FAILED,
                     notification=note,
                 )
                 return True
@@ -469,7 +481,7 @@ class Executor:
             audit_kind="action_waits",
             message=f"{reason}: decided again after the next listing",
             notification=self._escalation(row, state, reason, called=False),
-            result="listing_changed",
+            result=ActionResult.LISTING_CHANGED,
             next_attempt_at=state.now + RETRY_BASE,
         )
         return True
@@ -501,7 +513,7 @@ class Executor:
             audit_kind="action_cancelled",
             message=f"{row.kind.value} cancelled before the provider call: {reason}",
             notification=note,
-            result="cancelled",
+            result=ActionResult.CANCELLED,
         )
 
     def _salvage_allows(self, row: ActionRow, state: _Pass) -> bool:
@@ -519,7 +531,7 @@ class Executor:
                 ActionStatus.CLAIMED,
                 ActionStatus.CLAIMED,
                 state.now,
-                result="salvaged",
+                result=ActionResult.SALVAGED,
             )
             return True
         if config.on_failure == "destroy":
@@ -575,7 +587,7 @@ class Executor:
             state,
             error,
             back_to=ActionStatus.PENDING,
-            result="call_refused",
+            result=ActionResult.CALL_REFUSED,
             notification=note or self._escalation(row, state, "the provider refuses the call"),
         )
 
@@ -641,7 +653,7 @@ class Executor:
         error: ProviderError,
         *,
         back_to: ActionStatus,
-        result: str | None = None,
+        result: ActionResult | None = None,
         notification: PlannedNotification | None = None,
         cap: timedelta = MAX_RETRY_BACKOFF,
     ) -> None:
@@ -757,7 +769,7 @@ class Executor:
             audit_kind="action_unverified",
             message=f"provider still lists it as {seen}",
             notification=note,
-            result="unverified",
+            result=ActionResult.UNVERIFIED,
             next_attempt_at=state.now + delay,
             data={"seen_state": seen, "escalation": number},
         )
@@ -854,8 +866,7 @@ def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
 def episode_key_of(row: ActionRow) -> str:
     """The key the action's messages hang on (``ActionKey.message_episode``): the finding's
     episode key, with ``:dry_run`` kept for a dry run."""
-    parsed = ActionKey.parse(row.idempotency_key)
-    return parsed.message_episode if parsed is not None else row.idempotency_key
+    return ActionKey(row.episode_key, row.kind, row.dry_run).message_episode
 
 
 def _resume_status(row: ActionRow) -> ActionStatus:
@@ -876,6 +887,7 @@ def row_subject(row: ActionRow) -> PlannedAction:
         dry_run=row.dry_run,
         reason=row.reason,
         planned_at=row.created_at,
+        episode_key=row.episode_key,
         evidence=dict(row.evidence),
         usd_per_hour_at_stake=row.usd_per_hour_at_stake,
     )

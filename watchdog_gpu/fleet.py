@@ -159,6 +159,7 @@ class ActionRecord:
     status: ActionStatus
     dry_run: bool
     created_at: datetime
+    episode_key: str  # the finding's episode this action belongs to (a column of its row)
 
 
 @dataclass(frozen=True, slots=True)

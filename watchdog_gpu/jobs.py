@@ -24,7 +24,7 @@ from typing import Protocol, TypeVar
 
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.executor import ExecutorReport
-from watchdog_gpu.model import ActionStatus, ProbeOutcome
+from watchdog_gpu.model import OPEN_ACTION_STATUSES, ProbeOutcome
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.tick import TickReport, Watchdog
 from watchdog_gpu.wake import Wakes
@@ -41,13 +41,6 @@ DELIVER = "deliver"
 PRUNE = "prune"
 WAKE = "wake"  # a one-shot probe + evaluate between two ticks (wake.py)
 
-# Actions decided but not finished (shown as "pending actions" in the status line).
-OPEN_ACTION_STATUSES = (
-    ActionStatus.PENDING,
-    ActionStatus.CLAIMED,
-    ActionStatus.CALLED,
-    ActionStatus.UNVERIFIED,
-)
 # A poll result older than this many poll intervals no longer counts as "polled" for health.
 STALE_POLL_INTERVALS = 3
 

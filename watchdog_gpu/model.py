@@ -356,9 +356,45 @@ class ActionStatus(StrEnum):
     CANCELLED = "cancelled"  # a fuse-blocked action a human released with `fuse reset`
 
 
+class ActionResult(StrEnum):
+    """An action's sub-state in the outbox (its row's ``result``): what its latest step did,
+    within its :class:`ActionStatus`. The stored values are these strings."""
+
+    CALLING = "calling"  # claimed, marked right before the provider call (crash safety)
+    CALLED = "called"  # the provider accepted the call; verifying
+    CALL_FAILED = "call_failed"  # the call failed (outage, rate limit): retried
+    CALL_REFUSED = "call_refused"  # the provider refused the call (bad key, 4xx): told, retried
+    AWAITING_ACCOUNT = "awaiting_account"  # refused for the account's key: waits for it to read
+    LISTING_FAILED = "listing_failed"  # the listing before the call failed: retried
+    LISTING_CHANGED = "listing_changed"  # the instance moved on since the decision: waits
+    SALVAGED = "salvaged"  # the salvage command ran; the call follows
+    UNVERIFIED = "unverified"  # the call went out, the instance is still listed
+    VERIFIED = "verified"  # a re-listing shows it done
+    FAILED = "failed"  # given up (final)
+    HELD = "held"  # salvage failed with on_failure = "hold"
+    DRY_RUN = "dry_run"  # monitor mode: recorded, nothing changed
+    CANCELLED = "cancelled"  # the condition cleared, or a guard (protection, snooze) stopped it
+    FUSE_RESET = "fuse reset"  # held by the fuse, cancelled by `fuse reset`
+    REPLANNED = "replanned"  # a cancelled action decided again on fresh findings
+
+
+# The one definition of an *open* action (decided, not finished): the executor still carries out
+# or verifies those in flight; ``held`` and ``blocked`` wait for a human. Every reader (the fleet
+# view, ``status``, ``once``, the daemon's status line) imports these.
+IN_FLIGHT_ACTION_STATUSES = (
+    ActionStatus.PENDING,
+    ActionStatus.CLAIMED,
+    ActionStatus.CALLED,
+    ActionStatus.UNVERIFIED,
+)
+OPEN_ACTION_STATUSES = (*IN_FLIGHT_ACTION_STATUSES, ActionStatus.HELD, ActionStatus.BLOCKED)
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedAction:
-    """A stop or destroy the planner wants executed, keyed for idempotency."""
+    """A stop or destroy the planner wants executed, keyed for idempotency. ``episode_key`` is
+    the episode of the finding it comes from (``Finding.episode_key``), stored with it: readers
+    take it from there, never from the idempotency key."""
 
     idempotency_key: str
     account: str
@@ -368,6 +404,7 @@ class PlannedAction:
     dry_run: bool
     reason: str
     planned_at: datetime
+    episode_key: str
     evidence: Mapping[str, str | int | float | bool | None] = field(default_factory=dict)
     usd_per_hour_at_stake: float | None = None
 

@@ -30,7 +30,6 @@ _TRACKED = frozenset({WARNING, RESOLUTION})
 
 
 DRY_RUN = "dry_run"
-_ACTION_KINDS = frozenset(kind.value for kind in ActionKind if kind is not ActionKind.NOTIFY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +67,8 @@ class EpisodeKey:
 @dataclass(frozen=True, slots=True)
 class ActionKey:
     """An action's idempotency key ``{episode}:{kind}`` (``:dry_run`` appended for a dry run:
-    switching to enforce mid-episode must still act)."""
+    switching to enforce mid-episode must still act). Only ever formatted: the episode is a
+    column of the action's row (``ActionRecord.episode_key``), never parsed back out."""
 
     episode: str
     kind: ActionKind
@@ -82,16 +82,6 @@ class ActionKey:
         """The key the action's messages hang on: the episode, with ``:dry_run`` kept for a dry
         run so its message does not take the place of the real action's message."""
         return self.episode + (f":{DRY_RUN}" if self.dry_run else "")
-
-    @classmethod
-    def parse(cls, key: str) -> ActionKey | None:
-        head, dry_run = key, False
-        if key.endswith(f":{DRY_RUN}"):
-            head, dry_run = key.removesuffix(f":{DRY_RUN}"), True
-        episode, _, kind = head.rpartition(":")
-        if not episode or kind not in _ACTION_KINDS:
-            return None
-        return cls(episode, ActionKind(kind), dry_run)
 
 
 @dataclass(frozen=True, slots=True)

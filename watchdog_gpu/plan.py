@@ -309,26 +309,37 @@ def due_time(
     return (max(due_at, now + lead) if lead > timedelta(0) else due_at), None
 
 
-def planned_due(
-    rule: str, episode_key: str, due_at: datetime, view: FleetView, context: PlanContext
-) -> datetime:
-    """When the planner will act on an episode as of ``view.now`` (what ``status`` shows)."""
-    return due_after_warning(episode_key, due_at, view, warn_before(rule, context))
+def standing_action(
+    episode_key: str, kind: ActionKind, dry_run: bool, actions: Mapping[str, ActionRecord]
+) -> ActionRecord | None:
+    """The outbox action that stands for an episode's stop/destroy in this mode (a dry run's
+    record for a monitor-mode rule): under way or carried out, so nothing is due. None when
+    the action is still to be decided: none recorded, or the recorded one was cancelled
+    (decided again). ``actions``: the view's actions by idempotency key."""
+    record = actions.get(ActionKey(episode_key, kind, dry_run).format())
+    return record if record is not None and record.status != ActionStatus.CANCELLED else None
 
 
-def due_after_warning(
+def action_due(
     episode_key: str,
+    kind: ActionKind,
     due_at: datetime,
-    view: FleetView,
-    lead: timedelta,
     *,
-    notices: Mapping[str, EpisodeNotices] | None = None,
-) -> datetime:
-    """:func:`planned_due` for a rule whose warning must stand ``lead`` before it acts.
-    ``notices``: ``index_notices(view.notice_times)`` when the caller has it already (``status``
-    asks for every due finding)."""
-    index = index_notices(view.notice_times) if notices is None else notices
-    return due_time(due_at, index.get(episode_key), lead, view.now)[0]
+    dry_run: bool | None,
+    lead: timedelta,
+    actions: Mapping[str, ActionRecord],
+    notices: Mapping[str, EpisodeNotices],
+    now: datetime,
+) -> datetime | None:
+    """When the planner will carry out an episode's stop/destroy as of ``now`` (what ``status``
+    shows): not before a standing warning is ``lead`` old; None when its action stands in the
+    outbox already (:func:`standing_action`: under way, carried out, or recorded as a dry run).
+    ``notices``: ``index_notices(view.notice_times)``, built once by the caller. ``dry_run``
+    None: the mode is not known (no configuration read), so either record stands for it."""
+    modes = (False, True) if dry_run is None else (dry_run,)
+    if any(standing_action(episode_key, kind, mode, actions) is not None for mode in modes):
+        return None
+    return due_time(due_at, notices.get(episode_key), lead, now)[0]
 
 
 def _decide(
@@ -351,9 +362,9 @@ def _decide(
     if reason is not None:
         return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
     key = action_key(finding, finding.action, dry_run)
-    record = existing.get(key)
-    if record is not None and record.status != ActionStatus.CANCELLED:
-        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {record.status}")
+    recorded = standing_action(finding.episode_key, finding.action, dry_run, existing)
+    if recorded is not None:
+        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {recorded.status}")
     lead = warn_before(finding.rule, context)
     due, standing = due_time(finding.due_at, notices.get(finding.episode_key), lead, now)
     warn_at = due - lead
@@ -382,10 +393,11 @@ def _decide(
         dry_run=dry_run,
         reason=finding.summary,
         planned_at=now,
+        episode_key=finding.episode_key,
         evidence=finding.evidence,
         usd_per_hour_at_stake=finding.usd_per_hour_at_stake,
     )
-    released = record is not None and record.status == ActionStatus.CANCELLED
+    released = key in existing  # recorded, and not standing: cancelled, decided again
     return Decision(
         finding, PlanStatus.EXECUTE, dry_run, warn_at, action, released=released, due_at=due
     )
@@ -435,24 +447,34 @@ def _active_snooze(view: FleetView, finding: Finding, now: datetime) -> str | No
     return None
 
 
-def acted_in_last_hour(view: FleetView, now: datetime) -> int:
+def acted_in_last_hour(actions: Iterable[ActionRecord], now: datetime) -> int:
     """Ordinary actions that count towards ``max_actions_per_hour``: real (not dry-run),
-    not the budget emergency's, and not ended without touching anything."""
-    return acted_since(view, now - HOUR)
+    not the budget emergency's, and not ended without touching anything. The one count of
+    the fuse: ``fuse status`` shows this number."""
+    return acted_since(actions, now - HOUR)
+
+
+def counts_for_fuse(record: ActionRecord) -> bool:
+    """Whether an outbox action counts towards the fuse's limits: a real one (never a dry run)
+    that did not end without touching anything."""
+    return record.status not in _NOT_ACTED and not record.dry_run
 
 
 def acted_since(
-    view: FleetView, since: datetime, *, inclusive: bool = False, budget: bool = False
+    actions: Iterable[ActionRecord],
+    since: datetime,
+    *,
+    inclusive: bool = False,
+    budget: bool = False,
 ) -> int:
-    """Actions that count towards the fuse's limits (real, not ended without touching
-    anything) planned after ``since`` (or at it, when ``inclusive``): the ordinary ones, or
-    with ``budget`` the budget emergency's."""
+    """Actions that count towards the fuse's limits (:func:`counts_for_fuse`) planned after
+    ``since`` (or at it, when ``inclusive``): the ordinary ones, or with ``budget`` the budget
+    emergency's."""
     return sum(
         1
-        for record in view.recent_actions
+        for record in actions
         if (record.created_at >= since if inclusive else record.created_at > since)
-        and record.status not in _NOT_ACTED
-        and not record.dry_run
+        and counts_for_fuse(record)
         and (record.rule == BUDGET_RULE) == budget
     )
 
@@ -476,12 +498,16 @@ def _apply_fuse(
     latched = context.fuse_latched or view.fuse.latched
     trip_reasons = [] if latched else _wrong_pattern(ordinary, view, now, context)
     blocked_ids = {id(d) for d in ordinary} if latched or trip_reasons else set()
-    hour_allowance = max(0, safety.max_actions_per_hour - acted_in_last_hour(view, now))
+    hour_allowance = max(
+        0, safety.max_actions_per_hour - acted_in_last_hour(view.recent_actions, now)
+    )
     tick_allowance = safety.max_actions_per_tick
     budget_allowance = safety.budget_emergency_max_actions_per_tick
     if tick_started is not None:  # a wake: what its tick already did counts
-        tick_allowance -= acted_since(view, tick_started, inclusive=True)
-        budget_allowance -= acted_since(view, tick_started, inclusive=True, budget=True)
+        tick_allowance -= acted_since(view.recent_actions, tick_started, inclusive=True)
+        budget_allowance -= acted_since(
+            view.recent_actions, tick_started, inclusive=True, budget=True
+        )
     allowance = min(tick_allowance, hour_allowance)
     queue = _Queue(now, context.tick_interval, tick_started, decisions)
     deferred_ids: set[int] = set()

@@ -22,7 +22,6 @@ from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import ActionKind, Finding, PlannedNotification, Severity
 from watchdog_gpu.notices import (
     RESOLUTION,
-    ActionKey,
     EpisodeNotices,
     index_notices,
     next_notice_key,
@@ -65,26 +64,19 @@ class Resolution:
     notification: PlannedNotification
 
 
-def episode_of_action(action_key: str) -> str:
-    """The episode key of an action key (a dry run's too: it closes its episode as well)."""
-    parsed = ActionKey.parse(action_key)
-    return parsed.episode if parsed is not None else action_key
-
-
 def cleared_episodes(
     current: Iterable[Finding],
     recorded: Iterable[RecordedFinding],
     view: FleetView,
-    planned_action_keys: Collection[str],
+    planned_episodes: Collection[str],
     now: datetime,
 ) -> list[Resolution]:
     """The resolutions due at ``now`` (see the module docstring)."""
     present = {finding.episode_key for finding in current}
     keys = view.notification_keys
     notices = index_notices(view.notice_times)
-    acted = {episode_of_action(r.idempotency_key) for r in view.recent_actions} | {
-        episode_of_action(key) for key in planned_action_keys
-    }
+    # Episodes with an action (a dry run's too: it closes its episode as well).
+    acted = {r.episode_key for r in view.recent_actions} | set(planned_episodes)
     resolutions: list[Resolution] = []
     for record in recorded:
         episode = record.episode_key

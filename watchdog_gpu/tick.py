@@ -21,11 +21,12 @@ from zoneinfo import ZoneInfo
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.evidence import AccountEvidence
-from watchdog_gpu.executor import CALLING, Executor, ExecutorReport
+from watchdog_gpu.executor import Executor, ExecutorReport
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
     AccountObservation,
     ActionKind,
+    ActionResult,
     ActionStatus,
     Finding,
     InstanceRef,
@@ -166,7 +167,7 @@ class Watchdog:
         self.on_tick = on_tick
         # A failing account is logged when its poll outcome changes, not at every poll.
         self._poll_log = StateChangeLog(log, what="poll")
-        self._planned_keys: set[str] = set()
+        self._planned_episodes: set[str] = set()
         # When this process last ran the rules: the executor acts only on conditions that still
         # held then (see executor.Executor).
         self.last_evaluated_at: datetime | None = None
@@ -322,7 +323,7 @@ class Watchdog:
         for action in recent:
             if action.dry_run or action.kind not in (ActionKind.DESTROY, ActionKind.STOP):
                 continue
-            if action.status == ActionStatus.CLAIMED and action.result != CALLING:
+            if action.status == ActionStatus.CLAIMED and action.result != ActionResult.CALLING:
                 continue  # claimed, not called yet: it may still be cancelled
             # A call in flight (marked "calling", or called and not yet verified) skips every
             # listing; a verified one the listings before it.
@@ -363,8 +364,8 @@ class Watchdog:
             self._tick_started = now
         tick_started = self._tick_started if wake else None
         result = plan(findings, view, now, self.settings.context, tick_started=tick_started)
-        self._planned_keys = {
-            d.action.idempotency_key for d in result.decisions if d.action is not None
+        self._planned_episodes = {
+            d.action.episode_key for d in result.decisions if d.action is not None
         }
         for decision in result.decisions:
             self._record(decision, now, view.notification_keys)
@@ -506,7 +507,7 @@ class Watchdog:
     def _resolve_cleared(self, findings: Sequence[Finding], view: FleetView, now: datetime) -> None:
         """Write the resolutions of the episodes that cleared (``resolutions.py`` decides)."""
         recorded = self.store.list_findings(seen_since=now - self.settings.lookback)
-        for resolution in cleared_episodes(findings, recorded, view, self._planned_keys, now):
+        for resolution in cleared_episodes(findings, recorded, view, self._planned_episodes, now):
             finding = resolution.finding
             self.store.record_decision(
                 now,

@@ -147,8 +147,14 @@ def probe(instance_id: str, at: datetime, *samples: GpuSample) -> ProbeOutcome:
 
 
 def planned_action(
-    key: str, *, at: datetime = T0, instance_id: str = "101", dry_run: bool = False
+    key: str,
+    *,
+    at: datetime = T0,
+    instance_id: str = "101",
+    dry_run: bool = False,
+    episode_key: str | None = None,
 ) -> PlannedAction:
+    """An idle_gpu destroy keyed ``key``, of ``episode_key`` (by default the key itself)."""
     return PlannedAction(
         idempotency_key=key,
         account=ACCOUNT,
@@ -158,6 +164,7 @@ def planned_action(
         dry_run=dry_run,
         reason="every GPU idle for 30 minutes",
         planned_at=at,
+        episode_key=key if episode_key is None else episode_key,
         evidence={"idle_minutes": 31, "coverage": 0.97, "gpu": "RTX 4090", "armed": True},
         usd_per_hour_at_stake=0.52,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tests.integration.store_builders import (
     planned_notification,
 )
 from watchdog_gpu.model import ActionStatus, Severity
+from watchdog_gpu.plan import acted_in_last_hour
 from watchdog_gpu.store import Store
 
 TRIP_REASON = "5 actions due this tick; limits: 3 per tick, 10 more this hour, 2 of 4"
@@ -145,3 +147,24 @@ def test_status_json_of_a_fuse_that_never_tripped(
     report = json.loads(run(capsys, "fuse", "status", "--db", str(db), "--json").out)
 
     assert (report["tripped"], report["tripped_at"], report["held_actions"]) == (False, None, [])
+
+
+def test_status_counts_the_last_hour_as_the_fuse_does_leaving_dry_runs_out(
+    store: Store, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    at = NOW - minutes(10)
+    store.enqueue_action(planned_action("real:destroy", at=at), ActionStatus.VERIFIED)
+    for instance_id in ("101", "102"):
+        dry = planned_action(f"dry:{instance_id}", at=at, instance_id=instance_id, dry_run=True)
+        store.enqueue_action(dry, ActionStatus.DRY_RUN)
+    view = store.load_fleet_view(NOW, timedelta(hours=1), NOW - timedelta(hours=1))
+    fuse_count = acted_in_last_hour(view.recent_actions, NOW)
+
+    text = run(capsys, "fuse", "status", "--db", str(db)).out
+    shown = json.loads(run(capsys, "fuse", "status", "--db", str(db), "--json").out)
+
+    assert fuse_count == 1
+    assert f"destructive actions in the last hour (as the fuse counts them): {fuse_count}" in (
+        text.splitlines()
+    )
+    assert shown["destructive_actions_last_hour"] == fuse_count

@@ -26,13 +26,16 @@ from tests.integration.store_builders import (
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.model import (
     ActionKind,
+    ActionStatus,
     Finding,
     InstanceState,
+    PlannedAction,
     PlannedNotification,
     ProbeOutcome,
     ProbeStatus,
     Severity,
 )
+from watchdog_gpu.notices import ActionKey
 from watchdog_gpu.notify.render import format_duration
 from watchdog_gpu.store import Store
 
@@ -229,6 +232,59 @@ def test_a_finding_not_seen_since_the_last_poll_is_no_longer_shown_as_due(
     result = run(capsys, "status", "--db", str(db))
 
     assert "due" not in line_of(result.out, "vast-main/102")
+
+
+def test_a_monitor_mode_destroy_whose_dry_run_is_recorded_is_not_listed_as_due(
+    store: Store, db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_two_hours(store)
+    stopped = Finding(
+        rule="stopped_disk",
+        account=ACCOUNT,
+        instance_id="102",
+        severity=Severity.WARNING,
+        action=ActionKind.DESTROY,
+        summary="stopped for 2 h",
+        episode_started_at=T0,
+        due_at=NOW - minutes(10),
+    )
+    store.record_findings([stopped], NOW)
+    store.enqueue_notification(
+        PlannedNotification(
+            idempotency_key=f"{stopped.episode_key}:warning",
+            severity=Severity.WARNING,
+            title="vast-main/102 will be destroyed",
+            body="",
+            created_at=NOW - minutes(90),
+        )
+    )
+    dry_run = PlannedAction(
+        idempotency_key=ActionKey(stopped.episode_key, ActionKind.DESTROY, dry_run=True).format(),
+        account=ACCOUNT,
+        instance_id="102",
+        rule="stopped_disk",
+        kind=ActionKind.DESTROY,
+        dry_run=True,
+        reason="stopped for 2 h",
+        planned_at=NOW - minutes(5),
+        episode_key=stopped.episode_key,
+    )
+    store.enqueue_action(dry_run, ActionStatus.DRY_RUN)
+    enforce = write_config(tmp_path, db, mode="enforce")
+    (tmp_path / "monitor").mkdir()
+    monitor = write_config(tmp_path / "monitor", db, mode="monitor")
+
+    db_row = line_of(run(capsys, "status", "--db", str(db)).out, "vast-main/102")
+    monitor_row = line_of(run(capsys, "status", "--config", str(monitor)).out, "vast-main/102")
+    shown = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
+    enforce_row = line_of(run(capsys, "status", "--config", str(enforce)).out, "vast-main/102")
+
+    # The mode unknown (--db alone) or monitor: the recorded dry run shows the action was done.
+    assert "due" not in db_row
+    assert "due" not in monitor_row
+    assert [i["due"] for i in shown["instances"] if i["instance_id"] == "102"] == [[]]
+    # Switched to enforce mid-episode, the recorded dry run does not stand in for the destroy.
+    assert "destroy due 13:50 UTC (stopped_disk)" in enforce_row
 
 
 def test_protections_from_the_database_and_from_the_configuration_are_shown(

@@ -110,6 +110,7 @@ def enqueue(store: Store, *, dry_run: bool = False, kind: ActionKind = ActionKin
         dry_run=dry_run,
         reason="idle for 30 min",
         planned_at=NOW,
+        episode_key=KEY.removesuffix(":destroy"),
         usd_per_hour_at_stake=0.38,
     )
     assert store.enqueue_action(action)
@@ -540,6 +541,7 @@ def enqueue_listed(
         dry_run=False,
         reason="paused for 40 min",
         planned_at=NOW,
+        episode_key=key.removesuffix(":destroy"),
         usd_per_hour_at_stake=0.38,
     )
     assert store.enqueue_action(action)

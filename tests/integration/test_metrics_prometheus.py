@@ -36,10 +36,10 @@ from tests.support.prometheus import (
 )
 from tests.support.requirements import require_program
 from watchdog_gpu.clock import VirtualClock
-from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.executor import ExecutorReport, StepOutcome
 from watchdog_gpu.metrics import Metrics, MetricsConfig, new_registry, serve_metrics, stop_metrics
 from watchdog_gpu.metrics.standby import standby_registry
-from watchdog_gpu.model import InstanceState, ProbeOutcome, ProbeStatus
+from watchdog_gpu.model import ActionKind, InstanceState, ProbeOutcome, ProbeStatus
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
 
@@ -78,7 +78,15 @@ def record_events(metrics: Metrics) -> None:
     )
     metrics.record_executor(
         ExecutorReport(
-            ((f"idle_gpu:vast-main/99:{T0.isoformat()}:destroy", "idle_gpu", "verified"),)
+            (
+                StepOutcome(
+                    f"idle_gpu:vast-main/99:{T0.isoformat()}:destroy",
+                    "idle_gpu",
+                    "verified",
+                    "vast-main",
+                    ActionKind.DESTROY,
+                ),
+            )
         )
     )
     metrics.record_job("poll:vast-main", 0.4)

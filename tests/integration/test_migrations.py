@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, MetaData, Table, inspect
 
 from tests.support.interpreter import run_fresh
 from watchdog_gpu.cli import main
 from watchdog_gpu.errors import SchemaTooNewError
-from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
+from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.migrate import (
     alembic_config,
     current_revision,
@@ -266,3 +267,66 @@ def test_a_database_from_a_newer_release_is_refused_not_taken_for_head(
 
 def test_an_empty_database_is_not_at_head(empty_engine: Engine) -> None:
     assert revision_if_at_head(empty_engine) is None
+
+
+def _revision_adding(column: str, table: str) -> tuple[str, str]:
+    """(revision, the one before it) of the migration that adds ``table.column``: found by its
+    script's text, so renumbering the migration does not break the test."""
+    scripts = ScriptDirectory.from_config(alembic_config())
+    for script in scripts.walk_revisions():
+        text = Path(script.path).read_text(encoding="utf-8")
+        if f'batch_alter_table("{table}"' in text and f'add_column(sa.Column("{column}"' in text:
+            assert isinstance(script.down_revision, str)
+            return script.revision, script.down_revision
+    raise AssertionError(f"no migration adds {table}.{column}")
+
+
+def test_the_episode_column_of_existing_actions_is_filled_in_from_their_keys(
+    store_engine: Engine,
+) -> None:
+    _, before = _revision_adding("episode_key", "actions")
+    config = alembic_config()
+    with store_engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, before)
+    episode = "idle_gpu:vast-main/9001:2026-03-02T22:00:00+00:00"
+    topic = "volume_storage:runpod-lab[volume:v:1]:2026-03-02T20:00:00+00:00"
+    expected = {
+        f"{episode}:destroy": episode,
+        f"{episode}:destroy:dry_run": episode,
+        f"{topic}:stop": topic,
+        "hand-written": "hand-written",  # no kind: the whole key, as the readers took it
+    }
+    when = datetime(2026, 3, 2, 22, 30)  # the columns hold naive UTC
+    with store_engine.begin() as connection:
+        actions = Table("actions", MetaData(), autoload_with=connection)
+        assert "episode_key" not in actions.c
+        connection.execute(
+            actions.insert(),
+            [
+                {
+                    "idempotency_key": key,
+                    "account": "vast-main",
+                    "instance_id": "9001",
+                    "rule": "idle_gpu",
+                    "kind": "destroy",
+                    "dry_run": key.endswith(":dry_run"),
+                    "reason": "idle",
+                    "evidence": {},
+                    "status": "verified",
+                    "attempts": 1,
+                    "created_at": when,
+                    "updated_at": when,
+                }
+                for key in expected
+            ],
+        )
+
+    upgrade_to_head(store_engine)
+
+    store = Store(store_engine)
+    rows = store.list_actions()
+    assert {row.idempotency_key: row.episode_key for row in rows} == expected
+    with store_engine.connect() as connection:
+        column = Table("actions", MetaData(), autoload_with=connection).c.episode_key
+        assert not column.nullable

@@ -454,6 +454,7 @@ def write_random_store(store: Store, seed: int) -> None:
                             dry_run=rng.random() < 0.3,
                             reason="idle",
                             planned_at=at - timedelta(hours=rng.choice([0, 0, 30])),
+                            episode_key=key.removesuffix(":destroy"),
                             evidence={"idle_minutes": 31, "nested": "no"},
                             usd_per_hour_at_stake=maybe(rng, 0.52),
                         ),

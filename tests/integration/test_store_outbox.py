@@ -6,13 +6,15 @@ import threading
 from collections import Counter
 from datetime import timedelta
 
+from sqlalchemy import Engine, text
+
 from tests.integration.store_builders import (
     T0,
     minutes,
     planned_action,
     planned_notification,
 )
-from watchdog_gpu.model import ActionKind, ActionStatus
+from watchdog_gpu.model import ActionKind, ActionResult, ActionStatus
 from watchdog_gpu.store import ActionRow, Store
 
 
@@ -89,13 +91,29 @@ def test_two_claimers_in_threads_never_get_the_same_action(store: Store) -> None
         assert all(owners[row.idempotency_key] == claimer for row in rows)
 
 
+def test_an_actions_result_is_stored_as_its_string_and_read_back_typed(
+    store: Store, store_engine: Engine
+) -> None:
+    store.enqueue_action(planned_action("k"))
+    for result in ActionResult:
+        assert store.transition_action(
+            "k", ActionStatus.PENDING, ActionStatus.PENDING, T0, result=result
+        )
+        row = store.get_action("k")
+        assert row is not None
+        assert row.result is result
+        with store_engine.connect() as connection:
+            stored = connection.execute(text("SELECT result FROM actions")).scalar_one()
+        assert (type(stored), stored) == (str, result.value)
+
+
 def test_a_transition_is_a_compare_and_set_on_the_status(store: Store) -> None:
     store.enqueue_action(planned_action("k"))
     store.claim_actions(T0, "executor")
 
     assert store.transition_action("k", ActionStatus.PENDING, ActionStatus.CALLED, T0) is False
     assert store.transition_action(
-        "k", ActionStatus.CLAIMED, ActionStatus.CALLED, T0 + minutes(1), result="destroy accepted"
+        "k", ActionStatus.CLAIMED, ActionStatus.CALLED, T0 + minutes(1), result=ActionResult.CALLED
     )
     assert store.transition_action("k", ActionStatus.CLAIMED, ActionStatus.FAILED, T0) is False
 
@@ -103,7 +121,7 @@ def test_a_transition_is_a_compare_and_set_on_the_status(store: Store) -> None:
     assert row is not None
     assert (row.status, row.result, row.updated_at) == (
         ActionStatus.CALLED,
-        "destroy accepted",
+        ActionResult.CALLED,
         T0 + minutes(1),
     )
 

@@ -358,9 +358,10 @@ class EngineMachine(RuleBasedStateMachine):
         for action in self.store.list_actions():
             if action.status == ActionStatus.BLOCKED or action.rule == "budget":
                 continue  # the budget rule skips its grace (skip_grace, the default)
-            parsed = ActionKey.parse(action.idempotency_key)
-            assert parsed is not None
-            episode = parsed.episode
+            episode = action.episode_key
+            assert ActionKey(episode, action.kind, action.dry_run).format() == (
+                action.idempotency_key
+            )
             planned = action.created_at
             sent = [t for t in warnings.get(episode, []) if t <= planned - WARN_BEFORE]
             assert sent, f"{action.idempotency_key}: no warning {WARN_BEFORE} ahead"

@@ -172,7 +172,15 @@ def test_a_destroy_whose_retries_a_stop_cancels_is_carried_out_after_the_restart
         )
         key = "budget:vast-main/9001:2026-03-02T20:00:00+00:00:destroy"
         action = PlannedAction(
-            key, "vast-main", "9001", "budget", ActionKind.DESTROY, False, "budget", now
+            key,
+            "vast-main",
+            "9001",
+            "budget",
+            ActionKind.DESTROY,
+            False,
+            "budget",
+            now,
+            key.removesuffix(":destroy"),
         )
         assert store.enqueue_action(action)
         stop = threading.Event()

@@ -13,10 +13,11 @@ import pytest
 
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.errors import StoreError
-from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.executor import ExecutorReport, StepOutcome
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PRUNE, Jobs, Progress, poll_job_id
 from watchdog_gpu.model import (
     AccountObservation,
+    ActionKind,
     ActionStatus,
     PlannedNotification,
     ProbeOutcome,
@@ -369,7 +370,10 @@ def test_an_evaluation_and_an_act_pass_that_moved_an_action_wake_the_delivery_jo
     harness.jobs.act()
     assert woken == [ACT, DELIVER]  # nothing changed, no message to send
 
-    moved = ExecutorReport((("idle_gpu:vast-ok/101:x:destroy", "idle_gpu", "verified"),))
+    outcome = StepOutcome(
+        "idle_gpu:vast-ok/101:x:destroy", "idle_gpu", "verified", "vast-ok", ActionKind.DESTROY
+    )
+    moved = ExecutorReport((outcome,))
     monkeypatch.setattr(harness.sim.assembly.watchdog, "act", lambda now: moved)
     harness.jobs.act()
     assert woken == [ACT, DELIVER, DELIVER]

@@ -17,7 +17,7 @@ from watchdog_gpu.config import load_settings
 from watchdog_gpu.config.sections import RulesConfig
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.evidence import account_evidence
-from watchdog_gpu.executor import ExecutorReport
+from watchdog_gpu.executor import ExecutorReport, StepOutcome
 from watchdog_gpu.metrics import (
     Metrics,
     MetricsConfig,
@@ -30,6 +30,7 @@ from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
     ActionKind,
+    ActionStatus,
     Finding,
     GpuSample,
     InstanceSnapshot,
@@ -45,7 +46,7 @@ from watchdog_gpu.model import (
     VolumeSnapshot,
 )
 from watchdog_gpu.notify.delivery import DeliveryReport
-from watchdog_gpu.plan import Decision, Plan, action_key
+from watchdog_gpu.plan import Decision, Plan, acted_in_last_hour, action_key
 from watchdog_gpu.rules import budget as budget_rule
 from watchdog_gpu.rules.budget import BudgetConfig, BudgetLimits
 from watchdog_gpu.rules.hygiene import HygieneConfig
@@ -468,8 +469,13 @@ def test_a_pod_seen_only_through_idle_readings_is_blind_unless_its_account_opts_
     assert value(registry, "watchdog_gpu_blind_instances") == blind
 
 
+def step(key: str, rule: str, status: str) -> StepOutcome:
+    """An executor outcome of a destroy on the Vast account."""
+    return StepOutcome(key, rule, status, VAST, ActionKind.DESTROY)
+
+
 def planned(key: str, kind: ActionKind = ActionKind.DESTROY) -> PlannedAction:
-    return PlannedAction(key, VAST, "101", "idle_gpu", kind, False, "idle", T0)
+    return PlannedAction(key, VAST, "101", "idle_gpu", kind, False, "idle", T0, key)
 
 
 def test_unverified_kills_counts_calls_not_yet_confirmed_including_one_being_rechecked(
@@ -491,6 +497,26 @@ def test_unverified_kills_counts_calls_not_yet_confirmed_including_one_being_rec
     claimed = store.claim_actions(NOW, "executor", statuses=("unverified",))
     assert [row.idempotency_key for row in claimed] == ["b:destroy"]
     assert value(registry, "watchdog_gpu_unverified_kills") == 2
+
+
+def test_the_fuse_gauge_is_the_fuses_own_count_leaving_dry_runs_out(store: Store) -> None:
+    at = NOW - timedelta(minutes=10)
+    for key, dry_run, status in [
+        ("real", False, ActionStatus.VERIFIED),
+        ("dry-1", True, ActionStatus.DRY_RUN),
+        ("dry-2", True, ActionStatus.DRY_RUN),
+        ("held", False, ActionStatus.BLOCKED),
+    ]:
+        action = PlannedAction(
+            key, VAST, "101", "idle_gpu", ActionKind.DESTROY, dry_run, "", at, key
+        )
+        store.enqueue_action(action, status)
+    registry = CollectorRegistry()
+    Metrics(registry, MetricsConfig(), store=store, clock=VirtualClock(NOW))
+    view = store.load_fleet_view(NOW, timedelta(hours=1), NOW - timedelta(hours=1))
+
+    assert acted_in_last_hour(view.recent_actions, NOW) == 1
+    assert value(registry, "watchdog_gpu_fuse_actions_last_hour") == 1
 
 
 def test_the_notification_backlog_counts_undelivered_messages(store: Store) -> None:
@@ -555,13 +581,15 @@ def test_each_action_is_counted_once_per_outcome_it_reaches(store: Store) -> Non
     metrics = Metrics(registry)
     first = ExecutorReport(
         (
-            (f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy", "idle_gpu", "unverified"),
-            (
+            step(f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy", "idle_gpu", "unverified"),
+            StepOutcome(
                 f"paused_interruptible:vast-main/7:{T0.isoformat()}:stop",
                 "paused_interruptible",
                 "dry_run",
+                VAST,
+                ActionKind.STOP,
             ),
-            (
+            step(
                 f"idle_gpu:vast-main/102:{T0.isoformat()}:destroy",
                 "idle_gpu",
                 "pending",
@@ -570,12 +598,12 @@ def test_each_action_is_counted_once_per_outcome_it_reaches(store: Store) -> Non
     )
     later = ExecutorReport(
         (
-            (
+            step(
                 f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy",
                 "idle_gpu",
                 "unverified",
             ),  # re-checked
-            (f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy", "idle_gpu", "verified"),
+            step(f"idle_gpu:vast-main/101:{T0.isoformat()}:destroy", "idle_gpu", "verified"),
         )
     )
     metrics.record_executor(first)
@@ -607,16 +635,18 @@ def test_known_label_sets_start_at_zero_so_panels_and_increase_see_the_first_eve
     assert other.get_sample_value("watchdog_gpu_rule_errors_total", {"rule": "hygiene"}) is None
 
 
-def test_action_outcomes_are_counted_for_the_account_of_the_planners_key() -> None:
+def test_action_outcomes_are_counted_for_the_account_and_kind_of_the_actions_row() -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     instance = Finding("idle_gpu", RUNPOD, "9", Severity.WARNING, ActionKind.DESTROY, "s", T0, T0)
     account = Finding("budget", VAST, None, Severity.WARNING, ActionKind.STOP, "s", T0, T0)
+    destroy = action_key(instance, ActionKind.DESTROY)
+    stop = action_key(account, ActionKind.STOP, dry_run=True)
     metrics.record_executor(
         ExecutorReport(
             (
-                (action_key(instance, ActionKind.DESTROY), "idle_gpu", "verified"),
-                (action_key(account, ActionKind.STOP, dry_run=True), "budget", "dry_run"),
+                StepOutcome(destroy, "idle_gpu", "verified", RUNPOD, ActionKind.DESTROY),
+                StepOutcome(stop, "budget", "dry_run", VAST, ActionKind.STOP),
             )
         )
     )
@@ -745,7 +775,15 @@ def test_a_tick_report_records_every_phase() -> None:
         ),
         failed_rules={"hygiene": "KeyError: 'x'"},
         executed=ExecutorReport(
-            ((f"max_runtime:{RUNPOD}/7:2026-12-01T00:00:00+00:00:stop", "max_runtime", "verified"),)
+            (
+                StepOutcome(
+                    f"max_runtime:{RUNPOD}/7:2026-12-01T00:00:00+00:00:stop",
+                    "max_runtime",
+                    "verified",
+                    RUNPOD,
+                    ActionKind.STOP,
+                ),
+            )
         ),
         delivered=DeliveryReport(delivered=2, failed=1),
     )

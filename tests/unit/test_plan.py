@@ -220,6 +220,7 @@ def test_an_action_already_in_the_outbox_is_not_planned_twice() -> None:
         status=ActionStatus.UNVERIFIED,
         dry_run=False,
         created_at=NOW - timedelta(minutes=1),
+        episode_key=finding().episode_key,
     )
     result = plan([finding()], fleet(instance(), recent_actions=(record,)), NOW, context())
     assert statuses(result.decisions) == [PlanStatus.IN_PROGRESS]
@@ -358,6 +359,7 @@ def test_the_fuse_counts_actions_of_the_last_hour_but_not_dry_runs_or_the_budget
             ActionStatus.DRY_RUN if dry_run else ActionStatus.VERIFIED,
             dry_run,
             NOW - timedelta(minutes=30),
+            f"episode-{i}",
         )
 
     done = (
@@ -493,6 +495,7 @@ def test_switching_to_enforce_mid_episode_acts_despite_the_earlier_dry_run() -> 
         status=ActionStatus.DRY_RUN,
         dry_run=True,
         created_at=NOW - timedelta(minutes=5),
+        episode_key=finding().episode_key,
     )
     view = fleet(instance(), recent_actions=(dry,))
     assert statuses(plan([finding()], view, NOW, context("monitor")).decisions) == [
@@ -529,7 +532,7 @@ def test_a_wake_shares_the_per_tick_allowance_of_the_tick_before_it() -> None:
     def record(i: int, created: datetime) -> ActionRecord:
         return ActionRecord(
             f"tick-{i}", "vast-main", f"t{i}", "idle_gpu", ActionKind.DESTROY,
-            ActionStatus.CALLED, False, created,
+            ActionStatus.CALLED, False, created, f"episode-{i}",
         )  # fmt: skip
 
     tick = NOW - timedelta(seconds=20)

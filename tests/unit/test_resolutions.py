@@ -70,7 +70,7 @@ def test_nothing_to_resolve_when_still_present_withdrawn_or_acted_on() -> None:
     assert cleared_episodes([present], [record], view(warned), (), NOW) == []
     withdrawn = {**warned, f"{episode}:resolution": NOW - timedelta(minutes=1)}
     assert cleared_episodes([], [record], view(withdrawn), (), NOW) == []
-    assert cleared_episodes([], [record], view(warned), (f"{episode}:destroy",), NOW) == []
+    assert cleared_episodes([], [record], view(warned), (episode,), NOW) == []
     action = ActionRecord(
         f"{episode}:destroy",
         "vast-main",
@@ -80,6 +80,7 @@ def test_nothing_to_resolve_when_still_present_withdrawn_or_acted_on() -> None:
         ActionStatus.VERIFIED,
         False,
         NOW - timedelta(minutes=1),
+        episode,
     )
     assert cleared_episodes([], [record], view(warned, (action,)), (), NOW) == []
 

@@ -15,7 +15,6 @@ tripped changes nothing); 1 database failure; 2 invalid configuration or missing
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 
 from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
@@ -32,11 +31,9 @@ from watchdog_gpu.commands.common import (
     timestamp,
 )
 from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.plan import HOUR, acted_in_last_hour
 from watchdog_gpu.store import AuditEvent, Store
 from watchdog_gpu.store.values import FUSE_TRIPPED
-
-# Outbox statuses that count as "acted" for the hourly limit (as the planner counts them).
-_NOT_ACTED = (ActionStatus.BLOCKED, ActionStatus.CANCELLED, ActionStatus.HELD)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,11 +59,9 @@ def run_status(args: argparse.Namespace) -> int:
         latched = store.fuse_latched()
         trip = last_trip(store) if latched else None
         blocked = store.list_actions(statuses=[ActionStatus.BLOCKED])
-        acted = [
-            action
-            for action in store.list_actions(since=now - timedelta(hours=1))
-            if action.status not in _NOT_ACTED
-        ]
+        # The fuse's own count (dry runs and the budget emergency's are not in it).
+        recent = store.list_actions(since=now - HOUR)
+        acted = acted_in_last_hour([action.to_record() for action in recent], now)
         safety = source.safety
     if args.json:
         print_json(
@@ -81,7 +76,7 @@ def run_status(args: argparse.Namespace) -> int:
                     "budget_emergency_per_tick": safety.budget_emergency_max_actions_per_tick,
                     "from_config": source.settings is not None,
                 },
-                "destructive_actions_last_hour": len(acted),
+                "destructive_actions_last_hour": acted,
                 "held_actions": [
                     {
                         "planned_at": json_time(action.created_at),
@@ -112,7 +107,7 @@ def run_status(args: argparse.Namespace) -> int:
         f"{safety.budget_emergency_max_actions_per_tick} per tick"
     )
     lines.append(limits + ("" if source.settings is not None else " (defaults)"))
-    lines.append(f"destructive actions in the last hour: {len(acted)}")
+    lines.append(f"destructive actions in the last hour (as the fuse counts them): {acted}")
     if blocked:
         lines.append(f"held actions ({len(blocked)}):")
         rows = [

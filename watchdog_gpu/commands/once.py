@@ -56,18 +56,10 @@ from watchdog_gpu.commands.common import (
 from watchdog_gpu.config import ConfigError, Settings
 from watchdog_gpu.errors import DatabaseInUseError, SchemaTooNewError, WatchdogError
 from watchdog_gpu.log import install_redaction
-from watchdog_gpu.model import ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
+from watchdog_gpu.model import IN_FLIGHT_ACTION_STATUSES, PlanStatus, ProbeOutcome, ProbeStatus
 from watchdog_gpu.notify.render import format_clock
 from watchdog_gpu.store.lock import NoLock, database_lock
 from watchdog_gpu.tick import TickReport, Watchdog
-
-# Actions planned for real whose execution is not finished: a dry run must not touch them.
-_REAL_OPEN = (
-    ActionStatus.PENDING,
-    ActionStatus.CLAIMED,
-    ActionStatus.CALLED,
-    ActionStatus.UNVERIFIED,
-)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -245,7 +237,9 @@ def _dry_tick(watchdog: Watchdog, now: datetime, notes: list[str]) -> TickReport
     report.polled = watchdog.poll_all(now)
     report.probes = watchdog.probe(now)
     watchdog.evaluate(now, report)
-    real = [a for a in watchdog.store.list_actions(statuses=_REAL_OPEN) if not a.dry_run]
+    real = [
+        a for a in watchdog.store.list_actions(statuses=IN_FLIGHT_ACTION_STATUSES) if not a.dry_run
+    ]
     if real:
         notes.append(
             f"{len(real)} action(s) planned earlier for real are not finished; the dry run "
@@ -288,7 +282,7 @@ def summary_lines(
     if executed is None:
         lines.append("actions: executor not run")
     else:
-        counts = Counter(status for _, _, status in executed.outcomes)
+        counts = Counter(outcome.status for outcome in executed.outcomes)
         lines.append(f"actions: {_counts(counts) or 'none'}")
     delivered = report.delivered
     if delivered is None:
@@ -363,7 +357,7 @@ def summary_json(report: TickReport, notes: list[str], *, sent: bool = True) -> 
         "rules_failed": dict(report.failed_rules),
         "actions": None
         if executed is None
-        else dict(Counter(status for _, _, status in executed.outcomes)),
+        else dict(Counter(outcome.status for outcome in executed.outcomes)),
         "notifications": None
         if delivered is None
         else {

@@ -30,18 +30,10 @@ from watchdog_gpu.commands.common import (
     resolve_instance,
 )
 from watchdog_gpu.durations import format_duration
-from watchdog_gpu.model import ActionStatus, InstanceState
+from watchdog_gpu.model import IN_FLIGHT_ACTION_STATUSES, InstanceState
 from watchdog_gpu.notify.render import format_clock
 
 SNOOZED = "snoozed"  # the audit event's kind
-
-# Outbox statuses of an action a snooze can no longer recall (it is being carried out).
-_UNDER_WAY = (
-    ActionStatus.PENDING,
-    ActionStatus.CLAIMED,
-    ActionStatus.CALLED,
-    ActionStatus.UNVERIFIED,
-)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,9 +98,10 @@ def run_snooze(args: argparse.Namespace) -> int:
                 "by": user,
             },
         )
+        # Actions being carried out: a snooze can no longer recall them.
         under_way = [
             action
-            for action in store.list_actions(statuses=_UNDER_WAY)
+            for action in store.list_actions(statuses=IN_FLIGHT_ACTION_STATUSES)
             if (action.account, action.instance_id) == (snapshot.account, snapshot.instance_id)
         ]
     print(

@@ -10,9 +10,11 @@ from the recorded samples (``busy``, ``idle 42 min`` — the idle rule's own clo
 ``max_sample_gap`` semantics, so a long SSH gap restarts it here too; ``idle ≥ 2 h`` when the
 clock starts at arming or at the window's first sample —, ``unknown``, ``no samples``, plus a
 failing probe's status and how the host is probed: ``[stream]`` or ``[burst]``), actions pending
-in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``), snoozes and
-protections (the planner's own check, configuration included when one was read). Then the fuse,
-and the protections kept in the database.
+in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``, when the planner will
+act: ``plan.action_due``; none once the action — in monitor mode its dry run; with ``--db``
+alone, either — is recorded),
+snoozes and protections (the planner's own check, configuration included when one was read).
+Then the fuse, and the protections kept in the database.
 
 The database is the one the daemon resolves from the same configuration: ``database_url``, else
 ``watchdog-gpu.db`` in ``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in
@@ -80,10 +82,16 @@ from watchdog_gpu.commands.common import (
 )
 from watchdog_gpu.commands.gpu_activity import GpuActivity, gpu_activity
 from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
-from watchdog_gpu.model import ActionKind, ActionStatus, InstanceSnapshot, InstanceState
+from watchdog_gpu.model import (
+    OPEN_ACTION_STATUSES,
+    ActionKind,
+    ActionStatus,
+    InstanceSnapshot,
+    InstanceState,
+)
 from watchdog_gpu.notices import EpisodeNotices, index_notices
 from watchdog_gpu.notify.render import format_clock, format_duration, format_rate, format_usd
-from watchdog_gpu.plan import due_after_warning, recorded_protection
+from watchdog_gpu.plan import action_due, recorded_protection
 from watchdog_gpu.rules.idle_clock import IdleClockSettings
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.store.rows import (
@@ -96,18 +104,6 @@ from watchdog_gpu.store.rows import (
 if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
     from watchdog_gpu.evidence import AccountEvidence
-
-# Outbox statuses of an action that is not finished (shown as "pending").
-OPEN_STATUSES = frozenset(
-    {
-        ActionStatus.PENDING,
-        ActionStatus.CLAIMED,
-        ActionStatus.CALLED,
-        ActionStatus.UNVERIFIED,
-        ActionStatus.HELD,
-        ActionStatus.BLOCKED,
-    }
-)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -181,13 +177,14 @@ class ModeSummary:
 @dataclass(frozen=True)
 class Policy:
     """What the tables need of the configuration: the sample window, the idle threshold, the
-    poll interval, how long a rule's warning stands before it acts, and what protects an
-    instance (the planner's own checks)."""
+    poll interval, how long a rule's warning stands before it acts, whether a rule only records
+    a dry run (monitor mode) and what protects an instance (the planner's own checks)."""
 
     lookback: timedelta
     idle_clock: IdleClockSettings
     poll_interval: timedelta
     warn_before: Callable[[str], timedelta]
+    dry_run: Callable[[str], bool | None]  # None: the mode is unknown (no configuration)
     protection: Callable[[InstanceSnapshot, Iterable[Protection]], str | None]
     evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
 
@@ -201,9 +198,10 @@ def policy_of(settings: Settings | None) -> Policy:
             idle_clock=status_defaults.IDLE_CLOCK,
             poll_interval=status_defaults.POLL_INTERVAL,
             warn_before=lambda rule: status_defaults.WARN_BEFORE.get(rule, timedelta(0)),
+            dry_run=lambda rule: None,
             protection=recorded_protection,
         )
-    from watchdog_gpu.plan import PlanContext, protection_for, warn_before
+    from watchdog_gpu.plan import PlanContext, is_dry_run, protection_for, warn_before
     from watchdog_gpu.rules import lookback_for
     from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 
@@ -220,6 +218,7 @@ def policy_of(settings: Settings | None) -> Policy:
         idle_clock=(idle if isinstance(idle, IdleGpuConfig) else IdleGpuConfig()).clock_settings,
         poll_interval=settings.watchdog.poll_interval,
         warn_before=lambda rule: warn_before(rule, context),
+        dry_run=lambda rule: is_dry_run(rule, context),
         protection=lambda snapshot, protections: protection_for(snapshot, protections, context),
         evidence=settings.evidence(),
     )
@@ -333,8 +332,8 @@ class _Shared:
 
     findings: dict[InstanceKey, list[FindingRecord]]
     pending: dict[InstanceKey, list[ActionRecord]]  # open actions, in the view's order
-    outbox: frozenset[str]  # the idempotency keys of the view's actions
-    notices: dict[str, EpisodeNotices]  # plan.due_after_warning's index, built once
+    actions: dict[str, ActionRecord]  # the view's actions by idempotency key
+    notices: dict[str, EpisodeNotices]  # plan.action_due's index, built once
 
     @classmethod
     def of(cls, view: FleetView, findings: Iterable[FindingRecord]) -> _Shared:
@@ -343,12 +342,12 @@ class _Shared:
             by_instance.setdefault((finding.account, finding.instance_id), []).append(finding)
         pending: dict[InstanceKey, list[ActionRecord]] = {}
         for action in view.recent_actions:
-            if action.status in OPEN_STATUSES:
+            if action.status in OPEN_ACTION_STATUSES:
                 pending.setdefault((action.account, action.instance_id), []).append(action)
         return cls(
             findings=by_instance,
             pending=pending,
-            outbox=frozenset(action.idempotency_key for action in view.recent_actions),
+            actions={action.idempotency_key: action for action in view.recent_actions},
             notices=index_notices(view.notice_times),
         )
 
@@ -378,33 +377,36 @@ def _instance_status(
 def _due(
     instance: InstanceView, view: FleetView, shared: _Shared, policy: Policy
 ) -> tuple[FindingRecord, ...]:
-    """Destructive findings the latest evaluation still had for the instance and that have no
-    action in the outbox yet, each due when the planner will act (``plan.planned_due``: not
-    before a standing warning is ``warn_before`` old). "Latest": seen less than a poll interval
-    before the account's last poll (evaluation follows polling; a cleared finding is not seen
-    again)."""
+    """Destructive findings the latest evaluation still had for the instance and whose action
+    the planner has still to carry out, each due when it will (``plan.action_due``: not before
+    a standing warning is ``warn_before`` old; nothing once its action — or, in monitor mode,
+    its dry run — is recorded). "Latest": seen less than a poll interval before the account's
+    last poll (evaluation follows polling; a cleared finding is not seen again)."""
     latest = instance.latest
     account = view.accounts.get(latest.account)
     polled = (
         [t for t in (account.last_poll_ok_at, account.last_poll_error_at) if t] if account else []
     )
     last_poll = max(polled, default=None)
-    return tuple(
-        replace(
-            finding,
-            due_at=due_after_warning(
-                finding.episode_key,
-                finding.due_at,
-                view,
-                policy.warn_before(finding.rule),
-                notices=shared.notices,
-            ),
+    due: list[FindingRecord] = []
+    for finding in shared.findings.get((latest.account, latest.instance_id), ()):
+        if finding.action is ActionKind.NOTIFY:
+            continue
+        if last_poll is not None and finding.last_seen + policy.poll_interval <= last_poll:
+            continue
+        at = action_due(
+            finding.episode_key,
+            finding.action,
+            finding.due_at,
+            dry_run=policy.dry_run(finding.rule),
+            lead=policy.warn_before(finding.rule),
+            actions=shared.actions,
+            notices=shared.notices,
+            now=view.now,
         )
-        for finding in shared.findings.get((latest.account, latest.instance_id), ())
-        if finding.action is not ActionKind.NOTIFY
-        and (last_poll is None or finding.last_seen + policy.poll_interval > last_poll)
-        and f"{finding.episode_key}:{finding.action.value}" not in shared.outbox
-    )
+        if at is not None:
+            due.append(replace(finding, due_at=at))
+    return tuple(due)
 
 
 # -- text -------------------------------------------------------------------------------------

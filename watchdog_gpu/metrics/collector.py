@@ -25,7 +25,8 @@ from watchdog_gpu.clock import Clock
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.metrics import gauges
-from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.model import ActionResult, ActionStatus
+from watchdog_gpu.plan import acted_in_last_hour
 from watchdog_gpu.store.rows import ActionRow, Leader
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ Family = GaugeMetricFamily | CounterMetricFamily
 PARTS = ("fleet", "notifications", "actions", "leadership")
 # Statuses of a stop/destroy whose provider call went out (or may have) and is not confirmed yet.
 _SENT = frozenset({ActionStatus.CALLED.value, ActionStatus.UNVERIFIED.value})
-_CALLING = "calling"  # executor.CALLING: the mark written right before a provider call
 
 
 class MetricsStore(Protocol):
@@ -65,7 +65,7 @@ def unverified_kills(rows: Iterable[ActionRow]) -> int:
 
 def _being_verified_or_called(row: ActionRow) -> bool:
     return row.status == ActionStatus.CLAIMED.value and (
-        row.claimed_from in _SENT or row.result == _CALLING
+        row.claimed_from in _SENT or row.result == ActionResult.CALLING
     )
 
 
@@ -146,6 +146,10 @@ def _fill_fleet(
     view: FleetView, now: datetime, config: gauges.MetricsConfig, families: dict[str, Family]
 ) -> None:
     providers = gauges.account_providers(view)
+    # The fuse's own count (dry runs and the budget emergency's are not in it), as `fuse status`.
+    families["watchdog_gpu_fuse_actions_last_hour"].add_metric(
+        [], acted_in_last_hour(view.recent_actions, now)
+    )
     for (account, provider, state), count in gauges.instance_counts(view).items():
         families["watchdog_gpu_instances"].add_metric([account, provider, state], count)
     for rate in gauges.spend_rates(view):
@@ -246,6 +250,10 @@ def _empty_families() -> dict[str, Family]:
             "watchdog_gpu_instance_state_seconds",
             "how long an instance has been idle, paused or stopped",
             labels=["account", "instance_id", "state"],
+        ),
+        GaugeMetricFamily(
+            "watchdog_gpu_fuse_actions_last_hour",
+            "stops/destroys of the last hour that count towards the fuse's max_actions_per_hour",
         ),
         GaugeMetricFamily(
             "watchdog_gpu_unverified_kills",

@@ -26,7 +26,6 @@ from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.metrics.collector import MetricsStore, StoreCollector
 from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.model import ActionKind, ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
-from watchdog_gpu.notices import ActionKey, EpisodeKey
 from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Plan
 from watchdog_gpu.rules.base import DestructiveRuleConfig
@@ -263,10 +262,11 @@ class Metrics:
 
     def record_executor(self, report: ExecutorReport) -> None:
         """The executor's outcomes: each action counted once per outcome it reaches."""
-        for key, rule, status in report.outcomes:
+        for outcome in report.outcomes:
+            key, status = outcome.key, outcome.status
             if status in EXECUTOR_OUTCOMES and self._first_time(f"{key}|{status}"):
-                account, kind = _account_and_kind(key)
-                self.actions.labels(account, rule, kind, status).inc()
+                account = outcome.account or OTHER
+                self.actions.labels(account, outcome.rule, outcome.kind.value, status).inc()
 
     def record_rule_failures(self, failed: Mapping[str, str]) -> None:
         """Rules that raised this tick (rule name → error text; the text is not exposed)."""
@@ -295,16 +295,3 @@ def _rule_actions(config: MetricsConfig) -> dict[str, ActionKind]:
         for name, rule in config.rules.items()
         if rule.enabled
     }
-
-
-def _account_and_kind(key: str) -> tuple[str, str]:
-    """The account and the stop/destroy of an action, from its idempotency key
-    (:class:`~watchdog_gpu.notices.ActionKey` over an
-    :class:`~watchdog_gpu.notices.EpisodeKey` whose subject is ``account[/instance][[topic]]``;
-    account names hold no ``/`` or ``[``). ``other`` for what does not parse."""
-    action = ActionKey.parse(key)
-    if action is None:
-        return OTHER, OTHER
-    episode = EpisodeKey.parse(action.episode)
-    account = OTHER if episode is None else episode.subject.split("/", 1)[0].split("[", 1)[0]
-    return account or OTHER, action.kind.value

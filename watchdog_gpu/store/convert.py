@@ -26,6 +26,7 @@ from watchdog_gpu.fleet import (
 from watchdog_gpu.model import (
     AccountSnapshot,
     ActionKind,
+    ActionResult,
     ActionStatus,
     GpuSample,
     InstanceSnapshot,
@@ -318,13 +319,14 @@ def action_row(row: ActionOutboxRow | Row[Any]) -> ActionRow:
         attempts=row.attempts,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        episode_key=row.episode_key,
         evidence=evidence(row.evidence),
         usd_per_hour_at_stake=row.usd_per_hour_at_stake,
         claimed_by=row.claimed_by,
         claimed_at=row.claimed_at,
         claimed_from=ActionStatus(row.claimed_from) if row.claimed_from else None,
         next_attempt_at=row.next_attempt_at,
-        result=row.result,
+        result=ActionResult(row.result) if row.result is not None else None,
         last_error=row.last_error,
     )
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.model import ActionStatus, PlannedAction, PlannedNotification
+from watchdog_gpu.model import ActionResult, ActionStatus, PlannedAction, PlannedNotification
 from watchdog_gpu.store import outbox
 from watchdog_gpu.store.schema import AuditEventRow
 from watchdog_gpu.store.types import JsonValue
@@ -75,7 +75,7 @@ def record_decision(
                 expected_status=ActionStatus.CANCELLED.value,
                 new_status=ActionStatus.PENDING.value,
                 now=now,
-                result="replanned",
+                result=ActionResult.REPLANNED,
                 last_error=None,
                 next_attempt_at=now,
             )
@@ -109,7 +109,7 @@ def record_action_step(
     rule: str | None,
     data: Mapping[str, JsonValue] | None = None,
     notification: PlannedNotification | None = None,
-    result: str | None = None,
+    result: ActionResult | None = None,
     last_error: str | None = None,
     next_attempt_at: datetime | None = None,
 ) -> bool:

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
-from watchdog_gpu.model import InstanceState
+from watchdog_gpu.model import OPEN_ACTION_STATUSES, InstanceState
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history import FleetHistory, NewestIds
 from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
@@ -58,7 +58,6 @@ from watchdog_gpu.store.values import (
     ACTIONS_DEFERRED,
     FUSE_RESET,
     FUSE_TRIPPED,
-    OPEN_ACTION_STATUSES,
     RECENT_ACTIONS,
 )
 
@@ -148,7 +147,7 @@ _SNOOZES = select(*SnoozeRow.__table__.columns).where(SnoozeRow.until > _NOW).or
 _ACTIONS = select(*ActionOutboxRow.__table__.columns).where(
     or_(
         ActionOutboxRow.created_at >= bindparam("actions_since"),
-        ActionOutboxRow.status.in_(OPEN_ACTION_STATUSES),
+        ActionOutboxRow.status.in_([status.value for status in OPEN_ACTION_STATUSES]),
     )
 )
 _NOTIFICATION_KEYS = select(

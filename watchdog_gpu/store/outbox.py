@@ -15,7 +15,7 @@ from sqlalchemy import CursorResult, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.model import ActionStatus, PlannedAction, PlannedNotification
+from watchdog_gpu.model import ActionResult, ActionStatus, PlannedAction, PlannedNotification
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.rows import ActionRow, NotificationRow
 from watchdog_gpu.store.schema import ActionOutboxRow, NotificationOutboxRow
@@ -51,6 +51,7 @@ def enqueue_action(session: Session, action: PlannedAction, status: str) -> bool
         session,
         ActionOutboxRow(
             idempotency_key=action.idempotency_key,
+            episode_key=action.episode_key,
             account=action.account,
             instance_id=action.instance_id,
             rule=action.rule,
@@ -128,14 +129,14 @@ def transition_action(
     expected_status: str,
     new_status: str,
     now: datetime,
-    result: str | None,
+    result: ActionResult | None,
     last_error: str | None,
     next_attempt_at: datetime | None,
 ) -> bool:
     """See ``Store.transition_action``."""
     values: dict[str, Any] = {"status": ActionStatus(new_status).value, "updated_at": now}
     if result is not None:
-        values["result"] = result
+        values["result"] = ActionResult(result).value
     if last_error is not None:
         values["last_error"] = last_error[:MAX_ERROR_LENGTH]
     if next_attempt_at is not None:
@@ -157,7 +158,11 @@ def cancel_blocked_actions(session: Session, now: datetime) -> int:
     result = session.execute(
         update(ActionOutboxRow)
         .where(ActionOutboxRow.status == ActionStatus.BLOCKED.value)
-        .values(status=ActionStatus.CANCELLED.value, updated_at=now, result="fuse reset")
+        .values(
+            status=ActionStatus.CANCELLED.value,
+            updated_at=now,
+            result=ActionResult.FUSE_RESET.value,
+        )
         .execution_options(synchronize_session=False)
     )
     return changed_rows(result)

@@ -26,6 +26,7 @@ from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView, Protection, ProtectionKind, Snooze
 from watchdog_gpu.model import (
     AccountObservation,
+    ActionResult,
     ActionStatus,
     Finding,
     GpuSample,
@@ -350,7 +351,7 @@ class Store:
         new_status: str,
         now: datetime,
         *,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
     ) -> bool:
@@ -633,7 +634,7 @@ class Store:
         message: str,
         data: Mapping[str, JsonValue] | None = None,
         notification: PlannedNotification | None = None,
-        result: str | None = None,
+        result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
     ) -> bool:

@@ -9,6 +9,7 @@ from datetime import datetime
 from watchdog_gpu.fleet import AccountView, ActionRecord
 from watchdog_gpu.model import (
     ActionKind,
+    ActionResult,
     ActionStatus,
     InstanceSnapshot,
     PlannedAction,
@@ -38,13 +39,14 @@ class ActionRow:
     attempts: int
     created_at: datetime
     updated_at: datetime
+    episode_key: str
     evidence: Mapping[str, JsonScalar] = field(default_factory=dict)
     usd_per_hour_at_stake: float | None = None
     claimed_by: str | None = None
     claimed_at: datetime | None = None
     claimed_from: ActionStatus | None = None
     next_attempt_at: datetime | None = None
-    result: str | None = None
+    result: ActionResult | None = None
     last_error: str | None = None
 
     def to_record(self) -> ActionRecord:
@@ -58,6 +60,7 @@ class ActionRow:
             status=self.status,
             dry_run=self.dry_run,
             created_at=self.created_at,
+            episode_key=self.episode_key,
         )
 
     def to_planned(self) -> PlannedAction:
@@ -71,6 +74,7 @@ class ActionRow:
             dry_run=self.dry_run,
             reason=self.reason,
             planned_at=self.created_at,
+            episode_key=self.episode_key,
             evidence=self.evidence,
             usd_per_hour_at_stake=self.usd_per_hour_at_stake,
         )

@@ -328,6 +328,8 @@ class ActionOutboxRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     idempotency_key: Mapped[str] = mapped_column(String(KEY_LENGTH), unique=True)
+    # The finding's episode (``Finding.episode_key``) the action belongs to.
+    episode_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     account: Mapped[str] = mapped_column(String(ID_LENGTH))
     instance_id: Mapped[str] = mapped_column(String(ID_LENGTH))
     rule: Mapped[str] = mapped_column(String(ID_LENGTH))

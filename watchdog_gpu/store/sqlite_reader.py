@@ -35,7 +35,7 @@ from typing import Any
 
 from watchdog_gpu.errors import SchemaTooNewError, StoreError
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
-from watchdog_gpu.model import ActionStatus, InstanceState, Verdict
+from watchdog_gpu.model import OPEN_ACTION_STATUSES, ActionStatus, InstanceState, Verdict
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history_rows import (
     PROBE_COLUMNS,
@@ -61,7 +61,6 @@ from watchdog_gpu.store.values import (
     DEFAULT_NOTIFICATION_LOOKBACK,
     FUSE_RESET,
     FUSE_TRIPPED,
-    OPEN_ACTION_STATUSES,
     RECENT_ACTIONS,
     bind_time,
 )
@@ -213,7 +212,8 @@ _SSH_KEYS = "SELECT * FROM ssh_keys WHERE account IN ({names}) ORDER BY account,
 _PROTECTIONS = "SELECT * FROM protections ORDER BY id"
 _SNOOZES = "SELECT * FROM snoozes WHERE until > ? ORDER BY id"
 # No ORDER BY (see fleet_loader): sorted in Python.
-_OPEN = _marks(OPEN_ACTION_STATUSES)
+_OPEN_VALUES = tuple(status.value for status in OPEN_ACTION_STATUSES)
+_OPEN = _marks(_OPEN_VALUES)
 _RECENT_ACTIONS = f"SELECT * FROM actions WHERE created_at >= ? OR status IN ({_OPEN})"  # noqa: S608
 _NOTIFICATION_KEYS = "SELECT idempotency_key, created_at FROM notifications WHERE created_at >= ?"
 _LATEST_FUSE_EVENT = (
@@ -384,9 +384,7 @@ class SqliteReader:
                 names, now, window_start, now - lookback, status_threshold
             )
             in_names = {"names": _marks(names)}
-            actions = self._rows(
-                _RECENT_ACTIONS, (bind_time(now - RECENT_ACTIONS), *OPEN_ACTION_STATUSES)
-            )
+            actions = self._rows(_RECENT_ACTIONS, (bind_time(now - RECENT_ACTIONS), *_OPEN_VALUES))
             return FleetView(
                 now=now,
                 instances=instances,

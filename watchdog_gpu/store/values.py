@@ -7,8 +7,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
 
-from watchdog_gpu.model import ActionStatus
-
 # What a JSON column holds. Evidence mappings (str -> scalar) are a special case of it.
 JsonScalar: TypeAlias = str | int | float | bool | None
 JsonValue: TypeAlias = JsonScalar | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
@@ -35,17 +33,9 @@ FUSE_TRIPPED = "fuse_tripped"
 FUSE_RESET = "fuse_reset"
 ACTIONS_DEFERRED = "actions_deferred"
 
-# The fleet view holds the actions of this long ago, and those still in flight whatever their
-# age (these statuses).
+# The fleet view holds the actions of this long ago, and the open ones whatever their age
+# (``model.OPEN_ACTION_STATUSES``).
 RECENT_ACTIONS = timedelta(hours=24)
-OPEN_ACTION_STATUSES = (
-    ActionStatus.PENDING.value,
-    ActionStatus.CLAIMED.value,
-    ActionStatus.CALLED.value,
-    ActionStatus.UNVERIFIED.value,
-    ActionStatus.HELD.value,
-    ActionStatus.BLOCKED.value,
-)
 
 # How far back the fleet view reads the notification keys (warnings standing for an episode).
 DEFAULT_NOTIFICATION_LOOKBACK = timedelta(days=30)

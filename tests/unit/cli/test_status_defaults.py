@@ -45,4 +45,5 @@ def test_the_policy_without_a_configuration_is_the_policy_of_default_settings() 
     assert plain.poll_interval == models.poll_interval
     for name in (*RULES, "no_such_rule"):
         assert plain.warn_before(name) == models.warn_before(name)
+        assert plain.dry_run(name) is None  # the mode is in the configuration file
     assert models.warn_before("idle_gpu") > timedelta(0)

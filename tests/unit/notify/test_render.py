@@ -223,6 +223,7 @@ def test_an_action_result_can_be_rendered_from_the_planned_action_alone() -> Non
         dry_run=False,
         reason="paused (outbid) for 31 min",
         planned_at=NOW,
+        episode_key="paused_interruptible:vast-main/77:2026-12-02T21:00:00+00:00",
         evidence={"paused_minutes": 31},
         usd_per_hour_at_stake=0.014,
     )
