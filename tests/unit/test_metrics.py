@@ -469,6 +469,37 @@ def test_a_pod_seen_only_through_idle_readings_is_blind_unless_its_account_opts_
     assert value(registry, "watchdog_gpu_blind_instances") == blind
 
 
+@pytest.mark.parametrize(("idle_evidence", "shown"), [("ssh", False), ("provider_api", True)])
+def test_the_idle_gauge_counts_provider_readings_only_where_they_may_prove_idle(
+    store: Store, idle_evidence: str, shown: bool
+) -> None:
+    # The gauge shows the idle rule's own clock: RunPod's readings alone start it only for an
+    # account that opted in (evidence.py), exactly as idle_gpu counts them.
+    record_fleet(store)
+    store.record_samples(
+        [
+            GpuSample(RUNPOD, "202", at(minute), 0, Verdict.IDLE, SampleSource.PROVIDER_API, sm=0.0)
+            for minute in range(0, 61, 1)
+        ]
+    )
+    evidence = {RUNPOD: account_evidence(RUNPOD, "runpod", ssh=False, idle_evidence=idle_evidence)}
+    registry = CollectorRegistry()
+    Metrics(
+        registry,
+        MetricsConfig(accounts=ACCOUNTS, evidence=evidence),
+        store=store,
+        clock=VirtualClock(NOW),
+    )
+    idle = value(
+        registry,
+        "watchdog_gpu_instance_state_seconds",
+        account=RUNPOD,
+        instance_id="202",
+        state="idle",
+    )
+    assert (idle is not None) is shown
+
+
 def step(key: str, rule: str, status: str) -> StepOutcome:
     """An executor outcome of a destroy on the Vast account."""
     return StepOutcome(key, rule, status, VAST, ActionKind.DESTROY)

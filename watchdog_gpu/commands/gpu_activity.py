@@ -10,13 +10,14 @@ is unknown, whatever the older samples said (they are shown as "last seen").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from watchdog_gpu.commands.common import json_time
 from watchdog_gpu.fleet import InstanceView
-from watchdog_gpu.model import InstanceState, ProbeStatus, Verdict
+from watchdog_gpu.model import InstanceState, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.notify.render import format_duration
 from watchdog_gpu.rules.idle_clock import IdleClockSettings, current_idle
 from watchdog_gpu.sample_history import instant, sample_history
@@ -87,11 +88,16 @@ class GpuActivity:
         }
 
 
-def gpu_activity(instance: InstanceView, now: datetime, settings: IdleClockSettings) -> GpuActivity:
+def gpu_activity(
+    instance: InstanceView,
+    now: datetime,
+    settings: IdleClockSettings,
+    proves_idle: Callable[[SampleSource], bool] | None = None,
+) -> GpuActivity:
     """Summarise ``instance.samples`` (the view's window) judged with the idle rule's
-    ``settings``, with its idle clock at ``now`` and how the latest probe read the host
-    (``probe_mode``)."""
-    episode = current_idle(instance, now, settings)
+    ``settings``, with its idle clock at ``now`` (counting the samples that can prove idle for
+    its account, as the rule does) and how the latest probe read the host (``probe_mode``)."""
+    episode = current_idle(instance, now, settings, proves_idle)
     clock = GpuActivity("")
     if episode is not None:
         clock = GpuActivity(

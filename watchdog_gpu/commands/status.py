@@ -81,6 +81,7 @@ from watchdog_gpu.commands.common import (
     timestamp,
 )
 from watchdog_gpu.commands.gpu_activity import GpuActivity, gpu_activity
+from watchdog_gpu.evidence import AccountEvidence, default_evidence
 from watchdog_gpu.fleet import AccountView, ActionRecord, FleetView, InstanceView, Protection
 from watchdog_gpu.model import (
     OPEN_ACTION_STATUSES,
@@ -103,7 +104,6 @@ from watchdog_gpu.store.rows import (
 
 if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
-    from watchdog_gpu.evidence import AccountEvidence
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -352,6 +352,13 @@ class _Shared:
         )
 
 
+def _evidence(latest: InstanceSnapshot, policy: Policy) -> AccountEvidence:
+    """What the account's GPU evidence can prove, as the idle rule judges it (the safe default,
+    readings never proving idle, without a configuration that lists the account)."""
+    known = policy.evidence.get(latest.account)
+    return known if known is not None else default_evidence(latest.account, latest.provider)
+
+
 def _instance_status(
     instance: InstanceView, view: FleetView, shared: _Shared, *, policy: Policy
 ) -> InstanceStatus:
@@ -365,7 +372,9 @@ def _instance_status(
         view=instance,
         since=state_since(instance),
         usd_per_hour=0.0 if gone else billed_rate(instance),
-        gpu=gpu_activity(instance, view.now, policy.idle_clock),
+        gpu=gpu_activity(
+            instance, view.now, policy.idle_clock, _evidence(latest, policy).proves_idle
+        ),
         pending=pending,
         # A protected instance has nothing due: the planner never acts on it.
         due=() if gone or protected else _due(instance, view, shared, policy),

@@ -210,7 +210,8 @@ def state_times(view: FleetView, now: datetime, idle: IdleGpuConfig) -> list[Sta
             since, label = state_since(instance), latest.state.value
         else:
             # The idle rule's own clock: the one definition of "idle since".
-            episode = current_idle(instance, now, idle.clock_settings)
+            evidence = view.evidence_of(latest)  # what may prove idle, as the rule
+            episode = current_idle(instance, now, idle.clock_settings, evidence.proves_idle)
             since, label = (episode.start if episode is not None else None), "idle"
         if since is not None:
             seconds = max(0.0, (now - since).total_seconds())
