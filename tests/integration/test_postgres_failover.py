@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from tests.integration.test_crash_resume import (
     assert_trail_recorded_once,
@@ -181,42 +181,63 @@ def test_killing_the_leader_twenty_times_hands_over_without_a_second_destroy_or_
     assert max(takeovers) < 2 * load_scenario(SCENARIO).tick.total_seconds()
 
 
-FREEZES = 4
+FAULTS = 4
 FREEZE_LEASE_SECONDS = 4.0
 
 
+def _cut_every_session(database_url: str) -> None:
+    """End every session on the test's database but this one: the leader's lock session and
+    pooled connections, and the standby's (a network cut seen from the server)."""
+    engine = create_engine_for(database_url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.timeout(1200)
-def test_freezing_the_leader_hands_over_after_its_lease_and_the_thawed_leader_changes_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("fault", ["freeze", "cut"])
+def test_a_frozen_or_cut_off_leader_hands_over_and_changes_nothing_afterwards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str
 ) -> None:
-    """SIGSTOP instead of SIGKILL: the frozen leader's connections stay open, so only the lease
-    replaces it; thawed, it must fail at its next fenced step (its session was ended) instead
-    of destroying, delivering or recording anything a second time."""
+    """SIGSTOP instead of SIGKILL (the frozen leader's connections stay open, so only the lease
+    replaces it), or every database session cut: the deposed leader must fail at its next
+    fenced step instead of destroying, delivering or recording anything a second time."""
     server = postgres_server()
     database_url = server.create_database()
     cluster = Cluster(tmp_path, database_url, lease=FREEZE_LEASE_SECONDS)
     rng = random.Random(20261204)
     takeovers: list[float] = []
-    freezes = 0
+    faults = 0
     try:
         cluster.start("node-a")
         _wait_for_new_leader(cluster, 0)
         cluster.start("node-b")
-        while freezes < FREEZES:
+        while faults < FAULTS:
             if not _kill_after_progress(cluster, rng):
                 break
             leader, _epoch, _since = cluster.leaders()[-1]
             known = len(cluster.leaders())
             victim = cluster.processes.pop(leader)
-            frozen_at = time.monotonic()
-            victim.send_signal(signal.SIGSTOP)
-            freezes += 1
+            struck_at = time.monotonic()
+            if fault == "freeze":
+                victim.send_signal(signal.SIGSTOP)
+            else:
+                _cut_every_session(database_url)
+            faults += 1
             _wait_for_new_leader(cluster, known)
             if len(cluster.leaders()) > known:
-                takeovers.append(cluster.leaders()[-1][2] - frozen_at)
+                takeovers.append(cluster.leaders()[-1][2] - struck_at)
             victim.send_signal(signal.SIGCONT)
             out, err = victim.communicate(timeout=60)
-            # Thawed, it learns at its next step that it was deposed, and stops.
+            # Thawed or cut off, it learns at its next step that it was deposed, and stops.
             assert victim.returncode != 0 or b"DONE" in out, err.decode()[-3000:]
             cluster.start(leader)
         deadline = time.monotonic() + 600
@@ -230,14 +251,14 @@ def test_freezing_the_leader_hands_over_after_its_lease_and_the_thawed_leader_ch
                 process.send_signal(signal.SIGCONT)
         cluster.stop_all()
 
-    assert freezes >= 3, f"only {freezes} freezes landed before the night ended"
-    assert len(takeovers) == freezes
+    assert faults >= 3, f"only {faults} faults landed before the night ended"
+    assert len(takeovers) == faults
     _assert_one_night_without_repeats(
         tmp_path,
         database_url,
         cluster,
         capsys,
-        faults=f"{freezes} leader freezes",
+        faults=f"{faults} leader {'freezes' if fault == 'freeze' else 'cuts'}",
         takeovers=takeovers,
     )
     assert max(takeovers) < FREEZE_LEASE_SECONDS + load_scenario(SCENARIO).tick.total_seconds()
