@@ -536,7 +536,7 @@ class Executor:
             return True
         if config.on_failure == "destroy":
             log.warning(
-                "salvage failed account=%s instance=%s detail=%r; destroying anyway",
+                "salvage failed, destroying anyway account=%s instance=%s detail=%r",
                 row.account,
                 row.instance_id,
                 outcome.detail,

@@ -1,4 +1,12 @@
-"""Logging set-up: ``key=value`` lines (journald friendly) or JSON lines, and secret redaction.
+"""Logging set-up: logfmt lines (journald friendly) or JSON lines, and secret redaction.
+
+The code base writes its fields into the message, after a short phrase:
+``log.info("leading node=%s epoch=%d", node, epoch)``. The formatters lift those trailing
+``key=value`` pairs (and ``extra=`` fields) into top-level fields, so ``msg`` keeps only the phrase
+and Loki's ``| logfmt`` / ``| json`` see ``node`` and ``epoch``: one mechanism, no call site to
+change. A value runs to the next `` key=``, so it may hold spaces (quoted in logfmt); a value a
+call site quoted with ``%r`` is unquoted; JSON values that read as a number or a boolean are
+typed, except identifiers such as ``instance`` and ``account``.
 
 Under systemd (stderr is the journal stream named by ``$JOURNAL_STREAM``) every line starts with
 the sd-daemon priority prefix ``<N>`` (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>``
@@ -15,6 +23,7 @@ tracebacks). Code must still never log a secret; this is the net under the rope.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import logging
@@ -226,25 +235,101 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# A field in a message: an identifier and ``=`` at the start or after white space.
+_KEY = re.compile(r"([a-z_][a-z0-9_]*)=")
+_FIRST_FIELD = re.compile(r"(?:^|(?<=\s))[a-z_][a-z0-9_]*=")
+_NEXT_FIELD = re.compile(r"\s+(?=[a-z_][a-z0-9_]*=)")
+_QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
+# Keys every line already has: a message field of that name would overwrite them.
+_RESERVED_KEYS = frozenset({"time", "level", "logger", "msg", "exc", "stack"})
+# Values that are names, however they read: an instance id ``12345`` stays a string in JSON.
+IDENTIFIER_KEYS = frozenset(
+    {"instance", "account", "node", "rule", "action", "job", "provider", "gpu", "host", "name"}
+)
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+")
+
+
+def _unquote(literal: str) -> str:
+    try:
+        value = ast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return literal
+    return value if isinstance(value, str) else literal
+
+
+def split_message(message: str) -> tuple[str, list[tuple[str, str]]]:
+    """A message's phrase and its trailing ``key=value`` fields, in order:
+    ``"probe stream instance=7 state=backoff error=connection refused"`` is
+    ``("probe stream", [("instance", "7"), ("state", "backoff"), ("error", "connection
+    refused")])``. A field named like a line's own key (``level``, ``msg``, …) stays in the
+    phrase, with everything after it."""
+    first = _FIRST_FIELD.search(message)
+    if first is None:
+        return message, []
+    phrase, rest = message[: first.start()].rstrip(), message[first.start() :]
+    fields: list[tuple[str, str]] = []
+    while rest:
+        key_match = _KEY.match(rest)
+        assert key_match is not None  # rest always starts at a field
+        key = key_match.group(1)
+        if key in _RESERVED_KEYS:
+            return (f"{phrase} {rest}".strip(), fields)
+        rest = rest[key_match.end() :]
+        quoted = _QUOTED.match(rest)
+        after = rest[quoted.end() :] if quoted else ""
+        if quoted and (not after or _NEXT_FIELD.match(after)):
+            value, rest = _unquote(quoted.group()), after.lstrip()
+        else:
+            following = _NEXT_FIELD.search(rest)
+            end = following.start() if following else len(rest)
+            value, rest = rest[:end].strip(), rest[end:].lstrip()
+        fields.append((key, value))
+    return phrase, fields
+
+
+def _typed(key: str, value: object) -> object:
+    """A JSON value: ``3`` a number, ``true`` a boolean, names (``instance=007``) text."""
+    if not isinstance(value, str) or key in IDENTIFIER_KEYS:
+        return value
+    if value in {"true", "false"}:
+        return value == "true"
+    if _INTEGER.fullmatch(value):
+        return int(value)
+    if _DECIMAL.fullmatch(value):
+        return float(value)
+    return value
+
+
+def record_fields(record: logging.LogRecord) -> tuple[str, dict[str, object]]:
+    """The record's phrase and its fields: those of the message, then ``extra=`` ones (which win
+    on a clash), secrets masked in both."""
+    phrase, pairs = split_message(record.getMessage())
+    fields: dict[str, object] = dict(pairs)
+    for key, value in _extras(record).items():
+        fields[f"extra_{key}" if key in _RESERVED_KEYS else key] = value
+    masked = {
+        key: redact(value) if isinstance(value, str) else value for key, value in fields.items()
+    }
+    return redact(phrase), masked
+
+
 class KeyValueFormatter(logging.Formatter):
-    """``time=… level=info logger=watchdog_gpu.poll msg="poll done account=vast"`` plus any
-    ``extra=`` fields as ``key=value``; a traceback follows on the next lines. ``with_time=False``
-    leaves the time out (journald stamps every line itself)."""
+    """logfmt: ``time=… level=info logger=watchdog_gpu.poll msg="poll done" account=vast``, the
+    message's fields and ``extra=`` fields as top-level ``key=value``; a traceback follows on the
+    next lines. ``with_time=False`` leaves the time out (journald stamps every line itself)."""
 
     def __init__(self, *, with_time: bool = True) -> None:
         super().__init__()
         self.with_time = with_time
 
     def format(self, record: logging.LogRecord) -> str:
+        phrase, message_fields = record_fields(record)
         fields: list[tuple[str, object]] = []
         if self.with_time:
             fields.append(("time", _timestamp(record)))
-        fields += [
-            ("level", record.levelname.lower()),
-            ("logger", record.name),
-            ("msg", record.getMessage()),
-        ]
-        fields += _extras(record).items()
+        fields += [("level", record.levelname.lower()), ("logger", record.name), ("msg", phrase)]
+        fields += message_fields.items()
         line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
@@ -256,22 +341,24 @@ class KeyValueFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ``time``, ``level``, ``logger``, ``msg``, extras, ``exc``."""
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``msg`` (the phrase), the
+    message's fields and extras as top-level keys, ``exc``."""
 
     def format(self, record: logging.LogRecord) -> str:
+        phrase, fields = record_fields(record)
         document: dict[str, object] = {
             "time": _timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": phrase,
         }
-        document.update(_extras(record))
+        document.update((key, _typed(key, value)) for key, value in fields.items())
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
-            document["exc"] = record.exc_text
+            document["exc"] = redact(record.exc_text)
         if record.stack_info:
-            document["stack"] = self.formatStack(record.stack_info)
+            document["stack"] = redact(self.formatStack(record.stack_info))
         return redact(json.dumps(document, default=str, ensure_ascii=False))
 
 

@@ -139,7 +139,7 @@ def build_ssh_runners(
         ssh = account.ssh
         if not ssh.has_authentication:
             log.warning(
-                "no SSH key for account=%s: its GPUs cannot be probed; GPU evidence: %s",
+                "no SSH key: its GPUs cannot be probed account=%s gpu_evidence=%s",
                 account.name,
                 evidence[account.name].summary,
             )

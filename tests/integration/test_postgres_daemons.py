@@ -174,7 +174,7 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
         wait_until(leads("node-a", 1), "node-a leading", nodes)
         wait_until(lambda: "started accounts=1" in a.log(), "node-a starting its jobs", nodes)
         b.start()
-        wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", nodes)
+        wait_until(lambda: 'msg="standing by" node=node-b' in b.log(), "node-b standing by", nodes)
         assert "started accounts" not in b.log()  # a standby neither polls nor probes
         # Both nodes answer the scrape (Prometheus scrapes every node): the leader with the
         # fleet and watchdog_gpu_leader, the standby with up and watchdog_gpu_standby only.
@@ -216,7 +216,7 @@ def test_one_daemon_leads_the_other_stands_by_and_takes_over_when_the_leader_goe
 
         # 3. node-a stands by in the same process; node-b is killed; node-a leads again.
         wait_until(
-            lambda: a.log().count("standing by node=node-a") >= 1, "node-a standing by", nodes
+            lambda: a.log().count('msg="standing by" node=node-a') >= 1, "node-a standing by", nodes
         )
         b.running.send_signal(signal.SIGKILL)
         b.running.wait(timeout=WAIT_SECONDS)
@@ -244,7 +244,7 @@ def test_a_standby_stops_cleanly_on_sigterm(tmp_path: Path, database_url: str) -
         a.start()
         wait_until(lambda: "started accounts=1" in a.log(), "node-a starting", [a, b])
         b.start()
-        wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", [a, b])
+        wait_until(lambda: 'msg="standing by" node=node-b' in b.log(), "node-b standing by", [a, b])
 
         b.running.send_signal(signal.SIGTERM)
         b.running.wait(timeout=WAIT_SECONDS)
@@ -317,7 +317,7 @@ def test_a_frozen_leader_is_replaced_within_its_lease_and_stands_by_when_it_thaw
         a.start()
         wait_until(lambda: "started accounts=1" in a.log(), "node-a starting", nodes)
         b.start()
-        wait_until(lambda: "standing by node=node-b" in b.log(), "node-b standing by", nodes)
+        wait_until(lambda: 'msg="standing by" node=node-b' in b.log(), "node-b standing by", nodes)
         a.running.send_signal(signal.SIGSTOP)  # frozen: its TCP connections stay up
         takeover = wait_until(
             lambda: (leader := read_leader(engine)) is not None and leader.node == "node-b",
@@ -329,7 +329,7 @@ def test_a_frozen_leader_is_replaced_within_its_lease_and_stands_by_when_it_thaw
         assert takeover < LEASE_SECONDS + 2 * POLL_SECONDS
         a.running.send_signal(signal.SIGCONT)
         wait_until(lambda: "leadership lost: standing by again" in a.log(), "node-a", nodes)
-        wait_until(lambda: "standing by node=node-a" in a.log(), "node-a standing by", nodes)
+        wait_until(lambda: 'msg="standing by" node=node-a' in a.log(), "node-a standing by", nodes)
         assert a.running.poll() is None
         leader = read_leader(engine)
         assert leader is not None

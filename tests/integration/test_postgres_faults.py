@@ -48,7 +48,7 @@ LEASE_SECONDS = 3
 WAIT_SECONDS = 90.0
 OUTAGE_SECONDS = 120
 _pause = threading.Event().wait
-_LEADING = re.compile(r'time=(\S+) level=info logger=\S+ msg="leading node=(\S+) epoch=(\d+)"')
+_LEADING = re.compile(r"time=(\S+) level=info logger=\S+ msg=leading node=(\S+) epoch=(\d+)")
 
 
 class TcpProxy:
@@ -306,7 +306,8 @@ def team() -> Iterator[tuple[Team, PostgresServer]]:
             crew.wait_for(lambda: bool(nodes["node-a"].epochs()), "node-a leading")
             nodes["node-b"].start()
             crew.wait_for(
-                lambda: "standing by node=node-b" in nodes["node-b"].log(), "node-b standing by"
+                lambda: 'msg="standing by" node=node-b' in nodes["node-b"].log(),
+                "node-b standing by",
             )
             crew.wait_for(lambda: len(requests) >= 2, "node-a polling")
             yield crew, server

@@ -42,7 +42,7 @@ def test_text_lines_are_key_value_with_extras() -> None:
     (line,) = stream.getvalue().splitlines()
     assert line.startswith("time=")
     assert line.endswith(
-        ' level=info logger=watchdog_gpu.poll msg="poll done account=vast-main instances=3" tick=7'
+        ' level=info logger=watchdog_gpu.poll msg="poll done" account=vast-main instances=3 tick=7'
     )
 
 

@@ -101,10 +101,10 @@ class StoreCollector(Collector):
         try:
             read()
         except StoreError as error:
-            log.warning("metrics: reading part=%s failed error=%s", part, error)
+            log.warning("metrics: reading a part failed part=%s error=%s", part, error)
             self._count_error(part)
         except Exception:  # a bug in one part must not take the whole endpoint down
-            log.exception("metrics: computing part=%s failed", part)
+            log.exception("metrics: computing a part failed part=%s", part)
             self._count_error(part)
 
     def _count_error(self, part: str) -> None:

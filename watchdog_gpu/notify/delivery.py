@@ -245,7 +245,7 @@ class AppriseDelivery:
                 if severity not in self._unrouted_logged:
                     self._unrouted_logged.add(severity)
                     logger.warning(
-                        "no notification route takes severity=%s; such messages go nowhere",
+                        "no notification route takes it: such messages go nowhere severity=%s",
                         severity.value,
                     )
                 return DeliveryResult(

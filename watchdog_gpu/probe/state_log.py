@@ -120,11 +120,13 @@ class StateChangeLog:
         self._held_back = self._changes = 0
         if not failing and not held_back:
             return None
-        states = " ".join(f"{state}={count}" for state, count in sorted(by_state.items()))
+        # "backoff:unreachable" becomes a field name a logfmt parser accepts: backoff_unreachable
+        states = " ".join(
+            f"{state.replace(':', '_')}={count}" for state, count in sorted(by_state.items())
+        )
         level = logging.WARNING if failing else logging.INFO
         text = (
-            "%s summary hosts=%d %s state_changes=%d not_logged=%d (one line per host per "
-            "state change, at most %d a minute)"
+            "%s summary hosts=%d %s state_changes=%d not_logged=%d max_change_lines_per_minute=%d"
         )
         return (
             level,
