@@ -309,6 +309,9 @@ class Finding:
     # instance (a volume, an SSH key, auto-pay): part of the subject, so each gets its own
     # episode key ("vast-main[ssh_key:k1]"). None for the usual one-finding-per-subject rules.
     topic: str | None = None
+    # Episode keys of the same condition at another severity (low_balance's warning and its
+    # critical topic): while this finding stands they changed severity, they are not resolved.
+    same_condition_as: tuple[str, ...] = ()
 
     @property
     def subject(self) -> str:

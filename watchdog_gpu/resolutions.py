@@ -1,7 +1,8 @@
 """Which episodes are resolved this tick, and how: the message that closes an episode.
 
 An episode whose warning stands or whose alert went out, and whose condition is gone (no
-finding this tick), gets one resolution — unless it ended in an action, whose own message closes
+finding this tick, not even at another severity: an escalation is not a resolution), gets one
+resolution — unless it ended in an action, whose own message closes
 it (that message may only be written later in the same tick, by the executor). Resolving an
 episode with a standing warning withdraws the warning (docs/safety.md, "Warnings"): the planned
 stop/destroy is cancelled, and a later one needs a new warning. An alert is resolved once per
@@ -72,7 +73,10 @@ def cleared_episodes(
     now: datetime,
 ) -> list[Resolution]:
     """The resolutions due at ``now`` (see the module docstring)."""
+    current = list(current)
     present = {finding.episode_key for finding in current}
+    # a condition that changed severity is still present under its other episode key
+    present.update(key for finding in current for key in finding.same_condition_as)
     keys = view.notification_keys
     notices = index_notices(view.notice_times)
     # Episodes with an action (a dry run's too: it closes its episode as well).

@@ -89,6 +89,9 @@ def _account_finding(
         return None
     critical = at_or_under(balance, 0.0) or (runway is not None and runway < CRITICAL_RUNWAY_HOURS)
     episode = day_start(now, "UTC")
+    # The warning and the critical finding are one condition: escalating (or easing) from one to
+    # the other must not tell the owner the other one is "Resolved".
+    other_severity = f"{NAME}:{account.account}{'' if critical else '[critical]'}"
     return Finding(
         rule=NAME,
         account=account.account,
@@ -109,6 +112,7 @@ def _account_finding(
         },
         usd_per_hour_at_stake=rate,
         topic="critical" if critical else None,
+        same_condition_as=(f"{other_severity}:{episode.isoformat()}",),
     )
 
 
