@@ -239,7 +239,10 @@ def build_delivery(settings: Settings, environ: Mapping[str, str]) -> AppriseDel
     if not routes and config is None:
         return None
     delivery = AppriseDelivery(
-        routes, config=config, timeout_seconds=settings.notify.timeout.total_seconds()
+        routes,
+        config=config,
+        timeout_seconds=settings.notify.timeout.total_seconds(),
+        host=settings.watchdog.node_name,
     )
     for part in delivery.secret_parts:  # the config file's services' tokens too
         register_secret(part)

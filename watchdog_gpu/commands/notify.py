@@ -65,7 +65,10 @@ def run_test(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        delivery = AppriseDelivery(routes, config=config, timeout_seconds=timeout_seconds)
+        node_name = settings.watchdog.node_name if settings is not None else None
+        delivery = AppriseDelivery(
+            routes, config=config, timeout_seconds=timeout_seconds, host=node_name
+        )
     except ConfigError as error:
         print("invalid notification routes:", file=sys.stderr)
         for problem in error.problems:

@@ -120,8 +120,8 @@ class WatchdogSection(StrictModel):
         default=None,
         min_length=1,
         max_length=200,
-        description="this daemon's name among watchdogs sharing a PostgreSQL database "
-        "(unset = the host name)",
+        description="this daemon's name among watchdogs sharing a PostgreSQL database, and in "
+        "every phone message (unset = the host name)",
     )
     leader_lease: PositiveDuration = Field(
         default=timedelta(seconds=30),  # store/rows.DEFAULT_LEADER_LEASE_SECONDS

@@ -25,6 +25,7 @@ secret-looking parts before it leaves this module.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,7 +36,7 @@ from watchdog_gpu.config import NotifySection
 from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.log import mask_tokens, url_secret_parts
 from watchdog_gpu.model import PlannedNotification, Severity
-from watchdog_gpu.notify.render import render_batch, render_test
+from watchdog_gpu.notify.render import render_batch, render_test, sent_from
 
 if TYPE_CHECKING:
     # Apprise (≈ 3 MiB resident, 30 ms) is imported only where routes are built or a message
@@ -179,6 +180,7 @@ class AppriseDelivery:
         config: AppriseConfigText | None = None,
         apprise_factory: Callable[[], apprise.Apprise] | None = None,
         timeout_seconds: float = 30.0,
+        host: str | None = None,
     ) -> None:
         import apprise
 
@@ -187,6 +189,8 @@ class AppriseDelivery:
         self._routes = tuple(routes)
         self._factory = apprise_factory
         self._timeout_seconds = timeout_seconds
+        # every message names the host it was sent from (``[watchdog] node_name`` or the host)
+        self._host = host or socket.gethostname()
         self._services: tuple[NotifyBase, ...] = ()
         self._config_label = config.label if config is not None else ""
         problems: list[ConfigProblem] = []
@@ -230,7 +234,7 @@ class AppriseDelivery:
         severity = notification.severity
         try:
             result = self._apprise.notify(
-                body=notification.body,
+                body=sent_from(notification.body, self._host),
                 title=notification.title,
                 notify_type=apprise.NotifyType[_NOTIFY_TYPES[severity]],
                 body_format=apprise.NotifyFormat.TEXT,
@@ -273,7 +277,7 @@ class AppriseDelivery:
             masked = mask_tokens(add(single) or "", self._secrets)
             try:
                 result = single.notify(
-                    body=notification.body,
+                    body=sent_from(notification.body, self._host),
                     title=notification.title,
                     notify_type=apprise.NotifyType.INFO,
                     body_format=apprise.NotifyFormat.TEXT,

@@ -418,6 +418,15 @@ def render_test(now: datetime) -> PlannedNotification:
     )
 
 
+def sent_from(body: str, host: str) -> str:
+    """The body as it reaches the phone: its last line names the host the watchdog runs on
+    (its ``node_name``, else the host name), so a team with several watchdogs knows which one
+    spoke. Every delivered message (and ``notify test``) passes here."""
+    return (
+        f"{body}\n\nSent by watchdog-gpu on {host}." if body else f"Sent by watchdog-gpu on {host}."
+    )
+
+
 # ---- formatting helpers (public: the CLI's status table uses the same wording) ----
 
 
