@@ -44,7 +44,12 @@ from watchdog_gpu.rules.base import RuleConfig
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``config check`` to the command line."""
-    config = subparsers.add_parser("config", help=summary("config"))
+    config = subparsers.add_parser(
+        "config",
+        help=summary("config"),
+        description="Inspect the configuration: `config check` validates it, lists every "
+        "problem by its dotted path and summarises what it configures.",
+    )
     actions = config.add_subparsers(dest="config_action", metavar="{check}", required=True)
     check = actions.add_parser(
         "check",

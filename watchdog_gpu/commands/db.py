@@ -33,7 +33,12 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``db upgrade`` to the command line."""
-    db = subparsers.add_parser("db", help=summary("db"))
+    db = subparsers.add_parser(
+        "db",
+        help=summary("db"),
+        description="Manage the watchdog's database: `db upgrade` creates or migrates it, "
+        "`db copy` moves a whole history into a new, empty database.",
+    )
     actions = db.add_subparsers(dest="db_action", metavar="ACTION", required=True)
     upgrade = actions.add_parser(
         "upgrade",

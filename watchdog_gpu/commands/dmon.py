@@ -51,7 +51,12 @@ _BOMS = (
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dmon parse`` to the command line."""
-    dmon = subparsers.add_parser("dmon", help=summary("dmon"))
+    dmon = subparsers.add_parser(
+        "dmon",
+        help=summary("dmon"),
+        description="Read nvidia-smi dmon output: `dmon parse` judges each GPU of a saved "
+        "file as the probe would (busy, idle or unknown).",
+    )
     actions = dmon.add_subparsers(dest="dmon_action", metavar="ACTION", required=True)
     parse = actions.add_parser(
         "parse",

@@ -41,11 +41,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     description = doc_paragraph(__doc__)
     fuse = subparsers.add_parser("fuse", help=summary("fuse"), description=description)
     actions = fuse.add_subparsers(dest="fuse_action", metavar="{status,reset}", required=True)
-    status = actions.add_parser("status", help="is the fuse tripped, and what does it hold")
+    status = actions.add_parser(
+        "status",
+        help="is the fuse tripped, and what does it hold",
+        description="Whether the blast-radius fuse is tripped and why, the destructive "
+        "actions it holds and the [safety] limits that trip it (exit 0 either way).",
+    )
     add_source_arguments(status)
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=run_status)
-    reset = actions.add_parser("reset", help="release the fuse after checking the fleet")
+    reset = actions.add_parser(
+        "reset",
+        help="release the fuse after checking the fleet",
+        description="Release the latch of a tripped fuse and cancel the actions it held (the "
+        "next tick plans again from fresh findings, so nothing stale runs); recorded as a "
+        "fuse_reset event. Check the fleet (watchdog-gpu status) first.",
+    )
     add_source_arguments(reset)
     reset.set_defaults(handler=run_reset)
 

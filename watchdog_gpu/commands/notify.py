@@ -31,7 +31,12 @@ from watchdog_gpu.notify.delivery import (
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``notify test`` to the command line."""
-    notify = subparsers.add_parser("notify", help=summary("notify"))
+    notify = subparsers.add_parser(
+        "notify",
+        help=summary("notify"),
+        description="Notification routes: `notify test` sends a test message to every "
+        "configured route and says which ones work.",
+    )
     actions = notify.add_subparsers(dest="notify_action", metavar="{test}", required=True)
     test = actions.add_parser(
         "test",

@@ -36,7 +36,12 @@ logger = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``sim serve`` to the command line."""
-    sim = subparsers.add_parser("sim", help=summary("sim"))
+    sim = subparsers.add_parser(
+        "sim",
+        help=summary("sim"),
+        description="The simulated provider world: `sim serve` serves simulated Vast, RunPod "
+        "and Lambda APIs on 127.0.0.1 for trying the watchdog without a real account.",
+    )
     actions = sim.add_subparsers(dest="sim_action", metavar="ACTION", required=True)
     serve = actions.add_parser(
         "serve",
