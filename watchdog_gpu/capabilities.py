@@ -31,6 +31,9 @@ class Capabilities:
     # refuse any other, and scenario validation refuses what the adapters would.
     instance_id: re.Pattern[str] = re.compile(r"[A-Za-z0-9]{1,64}")
     instance_id_example: str = ""
+    # The account facts the API reports at all (``ACCOUNT_FACTS``): one it never offers is no
+    # read failure, and doctor lists it apart from what it could not read.
+    account_facts: frozenset[str] = frozenset()
 
     def accepts_instance_id(self, instance_id: str) -> bool:
         """Whether ``instance_id`` is an id of this provider's instances (the whole text)."""
@@ -39,6 +42,11 @@ class Capabilities:
     def describe_instance_id(self) -> str:
         """What an id of this provider looks like, for error messages."""
         return f"{self.display_name} instance ids are {self.instance_id_example}"
+
+
+# The account facts a provider may report, in doctor's words.
+BALANCE, SPEND_RATE, SPEND_LIMIT, AUTOPAY = "balance", "spend $/h", "spend limit", "auto-pay"
+ACCOUNT_FACTS = (BALANCE, SPEND_RATE, SPEND_LIMIT, AUTOPAY)
 
 
 CAPABILITIES: Mapping[str, Capabilities] = {
@@ -50,6 +58,8 @@ CAPABILITIES: Mapping[str, Capabilities] = {
         gpu_utilisation=False,
         instance_id=re.compile(r"[0-9]{1,20}"),
         instance_id_example="integers of at most 20 digits, e.g. '9001'",
+        # /users/current has credit and the auto top-up settings, no spend rate or limit
+        account_facts=frozenset({BALANCE, AUTOPAY}),
     ),
     "runpod": Capabilities(
         "RunPod",
@@ -60,6 +70,8 @@ CAPABILITIES: Mapping[str, Capabilities] = {
         balance_spendable=True,  # clientBalance, as runpodctl's `user` shows it
         instance_id=re.compile(r"[A-Za-z0-9]{1,64}"),
         instance_id_example="1-64 letters and digits, e.g. 'abc123xyz'",
+        # myself { clientBalance currentSpendPerHr spendLimit }: nothing about auto-pay
+        account_facts=frozenset({BALANCE, SPEND_RATE, SPEND_LIMIT}),
     ),
     "lambda": Capabilities(
         "Lambda",

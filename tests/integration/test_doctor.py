@@ -156,8 +156,10 @@ def test_the_text_report_names_each_account_instance_and_verdict(
         and "(in 30 min)" in line
         for line in lines
     )
-    assert "    account: spend $/h, spend limit, auto-pay" in lines  # lambda-a: postpaid
-    assert lines[-1] == "result: every account was read"
+    # lambda-a, postpaid: its API reports none of the account facts; not a read failure
+    assert "    account: spend $/h, spend limit, auto-pay" not in lines
+    assert "  not offered by the provider's API: balance, spend $/h, spend limit, auto-pay" in lines
+    assert lines[-1] == "result: every account was read and every probe read its GPUs"
 
 
 def test_doctor_sends_only_listing_requests_and_never_touches_the_database(

@@ -6,7 +6,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from watchdog_gpu.doctor.report import KeyStatus, account_report, key_check, probe_summary
+from watchdog_gpu.doctor.report import (
+    KeyStatus,
+    account_report,
+    key_check,
+    probe_reason,
+    probe_summary,
+)
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -53,13 +59,42 @@ def test_an_unmapped_state_and_missing_rates_are_named_never_zero() -> None:
     line = report.instances[0]
     assert line.billed_usd_per_hour is None  # an unknown state bills an unknown amount
     assert line.unknown[:2] == ("state ('exploded' is not a state we map)", "storage $/h")
-    assert report.unknown == (
-        "spend $/h",
-        "spend limit",
-        "auto-pay",
-        "volumes (failed: transient: HTTP 503)",
-    )
+    # "could not read" holds read failures only; Vast never reports a spend rate or limit
+    assert report.unknown == ("auto-pay", "volumes (failed: transient: HTTP 503)")
+    assert report.not_offered == ("spend $/h", "spend limit")
     assert report.key.status == KeyStatus.ACCEPTED
+
+
+def test_facts_a_provider_never_offers_are_not_read_failures() -> None:
+    def empty(provider: str) -> AccountObservation:
+        return AccountObservation(account=AccountSnapshot(provider, "a", NOW), instances=())
+
+    runpod = account_report("a", "runpod", empty("runpod"))
+    assert runpod.unknown == ("balance", "spend $/h", "spend limit")  # offered, not read
+    assert runpod.not_offered == ("auto-pay",)
+    lambda_ = account_report("a", "lambda", empty("lambda"))
+    assert lambda_.unknown == ()
+    assert lambda_.not_offered == ("balance", "spend $/h", "spend limit", "auto-pay")
+    refused = account_report("a", "vast", None, error_kind="auth", error="HTTP 401")
+    assert refused.not_offered == ("spend $/h", "spend limit")
+
+
+@pytest.mark.parametrize(
+    ("status", "detail", "reason"),
+    [
+        (
+            "unreachable",
+            "127.0.0.1:2222: cannot connect: [Errno 111] Connection refused",
+            "connection refused: 127.0.0.1:2222: cannot connect: [Errno 111] Connection refused",
+        ),
+        ("auth_failed", "none of our 1 key(s)", "permission denied: none of our 1 key(s)"),
+        ("host_key_changed", "pinned SHA256:a", "host key changed: pinned SHA256:a"),
+        ("timeout", "no banner in 10 s", "timed out: no banner in 10 s"),
+        ("driver_error", "", "driver error"),
+    ],
+)
+def test_a_failed_probe_says_why_in_plain_words(status: str, detail: str, reason: str) -> None:
+    assert probe_reason(status, detail) == reason
 
 
 def test_a_running_instance_without_an_endpoint_or_probe_says_why() -> None:

@@ -8,8 +8,14 @@ never writes to the watchdog's database (a throw-away copy of the observation is
 sends no notification, so it is safe on real accounts, beside a running daemon, before
 switching to enforce. See docs/doctor.md.
 
-Exit codes: 0 every account was read and every rule ran; 1 an account could not be read (key
-rejected, API unreachable) or a rule failed; 2 invalid configuration or missing secrets.
+In the default stream probe mode it waits (bounded by the SSH timeouts and ``stall_after``)
+for each stream's first outcome, so a failed probe says why: connection refused, host key
+changed, permission denied. Each API call is retried for 10 s at most (``retry_budget``
+capped), so a failing account does not hold the report for a minute.
+
+Exit codes: 0 every account was read, every probe read its GPUs and every rule ran; 1 an
+account could not be read (key rejected, API unreachable), a probe failed (DEGRADED, as
+``once`` says) or a rule failed; 2 invalid configuration or missing secrets.
 """
 
 from __future__ import annotations
@@ -126,8 +132,20 @@ def report_lines(report: DoctorReport) -> list[str]:
     for rule, error in report.failed_rules.items():
         lines.append(f"  rule {rule} FAILED: {error}")
     lines.append("")
-    lines.append("result: every account was read" if report.healthy else "result: PROBLEMS above")
+    lines.append(_result_line(report))
     return lines
+
+
+def _result_line(report: DoctorReport) -> str:
+    if report.healthy:
+        return "result: every account was read and every probe read its GPUs"
+    if all(account.read for account in report.accounts) and not report.failed_rules:
+        # once's word for a tick whose probes failed: the accounts are fine, the GPUs unknown
+        return (
+            f"result: DEGRADED: {report.failed_probes} probe(s) failed, so those instances' "
+            "GPUs are unknown (see PROBE above)"
+        )
+    return "result: PROBLEMS above"
 
 
 def _account_lines(account: AccountReport) -> list[str]:
@@ -168,6 +186,8 @@ def _account_lines(account: AccountReport) -> list[str]:
     unread = _unread(account)
     lines.append(f"  could not read: {'nothing' if not unread else ''}".rstrip())
     lines += [f"    {line}" for line in unread]
+    if account.not_offered:
+        lines.append(f"  not offered by the provider's API: {', '.join(account.not_offered)}")
     return lines
 
 
@@ -176,7 +196,7 @@ def _instance_row(instance: InstanceReport) -> tuple[str, ...]:
     if probe is None:
         probed = f"- ({instance.not_probed})"
     elif probe.status != "ok":
-        probed = f"{probe.status}: {probe.detail}" if probe.detail else probe.status
+        probed = probe.reason or probe.status
     else:
         peaks = ", ".join("?" if p is None else f"{p:g}%" for p in probe.peak_util_percent)
         probed = f"ok: {probe.verdict} ({probe.gpus} GPU: {peaks})"

@@ -12,6 +12,11 @@ Read-only means:
 Consequence: every time-based rule starts its clock at this observation (an instance seen
 paused now is "paused for 0 min"), whereas the daemon, with its history, may be further along.
 SSH host keys are trusted on first use for this run only.
+
+Bounded: each API call is retried for ``DOCTOR_RETRY_BUDGET`` at most (a failing account must
+not hold the report for the daemon's whole retry budget), and in stream mode the doctor waits
+for each stream's first outcome — rows, or the reason its connection failed — at most the SSH
+timeouts plus ``stall_after``, then reads the probes once more.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 
 from watchdog_gpu.clock import Clock
@@ -26,12 +32,18 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.doctor.report import DoctorReport, account_report, rule_verdicts
 from watchdog_gpu.errors import ProviderError
 from watchdog_gpu.model import AccountObservation, ProbeOutcome
-from watchdog_gpu.probe.runner import CommandRunner
+from watchdog_gpu.probe.runner import CommandRunner, StreamSource
+from watchdog_gpu.probe.stream_buffer import StreamState
 from watchdog_gpu.store import sqlite_url
 from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wiring import Assembly, TransportFactory, assemble, open_store
 
 log = logging.getLogger(__name__)
+
+# The longest doctor retries one API call (the daemon's default budget is 60 s).
+DOCTOR_RETRY_BUDGET = timedelta(seconds=10)
+# How often the doctor looks whether every stream has its first outcome.
+STREAM_POLL_SECONDS = 0.2
 
 NOTES = (
     "read-only: nothing was stopped, destroyed, recorded in your database or sent",
@@ -51,6 +63,7 @@ def run_doctor(
     """Examine every configured account (see the module docstring). Raises ConfigError for an
     unusable SSH key or notification URL found while building, StoreError when the temporary
     database cannot be made."""
+    settings = with_capped_retries(settings)
     with tempfile.TemporaryDirectory(prefix="watchdog-gpu-doctor-") as directory:
         store = open_store(sqlite_url(Path(directory) / "doctor.db"))
         try:
@@ -87,8 +100,15 @@ def _examine(
             continue
         watchdog.store.record_observation(observation, now)
         observations[name] = observation
+    outcomes = watchdog.probe(now)
+    if assembly.streams is not None and outcomes:
+        # The first round only started the streams ("the stream is starting"): wait for each
+        # one's first rows or failure, then read them.
+        await_first_outcomes(assembly.streams, clock, stream_wait(settings))
+        now = clock.now()
+        outcomes = watchdog.probe(now)
     probes: dict[str, dict[str, ProbeOutcome]] = {}
-    for outcome in watchdog.probe(now):
+    for outcome in outcomes:
         probes.setdefault(outcome.account, {})[outcome.instance_id] = outcome
     tick = TickReport(now)
     watchdog.evaluate(now, tick)
@@ -134,3 +154,31 @@ def _not_probed(settings: Settings, assembly: Assembly, account: str, *, given_r
     if not config.ssh.has_authentication and not given_runner:
         return "no SSH key configured for this account"
     return ""
+
+
+def with_capped_retries(settings: Settings) -> Settings:
+    """``settings`` with every account's ``retry_budget`` at most ``DOCTOR_RETRY_BUDGET``."""
+    accounts = [
+        account.model_copy(update={"retry_budget": min(account.retry_budget, DOCTOR_RETRY_BUDGET)})
+        for account in settings.accounts
+    ]
+    return settings.model_copy(update={"accounts": accounts})
+
+
+def stream_wait(settings: Settings) -> float:
+    """The longest wait for a stream's first outcome: a connection's every step may take its
+    whole timeout, then the rows may take up to ``stall_after`` (which ends a silent session)."""
+    probe = settings.probe
+    steps = (probe.connect_timeout, probe.banner_timeout, probe.auth_timeout, probe.stall_after)
+    return sum(step.total_seconds() for step in steps)
+
+
+def await_first_outcomes(streams: StreamSource, clock: Clock, limit_seconds: float) -> None:
+    """Return once no stream is still connecting (each streams rows, failed, stalled or fell
+    back to burst mode), or after ``limit_seconds``."""
+    deadline = clock.monotonic() + limit_seconds
+    while clock.monotonic() < deadline:
+        states = [health.state for health in streams.health().values()]
+        if StreamState.CONNECTING not in states:
+            return
+        clock.sleep(STREAM_POLL_SECONDS)

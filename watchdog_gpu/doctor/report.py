@@ -6,7 +6,9 @@ module turns what it saw into a report: per account the key check, the money fac
 instances and volumes with every field it could not read named, and what the rules would do.
 
 ``None`` is "could not be read" everywhere, never zero: every such field is listed in
-``unknown`` so a user can see what the watchdog will be blind to before switching to enforce.
+``unknown`` so a user can see what the watchdog will be blind to before switching to enforce —
+except an account fact the provider's API never reports, listed in ``not_offered`` (nothing
+failed, nothing to fix).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from watchdog_gpu.capabilities import CAPABILITIES
+from watchdog_gpu.capabilities import (
+    ACCOUNT_FACTS,
+    AUTOPAY,
+    BALANCE,
+    CAPABILITIES,
+    SPEND_LIMIT,
+    SPEND_RATE,
+)
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -75,6 +84,8 @@ class ProbeSummary:
     verdict: str  # busy | idle | unknown
     peak_util_percent: tuple[float | None, ...]  # per GPU index, the highest SM % sampled
     interactive_login: bool | None
+    # Why it failed in plain words ("connection refused: …", "permission denied: …"); "" if ok.
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +127,13 @@ class AccountReport:
     instances: tuple[InstanceReport, ...] = ()
     volumes: tuple[VolumeReport, ...] = ()
     problems: Mapping[str, str] = field(default_factory=dict)  # failed parts → error
-    unknown: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()  # read failures: fields or parts the API did not give now
     # What the provider's API can do at all (watchdog_gpu.capabilities), in words.
     capabilities: tuple[str, ...] = ()
     # What its GPU evidence can prove (evidence.AccountEvidence.summary: what the rules act by).
     gpu_evidence: str = ""
+    # Account facts this provider's API never reports (no read failure: nothing to fix).
+    not_offered: tuple[str, ...] = ()
 
     @property
     def read(self) -> bool:
@@ -152,9 +165,24 @@ class DoctorReport:
     notes: tuple[str, ...] = ()
 
     @property
+    def failed_probes(self) -> int:
+        """Probes that did not read the GPUs (those instances are blind to the rules)."""
+        return sum(
+            1
+            for account in self.accounts
+            for instance in account.instances
+            if instance.probe is not None and instance.probe.status != ProbeStatus.OK.value
+        )
+
+    @property
     def healthy(self) -> bool:
-        """Every account's instances could be read and every rule ran."""
-        return all(account.read for account in self.accounts) and not self.failed_rules
+        """Every account's instances could be read, every probe read its GPUs (as ``once``
+        calls a tick with a failed probe degraded) and every rule ran."""
+        return (
+            all(account.read for account in self.accounts)
+            and not self.failed_rules
+            and not self.failed_probes
+        )
 
 
 # -- building it ----------------------------------------------------------------------------------
@@ -200,19 +228,45 @@ def capability_notes(provider: str) -> tuple[str, ...]:
     )
 
 
+def not_offered(provider: str) -> tuple[str, ...]:
+    """The account facts ``provider``'s API never reports (Vast: no spend rate or limit;
+    Lambda, postpaid: none of them): no read failure, so not in "could not read"."""
+    caps = CAPABILITIES.get(provider)
+    if caps is None:
+        return ()
+    return tuple(fact for fact in ACCOUNT_FACTS if fact not in caps.account_facts)
+
+
 def account_unknowns(snapshot: AccountSnapshot) -> tuple[str, ...]:
-    """The account's money facts the API did not give (a balance the provider never reports,
-    Lambda's, is no unknown: :func:`capability_notes` says so)."""
-    caps = CAPABILITIES.get(snapshot.provider)
+    """The account's money facts the API offers but did not give this time (a fact the
+    provider never reports is no unknown: :func:`not_offered` lists it)."""
     fields = {
-        "balance": snapshot.balance_usd,
-        "spend $/h": snapshot.spend_usd_per_hour,
-        "spend limit": snapshot.spend_limit_usd_per_hour,
-        "auto-pay": snapshot.autopay_enabled,
+        BALANCE: snapshot.balance_usd,
+        SPEND_RATE: snapshot.spend_usd_per_hour,
+        SPEND_LIMIT: snapshot.spend_limit_usd_per_hour,
+        AUTOPAY: snapshot.autopay_enabled,
     }
-    if caps is not None and not caps.balance:
-        del fields["balance"]
-    return tuple(name for name, value in fields.items() if value is None)
+    never = not_offered(snapshot.provider)
+    return tuple(name for name, value in fields.items() if value is None and name not in never)
+
+
+def probe_reason(status: str, detail: str) -> str:
+    """Why a probe failed, in the words an operator searches for: "connection refused",
+    "host key changed", "permission denied", "timed out" — then the probe's own detail."""
+    lowered = detail.lower()
+    if status == ProbeStatus.AUTH_FAILED.value:
+        words = "permission denied"
+    elif status == ProbeStatus.HOST_KEY_CHANGED.value:
+        words = "host key changed"
+    elif "refused" in lowered:
+        words = "connection refused"
+    elif status == ProbeStatus.TIMEOUT.value or "timed out" in lowered:
+        words = "timed out"
+    elif status == ProbeStatus.UNREACHABLE.value:
+        words = "unreachable"
+    else:
+        words = status.replace("_", " ")
+    return f"{words}: {detail}" if detail else words
 
 
 def instance_unknowns(snapshot: InstanceSnapshot) -> tuple[str, ...]:
@@ -272,6 +326,9 @@ def probe_summary(outcome: ProbeOutcome) -> ProbeSummary:
         verdict=verdict.value,
         peak_util_percent=tuple(peaks),
         interactive_login=outcome.interactive_login,
+        reason=""
+        if outcome.status is ProbeStatus.OK
+        else probe_reason(outcome.status.value, outcome.detail),
     )
 
 
@@ -334,6 +391,7 @@ def account_report(
             key_check(provider, error_kind, error, {}),
             capabilities=capability_notes(provider),
             gpu_evidence=gpu_evidence,
+            not_offered=not_offered(provider),
         )
     outcomes = probes or {}
     snapshot = observation.account
@@ -359,6 +417,7 @@ def account_report(
         unknown=tuple(unknown),
         capabilities=capability_notes(provider),
         gpu_evidence=gpu_evidence,
+        not_offered=not_offered(provider),
     )
 
 
