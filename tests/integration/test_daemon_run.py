@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import logfmt
 import pytest
 
 from tests.support.http_receiver import HttpReceiver, free_port
@@ -224,6 +225,14 @@ def test_the_daemon_runs_against_the_simulator_and_stops_cleanly_on_a_signal(
     assert 'watchdog_gpu_polls_total{account="vast-main",outcome="ok",provider="vast"}' in scrape
     assert f"stopping reason={stop_signal.name}" in stderr
     assert "msg=stopped" in stderr
+    # the real daemon's lines are logfmt a real parser reads: facts are fields, not msg text
+    lines = [logfmt.parse_line(line) for line in stderr.splitlines() if line.startswith("time=")]
+    assert lines
+    assert all({"time", "level", "logger", "msg"} <= line.keys() for line in lines)
+    started = next(line for line in lines if line["msg"] == "started")
+    assert (started["accounts"], started["mode"]) == ("1", "monitor")
+    stopping = next(line for line in lines if line["msg"] == "stopping")
+    assert stopping["reason"] == stop_signal.name
     assert "Traceback" not in stderr
     assert API_KEY not in stderr
     assert "5f3c1d2e-token" not in stderr
