@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "once": ("once", "run one full tick (poll, probe, decide, act, notify) and exit"),
     "protect": ("protect", "never stop or destroy an instance"),
     "unprotect": ("protect", "remove a protection added with protect"),
+    "report": ("report", "spend by account, instance or day, and what stops and destroys saved"),
     "run": ("run", "run the daemon (until SIGTERM/SIGINT)"),
     "sim": ("sim", "the simulated provider world"),
     "simulate": ("simulate", "run your rules against a scripted scenario on a virtual clock"),
