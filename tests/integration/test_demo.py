@@ -213,6 +213,35 @@ def test_status_and_events_read_the_database_the_demo_leaves(night: Night) -> No
     assert "runpod-lab/r8x8h100runaway" in events.stdout
 
 
+def test_report_reads_the_spend_and_the_destroys_from_the_database_the_demo_leaves(
+    night: Night,
+) -> None:
+    done = watchdog_gpu("report", "--db", str(night.database), "--json", cwd=night.database.parent)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    destroys = {(a["account"], a["instance_id"]): a for a in report["actions"]}
+    assert {key: a["rule"] for key, a in destroys.items()} == {**LEAKING, RUNAWAY: "budget"}
+    for action in destroys.values():
+        assert (action["kind"], action["status"]) == ("destroy", "verified")
+        assert action["stopped_usd_per_hour"] > 0
+        assert action["estimated_saving_usd"] > 0
+    assert report["estimated_saving_usd"] == pytest.approx(
+        sum(a["estimated_saving_usd"] for a in destroys.values()), abs=1e-3
+    )
+    # The ledger starts an instance at its first listing when the provider gives no start time
+    # (the runaway launched between two polls), so it may bill a few minutes less than the
+    # simulated provider did; never more than those minutes, never a different order of money.
+    totals = [m for line in night.stdout.splitlines() if (m := TOTAL.match(line))]
+    spent = float(totals[0].group(1))
+    assert report["total"]["usd"] == pytest.approx(spent, rel=0.05)
+    for by in ("instance", "day", "rule"):
+        table = watchdog_gpu(
+            "report", "--db", str(night.database), "--by", by, "--csv", cwd=night.database.parent
+        )
+        assert table.returncode == 0, table.stderr
+        assert len(table.stdout.splitlines()) > 1
+
+
 def test_an_existing_database_is_never_overwritten_without_force(tmp_path: Path) -> None:
     database = tmp_path / "mine.db"
     database.write_bytes(b"precious")
