@@ -234,6 +234,12 @@ def test_report_reads_the_spend_and_the_destroys_from_the_database_the_demo_leav
     totals = [m for line in night.stdout.splitlines() if (m := TOTAL.match(line))]
     spent = float(totals[0].group(1))
     assert report["total"]["usd"] == pytest.approx(spent, rel=0.05)
+    text = watchdog_gpu(
+        "report", "--db", str(night.database), "--by", "instance", cwd=night.database.parent
+    )
+    assert text.returncode == 0, text.stderr
+    assert "budget" in text.stdout
+    assert max(len(line) for line in text.stdout.splitlines()) <= 100
     for by in ("instance", "day", "rule"):
         table = watchdog_gpu(
             "report", "--db", str(night.database), "--by", by, "--csv", cwd=night.database.parent

@@ -7,11 +7,11 @@ each volume's rate runs). ``USD`` is the total; ``ESTIMATED`` the part of it bil
 last listing (an outage, or before the first sighting) at the last known rate; ``LISTED`` the
 rest; ``UNKNOWN H`` the hours billed at an unknown rate (not in ``USD``: unknown is not $0).
 Then every stop/destroy recorded in the window (``--by rule`` shows only these): its rule, when it
-was decided, its outcome, the $/h the instance billed at that moment (its recorded span) and the
-rate it stopped billing (that rate less what the next recorded span bills, e.g. a stopped
-instance's disk). ``EST. SAVING`` is that stopped rate times the time from the action to the end
-of the window, for actions verified done — an estimate, not a bill. GPU-hours idle / blind / busy
-are not in this report yet.
+was decided, its outcome, the $/h the instance billed at that moment (its recorded span; in the
+JSON and CSV) and the rate it stopped billing (``$/H STOP``: that rate less what the next
+recorded span bills, e.g. a stopped instance's disk). ``EST. SAVING`` is that stopped rate times
+the time from the action to the end of the window, for actions verified done — an estimate, not
+a bill. GPU-hours idle / blind / busy are not in this report yet.
 
 The window ends at ``--until`` (a duration back or an ISO time; default: the database's latest
 record — the last poll —, so a stopped daemon's or a simulation's database is not extrapolated)
@@ -379,14 +379,11 @@ def write_csv(report: Report, out: Any) -> None:
 def report_lines(report: Report) -> list[str]:
     """The text: the window, the spend table (unless ``--by rule``), the actions."""
     total = report.total
+    unknown = total.unknown_seconds / SECONDS_PER_HOUR
     lines = [
-        f"window {json_time(report.start)} .. {json_time(report.end)}  "
+        f"window {json_time(report.start)} .. {json_time(report.end)}",
         f"spent {format_usd(total.usd)} (estimated {format_usd(total.estimated_usd)})"
-        + (
-            f", {total.unknown_seconds / SECONDS_PER_HOUR:.1f} h at unknown cost"
-            if total.unknown_seconds
-            else ""
-        )
+        + (f", {unknown:.1f} h at unknown cost" if unknown else ""),
     ]
     if report.by != "rule":
         if report.by == "day":
@@ -402,7 +399,7 @@ def report_lines(report: Report) -> list[str]:
                 cells = [key["day"]]
             elif report.by == "instance":
                 prefix = "" if key["kind"] == "instance" else "volume "
-                cells = [key["provider"], key["account"], prefix + key["id"]]
+                cells = [key["provider"], key["account"], _short(prefix + key["id"], 24)]
             else:
                 cells = [key["provider"], key["account"]]
             rows.append([*cells, *_money(row.spend)])
@@ -421,23 +418,26 @@ def report_lines(report: Report) -> list[str]:
         saving = line.estimated_saving_usd
         action_rows.append(
             [
-                f"{action.created_at:%Y-%m-%d %H:%M}",
-                ref(action.account, action.instance_id),
-                action.kind.value,
+                f"{action.created_at:%m-%d %H:%M}",
+                _short(ref(action.account, action.instance_id), 24),
+                f"{action.kind.value} {'dry-run' if action.dry_run else action.status.value}",
                 action.rule,
-                "dry-run" if action.dry_run else action.status.value,
-                _rate(line.usd_per_hour_at_call),
                 _rate(line.stopped_usd_per_hour),
                 "" if saving is None else format_usd(saving),
             ]
         )
-    headers = ("TIME UTC", "INSTANCE", "ACTION", "RULE", "OUTCOME", "AT CALL", "STOPPED")
-    lines += table((*headers, "EST. SAVING"), action_rows)
+    headers = ("UTC", "INSTANCE", "ACTION", "RULE", "$/H STOP", "EST. SAVING")
+    lines += table(headers, action_rows)
     lines.append(
         f"estimated saving to the window's end: {format_usd(report.estimated_saving_usd)} "
-        "(an estimate: what the stopped rates would have billed)"
+        "(what the stopped rates would have billed)"
     )
     return lines
+
+
+def _short(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis (the JSON and CSV keep it whole)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _money(spent: SpendFigure) -> list[str]:
