@@ -439,6 +439,10 @@ class SampleHistory(Sequence[GpuSample]):
         """How many samples with ``since <= at <= now`` are not usable."""
         return sum(1 for row in self.rows(since, now) if not self.usable(row))
 
+    def has_source(self, source: SampleSource) -> bool:
+        """Whether any sample came from ``source`` (a scan of one byte column)."""
+        return SOURCE_CODES[source] in self._columns.source
+
     def recorded_busy_since(self, since: datetime) -> bool:
         """Whether a sample recorded busy has ``at >= since``."""
         c = self._columns
