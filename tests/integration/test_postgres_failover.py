@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from tests.integration.test_crash_resume import (
     without_episode_start,
 )
 from tests.support.databases import postgres_server
+from tests.support.tcp_proxy import TcpProxy
 from watchdog_gpu.sim.scenario import load_scenario
 from watchdog_gpu.store import create_engine_for
 from watchdog_gpu.store.leadership import read_leader
@@ -60,6 +62,18 @@ class Cluster:
         self.lease = lease
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # Each node's way to the database: the URL itself, or a TCP proxy the test controls.
+        self.proxies: dict[str, TcpProxy] = {}
+
+    def through_proxy(self, node: str, port: int) -> None:
+        """Make ``node`` reach the database (on 127.0.0.1:``port``) through a proxy of its own."""
+        self.proxies[node] = TcpProxy(port)
+
+    def url_of(self, node: str) -> str:
+        proxy = self.proxies.get(node)
+        if proxy is None:
+            return self.database_url
+        return re.sub(r"@127\.0\.0\.1:\d+/", f"@127.0.0.1:{proxy.port}/", self.database_url)
 
     def start(self, node: str) -> None:
         self.processes[node] = subprocess.Popen(
@@ -68,7 +82,7 @@ class Cluster:
                 str(CHILD),
                 str(SCENARIO),
                 str(self.workdir),
-                self.database_url,
+                self.url_of(node),
                 node,
                 str(self.lease),
             ],
@@ -104,6 +118,8 @@ class Cluster:
             if process.poll() is None:
                 process.kill()
             process.communicate(timeout=30)
+        for proxy in self.proxies.values():
+            proxy.close()
 
 
 def _wait_for_new_leader(cluster: Cluster, known: int, deadline_seconds: float = 60) -> None:
@@ -203,13 +219,15 @@ def _cut_every_session(database_url: str) -> None:
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize("fault", ["freeze", "cut"])
+@pytest.mark.parametrize("fault", ["freeze", "cut", "blackhole", "restart"])
 def test_a_frozen_or_cut_off_leader_hands_over_and_changes_nothing_afterwards(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str
 ) -> None:
     """SIGSTOP instead of SIGKILL (the frozen leader's connections stay open, so only the lease
-    replaces it), or every database session cut: the deposed leader must fail at its next
-    fenced step instead of destroying, delivering or recording anything a second time."""
+    replaces it), every database session cut, the leader's way to the database blackholed (a
+    proxy that stops relaying; healed once another node leads), or the database restarted: the
+    deposed leader must fail at its next fenced step instead of destroying, delivering or
+    recording anything a second time."""
     server = postgres_server()
     database_url = server.create_database()
     cluster = Cluster(tmp_path, database_url, lease=FREEZE_LEASE_SECONDS)
@@ -217,6 +235,9 @@ def test_a_frozen_or_cut_off_leader_hands_over_and_changes_nothing_afterwards(
     takeovers: list[float] = []
     faults = 0
     try:
+        if fault == "blackhole":
+            for node in ("node-a", "node-b"):
+                cluster.through_proxy(node, server.port)
         cluster.start("node-a")
         _wait_for_new_leader(cluster, 0)
         cluster.start("node-b")
@@ -229,13 +250,20 @@ def test_a_frozen_or_cut_off_leader_hands_over_and_changes_nothing_afterwards(
             struck_at = time.monotonic()
             if fault == "freeze":
                 victim.send_signal(signal.SIGSTOP)
-            else:
+            elif fault == "cut":
                 _cut_every_session(database_url)
+            elif fault == "blackhole":
+                cluster.proxies[leader].blackhole()
+            else:
+                server.stop()
+                server.start_again()
             faults += 1
             _wait_for_new_leader(cluster, known)
             if len(cluster.leaders()) > known:
                 takeovers.append(cluster.leaders()[-1][2] - struck_at)
             victim.send_signal(signal.SIGCONT)
+            if fault == "blackhole":
+                cluster.proxies[leader].heal()
             out, err = victim.communicate(timeout=60)
             # Thawed or cut off, it learns at its next step that it was deposed, and stops.
             assert victim.returncode != 0 or b"DONE" in out, err.decode()[-3000:]
@@ -258,7 +286,7 @@ def test_a_frozen_or_cut_off_leader_hands_over_and_changes_nothing_afterwards(
         database_url,
         cluster,
         capsys,
-        faults=f"{faults} leader {'freezes' if fault == 'freeze' else 'cuts'}",
+        faults=f"{faults} leader faults ({fault})",
         takeovers=takeovers,
     )
     assert max(takeovers) < FREEZE_LEASE_SECONDS + load_scenario(SCENARIO).tick.total_seconds()
