@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import re
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.integration.test_postgres_daemons import environment
@@ -216,8 +218,6 @@ class Team:
 def team() -> Iterator[tuple[Team, PostgresServer]]:
     workdir = Path(tempfile.mkdtemp(prefix="watchdog-gpu-faults-"))
     with running_postgres(Path(tempfile.mkdtemp(prefix="watchdog-gpu-pg-"))) as server:
-        import psycopg
-
         with psycopg.connect(
             host="127.0.0.1", port=server.port, user="postgres", dbname="postgres", autocommit=True
         ) as connection:
@@ -240,6 +240,27 @@ def team() -> Iterator[tuple[Team, PostgresServer]]:
                 node.stop()
 
 
+def _freeze_inside_a_transaction(crew: Team, leader: Node) -> None:
+    """SIGSTOP ``leader`` at a moment one of its database sessions has a transaction open (seen
+    by the server, through the ports of the leader's proxy); try again until one is caught."""
+    server_port = leader.proxy.upstream_port
+    for _ in range(400):
+        leader.running.send_signal(signal.SIGSTOP)
+        with psycopg.connect(
+            host="127.0.0.1", port=server_port, user="postgres", dbname=DATABASE, autocommit=True
+        ) as connection:
+            open_transactions = connection.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                "AND xact_start IS NOT NULL",
+                (sorted(leader.proxy.upstream_ports()),),
+            ).fetchone()
+        if open_transactions is not None and open_transactions[0] > 0:
+            return
+        leader.running.send_signal(signal.SIGCONT)
+        _pause(random.uniform(0.001, 0.05))
+    pytest.fail(f"{leader.name} was never caught inside a transaction\n{leader.log()[-2000:]}")
+
+
 def _silent_leader_fault(crew: Team, fault: str) -> float:
     """Apply ``fault`` to the current leader; returns the seconds to the next epoch."""
     name, epoch = crew.current()
@@ -247,6 +268,8 @@ def _silent_leader_fault(crew: Team, fault: str) -> float:
     started = time.monotonic()
     if fault == "sigstop":
         leader.running.send_signal(signal.SIGSTOP)
+    elif fault == "sigstop-in-transaction":
+        _freeze_inside_a_transaction(crew, leader)
     elif fault == "blackhole":
         leader.proxy.blackhole()
     elif fault == "cut":
@@ -254,7 +277,7 @@ def _silent_leader_fault(crew: Team, fault: str) -> float:
     crew.wait_for_new_epoch(epoch)
     took = time.monotonic() - started
     _pause(2 * POLL_SECONDS)  # the new leader polls while the old one is still frozen or cut
-    if fault == "sigstop":
+    if fault.startswith("sigstop"):
         leader.running.send_signal(signal.SIGCONT)
     elif fault == "blackhole":
         leader.proxy.heal()
@@ -265,7 +288,7 @@ def _silent_leader_fault(crew: Team, fault: str) -> float:
     return took
 
 
-@pytest.mark.parametrize("fault", ["sigstop", "blackhole", "cut"])
+@pytest.mark.parametrize("fault", ["sigstop", "sigstop-in-transaction", "blackhole", "cut"])
 def test_a_silent_or_cut_off_leader_is_replaced_and_never_calls_a_provider_after_it(
     fault: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -62,6 +62,17 @@ class TcpProxy:
                             end.close()
                     return
 
+    def upstream_ports(self) -> set[int]:
+        """The local ports of the proxy's connections to the upstream (what the server sees as
+        its clients' ports)."""
+        with self._lock:
+            pairs = list(self._pairs)
+        ports = set()
+        for _, upstream in pairs:
+            with contextlib.suppress(OSError):
+                ports.add(int(upstream.getsockname()[1]))
+        return ports
+
     def blackhole(self) -> None:
         self._relaying.clear()
 
