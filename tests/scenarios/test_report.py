@@ -24,12 +24,13 @@ def run_report(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str
     return code, captured.out, captured.err
 
 
-def simulated(name: str, tmp_path: Path) -> tuple[dict[str, Any], Path, list[str]]:
-    """simulate's JSON, the database the run left, and ``--since``/``--until`` of its span."""
+def simulated(name: str, tmp_path: Path) -> tuple[dict[str, Any], str, list[str]]:
+    """simulate's JSON, the URL of the database the run left (an SQLite file, or PostgreSQL
+    when the suite runs on it), and ``--since``/``--until`` of its span."""
     scenario = load(name)
     with simulating(name, tmp_path) as sim:
         result = finish(sim)
-        database = sim.database
+        database = sim.store.engine.url.render_as_string(hide_password=False)
         end = sim.clock.now()
     window = ["--since", scenario.start.isoformat(), "--until", end.isoformat()]
     return result.json, database, window
@@ -41,14 +42,14 @@ def test_report_totals_match_what_simulate_says_was_billed(
 ) -> None:
     run, database, window = simulated(name, tmp_path)
     for by in ("account", "instance", "day"):
-        code, out, _ = run_report(capsys, "--db", str(database), *window, "--by", by, "--json")
+        code, out, _ = run_report(capsys, "--db", database, *window, "--by", by, "--json")
         assert code == EXIT_OK
         report = json.loads(out)
         assert round(report["total"]["usd"], 2) == run["totals"]["spend_usd"]
         assert sum(row["usd"] for row in report["rows"]) == pytest.approx(
             report["total"]["usd"], abs=1e-3
         )
-    code, out, _ = run_report(capsys, "--db", str(database), *window, "--by", "instance", "--json")
+    code, out, _ = run_report(capsys, "--db", database, *window, "--by", "instance", "--json")
     rows = {f"{r['account']}/{r['id']}": r["usd"] for r in json.loads(out)["rows"]}
     for key, figures in run["instances"].items():
         assert round(rows.get(key, 0.0), 2) == figures["spend_usd"], key
@@ -58,7 +59,7 @@ def test_report_lists_each_destroy_with_the_rate_it_stopped_and_an_estimated_sav
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run, database, window = simulated("forgotten_idle", tmp_path)
-    code, out, _ = run_report(capsys, "--db", str(database), *window, "--by", "rule", "--json")
+    code, out, _ = run_report(capsys, "--db", database, *window, "--by", "rule", "--json")
     assert code == EXIT_OK
     report = json.loads(out)
     assert [(a["rule"], a["kind"], a["status"]) for a in report["actions"]] == [
@@ -74,7 +75,7 @@ def test_report_lists_each_destroy_with_the_rate_it_stopped_and_an_estimated_sav
         action["stopped_usd_per_hour"] * hours, abs=1e-3
     )
     assert report["estimated_saving_usd"] == action["estimated_saving_usd"]
-    code, text, _ = run_report(capsys, "--db", str(database), *window)
+    code, text, _ = run_report(capsys, "--db", database, *window)
     assert code == EXIT_OK
     assert all(len(line) <= 100 for line in text.splitlines())
     assert "idle_gpu" in text
@@ -86,7 +87,7 @@ def test_report_csv_has_one_header_row_iso_dates_and_plain_numbers(
     by: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _run, database, window = simulated("forgotten_idle", tmp_path)
-    code, out, _ = run_report(capsys, "--db", str(database), *window, "--by", by, "--csv")
+    code, out, _ = run_report(capsys, "--db", database, *window, "--by", by, "--csv")
     assert code == EXIT_OK
     header, *rows = list(csv.reader(io.StringIO(out)))
     assert rows
@@ -107,11 +108,11 @@ def test_report_bad_arguments_exit_2_with_a_clear_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _run, database, _window = simulated("forgotten_idle", tmp_path)
-    code, _, err = run_report(capsys, "--db", str(database), "--since", "banana")
+    code, _, err = run_report(capsys, "--db", database, "--since", "banana")
     assert code == EXIT_USAGE
     assert "--since: 'banana' is neither a duration" in err
     with pytest.raises(SystemExit) as exited:
-        main(["report", "--db", str(database), "--json", "--csv"])
+        main(["report", "--db", database, "--json", "--csv"])
     assert exited.value.code == EXIT_USAGE
     assert "not allowed with argument" in capsys.readouterr().err
     code, _, err = run_report(capsys, "--db", str(tmp_path / "missing.db"))
