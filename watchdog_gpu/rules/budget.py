@@ -140,10 +140,8 @@ def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Findi
     zone = ZoneInfo(config.timezone)
     everyone = tuple(view.instances.values())
     by_instance: dict[str, list[Breach]] = {}
-    # The ledger's intervals, built once per tick and shared by every scope and period.
-    pieces: dict[str, list[BillingPiece]] = {}
-    for piece_account in {*view.accounts, *(i.latest.account for i in everyone)}:
-        pieces[piece_account] = ledger_pieces(view, until=now, accounts=(piece_account,))
+    pieces = LedgerByAccount(view, now)
+    every_account = tuple(sorted({*view.accounts, *(i.latest.account for i in everyone)}))
 
     def charge(breaches: Iterable[Breach], instances: Iterable[InstanceView]) -> None:
         found = list(breaches)
@@ -154,7 +152,7 @@ def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Findi
                 by_instance.setdefault(instance.latest.ref.key, []).extend(found)
 
     charge(
-        _spend_breaches("global", config, Scope(view, tuple(pieces), pieces), now=now, zone=zone),
+        _spend_breaches("global", config, Scope(view, every_account, pieces), now=now, zone=zone),
         everyone,
     )
     for account, limits in sorted(config.accounts.items()):
@@ -175,17 +173,36 @@ def evaluate(view: FleetView, now: datetime, config: BudgetConfig) -> list[Findi
     ]
 
 
+class LedgerByAccount:
+    """The ledger's intervals of each account up to ``now``, built on first use (only a scope
+    with a spend ceiling reads them) and shared by every scope and period of the tick."""
+
+    __slots__ = ("_built", "_now", "_view")
+
+    def __init__(self, view: FleetView, now: datetime) -> None:
+        self._view = view
+        self._now = now
+        self._built: dict[str, list[BillingPiece]] = {}
+
+    def of(self, account: str) -> list[BillingPiece]:
+        built = self._built.get(account)
+        if built is None:
+            built = ledger_pieces(self._view, until=self._now, accounts=(account,))
+            self._built[account] = built
+        return built
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """The accounts a ceiling covers, with the ledger's intervals of each."""
 
     view: FleetView
     accounts: tuple[str, ...]
-    pieces_by_account: dict[str, list[BillingPiece]]
+    ledger: LedgerByAccount
 
     def pieces(self, accounts: Iterable[str] | None = None) -> list[BillingPiece]:
         chosen = self.accounts if accounts is None else accounts
-        return [piece for name in chosen for piece in self.pieces_by_account.get(name, ())]
+        return [piece for name in chosen for piece in self.ledger.of(name)]
 
     @property
     def instances(self) -> tuple[InstanceView, ...]:
@@ -208,11 +225,11 @@ def _spend_breaches(
     scope_name: str, limits: BudgetLimits, scope: Scope, *, now: datetime, zone: ZoneInfo
 ) -> list[Breach]:
     breaches: list[Breach] = []
-    pieces = scope.pieces()
     periods = (("daily", limits.daily_usd, day_start), ("monthly", limits.monthly_usd, month_start))
     for kind, ceiling, period_start in periods:
         if ceiling is None:
             continue
+        pieces = scope.pieces()
         start = period_start(now, zone)
         spent = pieces_spend(pieces, start, now)
         if spent.usd >= ceiling:

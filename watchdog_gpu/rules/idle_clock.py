@@ -55,9 +55,11 @@ __all__ = [
     "IdleEpisode",
     "clock_of",
     "current_idle",
+    "current_idles",
     "gpu_observed_spans",
     "idle_clock",
     "idle_episode",
+    "idle_episodes",
     "observed_spans",
 ]
 
@@ -229,14 +231,33 @@ def current_idle(
     ``max_sample_gap`` (blind now: a job could have started). ``proves_idle``: the sources
     whose idle samples count as observed idle time (all by default; the idle rule passes the
     account's evidence, ``watchdog_gpu/evidence.py``)."""
+    return current_idles(instance, now, settings, proves_idle, every_source=False)[0]
+
+
+def current_idles(
+    instance: InstanceView,
+    now: datetime,
+    settings: IdleClockSettings,
+    proves_idle: Callable[[SampleSource], bool] | None,
+    *,
+    every_source: bool,
+) -> tuple[IdleEpisode | None, IdleEpisode | None]:
+    """:func:`current_idle` with ``proves_idle`` and, when ``every_source``, with every source
+    (what the instance *looks* like; ``None`` otherwise), from one pass over the samples."""
     run = current_run(instance)
     since = run.running_since if run is not None else None
     if since is None:
-        return None
-    episode = idle_episode(instance, since, now, settings, proves_idle)
-    if episode is None or now - episode.clock.last_observed > settings.max_sample_gap:
-        return None
-    return episode
+        return None, None
+    proven, looks = idle_episodes(
+        instance, since, now, settings, proves_idle, every_source=every_source
+    )
+
+    def fresh(episode: IdleEpisode | None) -> IdleEpisode | None:
+        if episode is None or now - episode.clock.last_observed > settings.max_sample_gap:
+            return None
+        return episode
+
+    return fresh(proven), fresh(looks)
 
 
 def idle_episode(
@@ -248,6 +269,20 @@ def idle_episode(
 ) -> IdleEpisode | None:
     """The idle episode of an instance running since ``since`` (its run), up to ``now``, fresh
     or not; ``None`` before arming or when no instant was observed idle on every GPU."""
+    return idle_episodes(instance, since, now, settings, proves_idle, every_source=False)[0]
+
+
+def idle_episodes(
+    instance: InstanceView,
+    since: datetime,
+    now: datetime,
+    settings: IdleClockSettings,
+    proves_idle: Callable[[SampleSource], bool] | None,
+    *,
+    every_source: bool,
+) -> tuple[IdleEpisode | None, IdleEpisode | None]:
+    """:func:`idle_episode` on the samples ``proves_idle`` accepts and, when ``every_source``,
+    on every sample (``None`` otherwise): one pass, and one clock when no sample was refused."""
     # From the newest sample back to the last busy one (sample_history): at thousands of
     # instances with an hour of samples each, a pass over every sample was the rule's whole cost.
     history = sample_history(instance.samples)
@@ -262,39 +297,68 @@ def idle_episode(
     else:
         start, armed_by = since + settings.arm_after, "arm_after"
         if now < start:
-            return None  # not armed: start-up, data loading, a slow first epoch
+            return None, None  # not armed: start-up, data loading, a slow first epoch
     gpus = expected_gpus(instance.latest.gpu_count, (history.highest_gpu(rows),) if rows else ())
     if not gpus:
-        return None
+        return None, None
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
     first = micros(start)
-    points: dict[int, list[datetime]] = {gpu: [] for gpu in gpus}
-    runs: dict[int, list[Span]] = {gpu: [] for gpu in gpus}
-    sources: set[SampleSource] = set()
+    proven = _Observed(gpus)
+    every = _Observed(gpus) if every_source and proves_idle is not None else None
     for row in idle_rows:
         gpu, at, covers_from, source = history.observation(row)
-        if at < first or gpu not in points:
+        if at < first or gpu not in proven.points:
             continue
+        if every is not None:
+            every.add(gpu, at, covers_from, source)
         if proves_idle is not None and not proves_idle(source):
             continue  # a reading that cannot prove idle observes nothing (it still proves busy)
-        sources.add(source)
-        if covers_from == NO_TIME:
-            points[gpu].append(instant(at))
-        else:
-            runs[gpu].append((instant(covers_from), instant(at)))
-    clock = clock_of(
-        (
-            observed_spans(points[gpu], runs[gpu], start, now, settings.max_sample_gap)
-            for gpu in gpus
-        ),
-        restart_after=settings.restart_after,
-    )
-    if clock is None:
-        return None
+        proven.add(gpu, at, covers_from, source)
     horizon = history.first_at()
-    # When the view's samples start after the activity/arming date, the true onset is not in
-    # view: keep the stable date (the onset seen would move with the view every tick).
-    cut = horizon is not None and horizon > start and not clock.restarted
-    onset = start if cut else clock.onset
-    return IdleEpisode(onset, armed_by, last_activity, clock, len(gpus), frozenset(sources))
+
+    def episode(observed: _Observed) -> IdleEpisode | None:
+        clock = clock_of(
+            (
+                observed_spans(
+                    observed.points[gpu], observed.runs[gpu], start, now, settings.max_sample_gap
+                )
+                for gpu in gpus
+            ),
+            restart_after=settings.restart_after,
+        )
+        if clock is None:
+            return None
+        # When the view's samples start after the activity/arming date, the true onset is not
+        # in view: keep the stable date (the onset seen would move with the view every tick).
+        cut = horizon is not None and horizon > start and not clock.restarted
+        onset = start if cut else clock.onset
+        return IdleEpisode(
+            onset, armed_by, last_activity, clock, len(gpus), frozenset(observed.sources)
+        )
+
+    mine = episode(proven)
+    if every is None:
+        return mine, (mine if every_source else None)
+    # Nothing refused: every source saw what the accepted ones saw.
+    return mine, (mine if every.count == proven.count else episode(every))
+
+
+class _Observed:
+    """One episode's idle observations per GPU, gathered in the pass over the samples."""
+
+    __slots__ = ("count", "points", "runs", "sources")
+
+    def __init__(self, gpus: Iterable[int]) -> None:
+        self.points: dict[int, list[datetime]] = {gpu: [] for gpu in gpus}
+        self.runs: dict[int, list[Span]] = {gpu: [] for gpu in self.points}
+        self.sources: set[SampleSource] = set()
+        self.count = 0
+
+    def add(self, gpu: int, at: int, covers_from: int, source: SampleSource) -> None:
+        self.count += 1
+        self.sources.add(source)
+        if covers_from == NO_TIME:
+            self.points[gpu].append(instant(at))
+        else:
+            self.runs[gpu].append((instant(covers_from), instant(at)))

@@ -57,7 +57,7 @@ How it decides, for each running instance:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -79,7 +79,7 @@ from watchdog_gpu.rules.idle_clock import (
     IdleClock,
     IdleClockSettings,
     IdleEpisode,
-    current_idle,
+    current_idles,
 )
 from watchdog_gpu.rules.windows import spend_evidence
 from watchdog_gpu.sample_history import sample_history
@@ -210,21 +210,26 @@ def _evaluate_instance(
     """The instance's finding (if any) and its clock's next point (:func:`next_point`): on the
     samples that can prove idle (``evidence``); when those do not, but the provider's readings
     say idle for ``idle``, a notify-only finding (looks idle, not destroyed)."""
-    finding, point = _judge(instance, now, config, evidence.proves_idle)
-    if finding is not None or evidence.reading_proves_idle:
+    # The clock on every source (what the instance looks like) only where a provider reading
+    # could make it differ: both clocks come from one pass over the samples.
+    looks_too = not evidence.reading_proves_idle and sample_history(instance.samples).has_source(
+        SampleSource.PROVIDER_API
+    )
+    episode, looks = current_idles(
+        instance, now, config.clock_settings, evidence.proves_idle, every_source=looks_too
+    )
+    finding, point = _judge(instance, episode, now, config)
+    if finding is not None or looks is None:
         return finding, point
-    # Without a provider reading there is nothing to look idle on, and the second clock costs
-    # as much as the first (half the rule's time at 1,000 instances).
-    if not sample_history(instance.samples).has_source(SampleSource.PROVIDER_API):
-        return None, point
-    return _looks_idle(instance, now, config), point
+    return _looks_idle(instance, looks, now, config), point
 
 
-def _looks_idle(instance: InstanceView, now: datetime, config: IdleGpuConfig) -> Finding | None:
+def _looks_idle(
+    instance: InstanceView, episode: IdleEpisode, now: datetime, config: IdleGpuConfig
+) -> Finding | None:
     """The notify-only finding of an instance whose GPUs read idle for ``idle`` only when the
     provider's per-poll readings count: they prove busy, never idle (evidence.py)."""
-    episode = current_idle(instance, now, config.clock_settings)
-    if episode is None or SampleSource.PROVIDER_API not in episode.sources:
+    if SampleSource.PROVIDER_API not in episode.sources:
         return None
     clock = episode.clock
     if clock.observed(now) < config.idle:
@@ -242,14 +247,10 @@ def _looks_idle(instance: InstanceView, now: datetime, config: IdleGpuConfig) ->
 
 
 def _judge(
-    instance: InstanceView,
-    now: datetime,
-    config: IdleGpuConfig,
-    proves_idle: Callable[[SampleSource], bool],
+    instance: InstanceView, episode: IdleEpisode | None, now: datetime, config: IdleGpuConfig
 ) -> tuple[Finding | None, datetime | None]:
     # Not running, not armed, no clock, or blind now: no finding, and nothing due until rows
     # come again.
-    episode = current_idle(instance, now, config.clock_settings, proves_idle)
     if episode is None:
         return None, None
     clock = episode.clock

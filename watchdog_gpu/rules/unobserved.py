@@ -93,12 +93,16 @@ def _unknown_state_finding(
 def _instance_finding(
     view: FleetView, instance: InstanceView, now: datetime, config: UnobservedConfig
 ) -> Finding | None:
-    since = running_since(instance)
-    if since is None:
+    if instance.state is not InstanceState.RUNNING:
         return None
     history = sample_history(instance.samples)
     evidence = view.evidence_of(instance.latest)
     last_usable = history.last_usable_at(now, readings_prove_idle=evidence.reading_proves_idle)
+    if last_usable is not None and now - last_usable < config.after:
+        return None  # seen lately: no blind stretch to date (the run's start cannot be later)
+    since = running_since(instance)
+    if since is None:
+        return None
     blind_since = max(since, last_usable) if last_usable is not None else since
     if now - blind_since < config.after:
         return None
