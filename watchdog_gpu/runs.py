@@ -95,7 +95,11 @@ def current_run(instance: InstanceView) -> Run | None:
         first = index
     own = spans[first:]
     started = own[0].first_seen
-    running = next((span.first_seen for span in own if span.state is InstanceState.RUNNING), None)
+    running = None
+    for span in own:
+        if span.state is InstanceState.RUNNING:
+            running = span.first_seen
+            break
     if (
         running is not None
         and provider_start is not None

@@ -379,6 +379,11 @@ class SampleHistory(Sequence[GpuSample]):
         """The oldest sample's instant."""
         return instant(self._columns.at[self._lo]) if self._hi > self._lo else None
 
+    def starts_after(self, at_micros: int) -> bool:
+        """Whether the oldest sample is later than ``at_micros`` (:func:`micros`); ``False``
+        without samples."""
+        return self._hi > self._lo and self._columns.at[self._lo] > at_micros
+
     def verdict(self, row: int, threshold_percent: float) -> int:
         """Row ``row`` judged with ``threshold_percent``, as ``rules.windows.sample_verdict``
         judges a sample: a code (:data:`BUSY`, :data:`IDLE`, :data:`UNKNOWN`)."""
@@ -440,8 +445,10 @@ class SampleHistory(Sequence[GpuSample]):
         return sum(1 for row in self.rows(since, now) if not self.usable(row))
 
     def has_source(self, source: SampleSource) -> bool:
-        """Whether any sample came from ``source`` (a scan of one byte column)."""
-        return SOURCE_CODES[source] in self._columns.source
+        """Whether any of this history's samples came from ``source`` (a scan of its rows of
+        one byte column: the columns may hold other instances' rows and older ones)."""
+        column = memoryview(self._columns.source)[self._lo : self._hi]
+        return SOURCE_CODES[source] in column.tobytes()
 
     def recorded_busy_since(self, since: datetime) -> bool:
         """Whether a sample recorded busy has ``at >= since``."""

@@ -128,6 +128,26 @@ def test_a_history_reads_only_its_own_rows_while_its_columns_grow() -> None:
     assert history.last_busy(history.rows(), 5.0) == (None, [0])
 
 
+def test_a_history_has_a_source_only_when_one_of_its_own_rows_has_it() -> None:
+    # The store's per-instance columns keep rows older than the view (and grow after it): a
+    # provider reading outside the history's rows must not count as one of its samples.
+    reading = GpuSample("a", "i", T0, 0, Verdict.IDLE, sm=0.0, source=SampleSource.PROVIDER_API)
+    probed = GpuSample("a", "i", T0 + timedelta(minutes=1), 0, Verdict.IDLE, sm=0.0)
+    history = SampleHistory.of([reading, probed])
+    later = SampleHistory("a", "i", history.columns, lo=1)
+    assert history.has_source(SampleSource.PROVIDER_API)
+    assert not later.has_source(SampleSource.PROVIDER_API)
+    assert later.has_source(SampleSource.DMON)
+    history.columns.append_sample(
+        GpuSample(
+            "a", "i", T0 + timedelta(minutes=2), 0, Verdict.BUSY, source=SampleSource.PROVIDER_API
+        )
+    )
+    assert not SampleHistory("a", "i", history.columns, lo=1, hi=2).has_source(
+        SampleSource.PROVIDER_API
+    )
+
+
 @given(samples(), samples())
 @settings(max_examples=100, deadline=None)
 def test_columns_of_either_precision_join_without_rounding(

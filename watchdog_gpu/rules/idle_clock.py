@@ -288,10 +288,7 @@ def idle_episodes(
     history = sample_history(instance.samples)
     rows = history.rows(since, now)
     busy_at, idle_rows = history.last_busy(rows, settings.threshold_percent)
-    last_activity = instant(busy_at) if busy_at is not None else None
-    for probe in instance.probes:
-        if probe.interactive_login and since <= probe.at <= now:
-            last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
+    last_activity = _last_activity(instance, busy_at, since, now)
     if last_activity is not None:
         start, armed_by = last_activity, "activity"
     else:
@@ -304,34 +301,41 @@ def idle_episodes(
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
     first = micros(start)
+    # A reading that cannot prove idle observes nothing (it still proves busy).
+    refused = frozenset(s for s in SampleSource if proves_idle is not None and not proves_idle(s))
     proven = _Observed(gpus)
-    every = _Observed(gpus) if every_source and proves_idle is not None else None
+    every = _Observed(gpus) if every_source and refused else None
+    points, runs, sources = proven.points, proven.runs, proven.sources
+    # Inline, not proven.add: this loop runs once per idle sample of every instance each tick.
     for row in idle_rows:
         gpu, at, covers_from, source = history.observation(row)
-        if at < first or gpu not in proven.points:
+        if at < first or gpu not in points:
             continue
         if every is not None:
             every.add(gpu, at, covers_from, source)
-        if proves_idle is not None and not proves_idle(source):
-            continue  # a reading that cannot prove idle observes nothing (it still proves busy)
-        proven.add(gpu, at, covers_from, source)
-    horizon = history.first_at()
+        if source in refused:
+            continue
+        proven.count += 1
+        sources.add(source)
+        if covers_from == NO_TIME:
+            points[gpu].append(instant(at))
+        else:
+            runs[gpu].append((instant(covers_from), instant(at)))
+    gap, restart_after = settings.max_sample_gap, settings.restart_after
 
     def episode(observed: _Observed) -> IdleEpisode | None:
         clock = clock_of(
             (
-                observed_spans(
-                    observed.points[gpu], observed.runs[gpu], start, now, settings.max_sample_gap
-                )
+                observed_spans(observed.points[gpu], observed.runs[gpu], start, now, gap)
                 for gpu in gpus
             ),
-            restart_after=settings.restart_after,
+            restart_after=restart_after,
         )
         if clock is None:
             return None
         # When the view's samples start after the activity/arming date, the true onset is not
         # in view: keep the stable date (the onset seen would move with the view every tick).
-        cut = horizon is not None and horizon > start and not clock.restarted
+        cut = history.starts_after(first) and not clock.restarted
         onset = start if cut else clock.onset
         return IdleEpisode(
             onset, armed_by, last_activity, clock, len(gpus), frozenset(observed.sources)
@@ -342,6 +346,17 @@ def idle_episodes(
         return mine, (mine if every_source else None)
     # Nothing refused: every source saw what the accepted ones saw.
     return mine, (mine if every.count == proven.count else episode(every))
+
+
+def _last_activity(
+    instance: InstanceView, busy_at: int | None, since: datetime, now: datetime
+) -> datetime | None:
+    """The newest busy sample (``busy_at``, :func:`micros`) or interactive login in the run."""
+    last_activity = instant(busy_at) if busy_at is not None else None
+    for probe in instance.probes:
+        if probe.interactive_login and since <= probe.at <= now:
+            last_activity = probe.at if last_activity is None else max(last_activity, probe.at)
+    return last_activity
 
 
 class _Observed:

@@ -173,11 +173,12 @@ def evaluate_timed(view: FleetView, now: datetime, config: IdleGpuConfig) -> Rul
     (``idle − warn_before``) or the action point (``idle``) — see :func:`next_point`."""
     findings: list[Finding] = []
     earliest: datetime | None = None
+    settings = config.clock_settings
     for instance in view.instances.values():
         # Not only listed running: an unknown listing inside a run (a late heartbeat) is blind
         # time in it, and a standing warning must not be withdrawn for it (runs.current_run).
         finding, point = _evaluate_instance(
-            instance, now, config, view.evidence_of(instance.latest)
+            instance, now, config, settings, view.evidence_of(instance.latest)
         )
         if finding is not None:
             findings.append(finding)
@@ -205,7 +206,11 @@ def next_point(clock: IdleClock, observed: timedelta, config: IdleGpuConfig) -> 
 
 
 def _evaluate_instance(
-    instance: InstanceView, now: datetime, config: IdleGpuConfig, evidence: AccountEvidence
+    instance: InstanceView,
+    now: datetime,
+    config: IdleGpuConfig,
+    settings: IdleClockSettings,
+    evidence: AccountEvidence,
 ) -> tuple[Finding | None, datetime | None]:
     """The instance's finding (if any) and its clock's next point (:func:`next_point`): on the
     samples that can prove idle (``evidence``); when those do not, but the provider's readings
@@ -216,7 +221,7 @@ def _evaluate_instance(
         SampleSource.PROVIDER_API
     )
     episode, looks = current_idles(
-        instance, now, config.clock_settings, evidence.proves_idle, every_source=looks_too
+        instance, now, settings, evidence.proves_idle, every_source=looks_too
     )
     finding, point = _judge(instance, episode, now, config)
     if finding is not None or looks is None:
