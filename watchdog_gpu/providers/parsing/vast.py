@@ -1,36 +1,10 @@
 """Vast.ai payloads into the normalised model (pure).
 
-Every fact used here, with its source, is in ``docs/providers.md`` ("Vast.ai"): the state table
-(provider state → our state → billed items → which rule may act) and the billing formulas.
-
-- State comes from ``actual_status`` (the container state), refined by ``intended_status`` (what
-  the user asked for), ``is_bid`` and the bid (``dph_base``) against ``min_bid``
-  (:func:`vast_state`). Vast has no outbid flag: a bid instance is read as **paused** (outbid)
-  only when the user still wants it running (``intended_status == "running"``), it is held off
-  its GPU (``stopped`` or ``scheduling``) and its bid is *known* to lose (``dph_base <
-  min_bid``) with no error in ``status_msg``. Vast also stops instances itself (zero balance,
-  a host fault with an ``Error…`` status) and leaves ``intended_status = running``: without a
-  known losing bid that is a **stopped** disk (the stopped-disk rule, 24 h by default), not
-  paused (30 min, inside Vast's own grace). A bid instance that is loading, created or
-  rebooting is **starting**, never paused; one its user stopped is **stopped**.
-- A row whose ``cur_state`` or ``next_state`` is ``unloaded`` was destroyed and is listed only
-  until Vast unloads it (≈ 30 s): **gone**, as Lambda's ``terminating``.
-- ``frozen`` keeps memory and is still GPU-billed: ``running`` for billing (the container is
-  suspended, so a probe sees nothing: blind time, never idle). ``exited`` (process died) with
-  ``cur_state = running`` still holds and bills its GPU: ``running`` too (blind, never idle);
-  ``exited`` with the contract stopped is ``stopped``. ``unknown`` (no heartbeat) and
-  ``offline`` (host gone, not billed) stay ``unknown``.
-- Compute $/h is what the contract bills **in its current state**: ``dph_total −
-  storage_total_cost`` (which is ``dph_base``) while running/frozen/rebooting, and $0 while
-  created, loading or scheduling ("GPU charges begin when status reaches running"). Never the
-  ``search`` (offer) prices; a reserved (prepaid) instance's discount — ``instance.totalHour −
-  instance.discountedTotalPerHour``, what Vast charges — comes off it. Storage $/h is
-  ``storage_total_cost``, or ``disk_space × storage_cost / 720`` — Vast divides by 720 hours,
-  as both of its documented examples show.
-  Bandwidth is billed per byte (``inet_up_cost``/``inet_down_cost`` $/GB) and has no hourly
-  rate: it is not part of the $/h figures (docs/providers.md says how to read it).
-- SSH goes through the documented proxy endpoint ``ssh_host:ssh_port`` as ``root``; the direct
-  port (``public_ipaddr`` + the ``22/tcp`` mapping) is the fallback when no proxy is listed.
+State comes from ``actual_status`` refined by ``intended_status``, ``is_bid`` and the bid against
+``min_bid`` (:func:`vast_state`): a bid instance is paused (outbid) only when its bid is known to
+lose, never on a guess. Compute $/h is what the contract bills in its current state, never an
+offer price. The state table, billing formulas and SSH endpoint, each with its source:
+``docs/providers.md``, "Vast.ai" and "SSH endpoints".
 """
 
 from __future__ import annotations
