@@ -1,26 +1,8 @@
 """The one way provider clients talk HTTP: key in a header, a timeout on every call, bounded
 retries, typed errors, scrubbed payloads.
 
-Discipline (product.md §3):
-
-- The API key travels only in ``Authorization: Bearer …`` — never in a URL, which httpx logs at
-  INFO and proxies record.
-- Every request carries a timeout (the client's own, or ``DEFAULT_TIMEOUT`` when it has none).
-- 429, 408, 5xx, timeouts and connection errors are retried with exponential backoff and jitter,
-  honouring ``Retry-After`` (seconds, or an HTTP date measured against the response's ``Date``),
-  until ``retry_budget_seconds`` would be exceeded; then the typed error is raised:
-  ``RateLimitedError`` (with ``retry_after_seconds``) or ``TransientError``.
-- 401/403 → ``AuthError`` at once (retrying a wrong key only gets it locked); 404 →
-  ``NotFoundError``; other 4xx, redirects and unreadable bodies → ``PermanentError``. A body that
-  says the key is invalid (Vast answers some calls with 404 "Invalid user key") → ``AuthError``,
-  so a destroy can never mistake a bad key for "already gone".
-- A retry wait ends early when the daemon stops: the ``sleep`` the composition root passes is
-  :func:`stoppable_sleep`, which raises ``RetryCancelledError`` (a ``TransientError``) as soon
-  as the stop event is set, so a stop never waits out a retry budget and the caller records an
-  ordinary transient failure (nothing is lost: a poll failed, an action is retried later).
-- Every decoded payload is scrubbed (:mod:`watchdog_gpu.providers.scrub`) before the caller sees
-  it; error messages carry the status and a scrubbed, truncated excerpt of the body, never a
-  header.
+The rules it keeps: ``docs/providers.md``, "HTTP discipline". A retry wait ends early when the
+daemon stops (:func:`stoppable_sleep` raises ``RetryCancelledError``, a ``TransientError``).
 """
 
 from __future__ import annotations
