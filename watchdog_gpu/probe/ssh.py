@@ -1,23 +1,9 @@
 """The paramiko command runner: key login, per-instance host-key pinning, deadlines, reuse.
 
-One SSH connection (a paramiko ``Transport``) is kept per instance id and reused for every probe
-(``is_active()`` before use; one fresh reconnect when a kept connection turns out dead), and closed
-when the instance disappears (:meth:`ParamikoRunner.close_except`).
-
-Connecting is bounded step by step: TCP connect, SSH banner, key exchange, authentication and
-channel open each have their own timeout (:class:`SshTimeouts`). The command itself has a local
-deadline: the channel is polled and closed when the deadline passes, because paramiko's own
-timeouts are per read, not per command. (The remote command also runs under ``timeout``.)
-
-Host keys (see :mod:`watchdog_gpu.probe.hostkeys`): the server's key is compared with the pin of
-the *instance id* right after the key exchange, before anything else is sent. A different key
-raises ``host_key_changed`` and no command runs. A first contact pins the key only after our key
-was accepted: a host that does not know our key is probably not our instance (a stale listing
-pointing at a reused address), and pinning its key would turn the real instance into an alarm.
-
-Failures raise :class:`ProbeError` with a ``ProbeStatus`` value: ``unreachable`` (DNS, refused, no
-route, connect timeout, no SSH banner, failed negotiation, connection dropped), ``auth_failed``,
-``host_key_changed``. Messages never contain key material or passphrases.
+One kept connection per instance id, each connecting step under its own timeout
+(:class:`SshTimeouts`), a local deadline per command, the host key checked against the instance's
+pin before anything is sent. Failures raise :class:`ProbeError` with a ``ProbeStatus``; messages
+never hold key material. ``docs/probe.md``, "The SSH connection".
 """
 
 from __future__ import annotations
