@@ -24,7 +24,7 @@ from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.render import render_batch, render_test, sent_from
 
 if TYPE_CHECKING:
-    # Apprise (≈ 3 MiB resident, 30 ms) is imported only where routes are built or a message
+    # Apprise (megabytes resident) is imported only where routes are built or a message
     # is sent: a daemon without notification routes never loads it.
     import apprise
     from apprise.plugins.base import NotifyBase

@@ -17,7 +17,7 @@ _TIMES = 4096  # distinct times of day remembered (rows of every host, over abou
 MIDNIGHTS: dict[str, float] = {}
 """Epoch seconds of each date read (``YYYYMMDD``); :func:`host_seconds`'s, read only."""
 # Every GPU of a host, and every host with a synchronised clock, prints the same time each
-# second: parsing it once saves most of a row's date/time cost (``bench/README.md``, runs).
+# second: parsing it once saves most of a row's date/time cost.
 TIMES_OF_DAY: dict[str, int] = {}
 """Seconds since midnight of each valid time of day read (``HH:MM:SS``); read only. A date
 and a time found in both caches are ``host_seconds(date, time) == MIDNIGHTS[date] +

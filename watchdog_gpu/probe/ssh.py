@@ -238,7 +238,8 @@ class ParamikoRunner:
             raise
         transport.set_keepalive(timeouts.keepalive_seconds)
         # paramiko's transport thread wakes every 0.1 s to check whether it should stop (its
-        # socket timeout): ~5 % of a core for 200 idle connections (bench/README.md). A kept
+        # socket timeout): most of the streaming probe's CPU at 200 idle connections
+        # (bench/README.md, "Streaming probe"). A kept
         # connection needs no such haste — close() closes the socket itself, keepalives are
         # seconds apart — so its thread waits on the socket for up to a second at a time.
         transport.sock.settimeout(_KEPT_POLL_SECONDS)

@@ -162,7 +162,8 @@ class StreamReader:
     def _read(self, lines: list[str]) -> None:
         """Read complete lines: each row joins its read's rows of its host time."""
         # Every row of a steady stream is a dated line read before (``_line`` does the rest):
-        # this loop is the reader's cost per row (``bench/README.md``, cycle). The aux reading
+        # this loop is the reader's cost per row, the largest part of a cycle's probe phase. The
+        # aux reading
         # does not change during a read: each row is judged as it arrives.
         reader, parsed_lines, hosts, groups = self._lines, self._parsed, self._hosts, self._groups
         processes = self._processes

@@ -399,7 +399,7 @@ def new_http_client(
 def shared_tls_context() -> ssl.SSLContext:
     """The TLS context of every provider client: httpx's default verification (certifi's CA
     bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), built once. A client given no context
-    builds its own and loads the whole CA bundle into it: ≈ 0.85 MiB resident per account,
-    43 MiB of a daemon watching 50 accounts (bench/README.md). A context is safe to share
+    builds its own and loads the whole CA bundle into it, resident per account
+    (bench/README.md, "The daemon's memory floor"). A context is safe to share
     between threads; each connection still gets its own TLS session."""
     return httpx.create_ssl_context()

@@ -81,8 +81,8 @@ def truncate(text: str, limit: int = 300) -> str:
 
 
 def _scrub_dict(value: dict[object, object], secrets: tuple[str, ...]) -> None:
-    # Every field of every instance of a listing passes here (≈ 25,000 values a poll round at
-    # 1,000 instances): the common kinds are handled inline, and a value is only stored back
+    # Every field of every instance of a listing passes here, every poll: the common kinds are
+    # handled inline, and a value is only stored back
     # when scrubbing changed it (replacing a key's value keeps the dict's size, so iterating
     # it meanwhile is safe).
     verdicts = _FIELD_VERDICTS
@@ -156,8 +156,8 @@ def _scrub(value: object, secrets: tuple[str, ...]) -> object:
 _PLAIN = frozenset({int, float, bool, type(None)})
 
 
-# A poll scrubs every field of every instance (≈ 50,000 values a minute at 1,000 instances)
-# under a few dozen distinct field names: each name's verdict is kept.
+# A poll scrubs every field of every instance under a few dozen distinct field names: each
+# name's verdict is kept.
 _FIELD_VERDICTS: dict[str, bool] = {}
 _MAX_FIELD_VERDICTS = 4096
 
