@@ -1,10 +1,10 @@
 """Removing secrets from provider payloads and texts before anything keeps or prints them.
 
-Vast's ``GET /users/current/`` echoes the caller's API key in its body (vast.md §2), instance
-rows carry Jupyter tokens, Lambda can return a generated private key, RunPod pods list their
-environment. Every payload a client decodes goes through :func:`scrub_payload`, and every text
-that can end up in an exception or a log line goes through :func:`scrub_text`, with the account's
-own key as a known secret. Pure: no I/O.
+Vast's ``GET /users/current/`` echoes the caller's API key in its body (docs/providers.md,
+"Sources"), instance rows carry Jupyter tokens, Lambda can return a generated private key, RunPod
+pods list their environment. Every payload a client decodes goes through :func:`scrub_payload`, and
+every text that can end up in an exception or a log line goes through :func:`scrub_text`, with the
+account's own key as a known secret. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -367,7 +367,8 @@ def pod_storage_usd_per_hour(
 
 
 def network_volume_usd_per_hour(size_gb: float) -> float:
-    """A network volume's $/h: $0.07/GB/month for the first TB, $0.05 beyond (runpod.md §5)."""
+    """A network volume's $/h: $0.07/GB/month for the first TB, $0.05 beyond
+    (docs/providers.md, "RunPod billing")."""
     first = min(size_gb, _ONE_TB_GB)
     beyond = max(size_gb - _ONE_TB_GB, 0.0)
     return round(

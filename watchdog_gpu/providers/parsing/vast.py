@@ -41,7 +41,7 @@ from watchdog_gpu.providers.parsing.common import (
 PROVIDER = "vast"
 
 # Vast's storage figures are $/GB/month over 720 hours: 10 GB × 0.149333 / 720 = 0.0020741 and
-# 10.08 × 0.15 / 720 = 0.0021 in its OpenAPI examples (vast.md §5.2).
+# 10.08 × 0.15 / 720 = 0.0021 in its OpenAPI examples (docs/providers.md, "Vast.ai billing").
 VAST_HOURS_PER_MONTH = 720.0
 
 SSH_USER = "root"
@@ -146,7 +146,8 @@ def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnaps
             seconds_before(now, uptime_minutes * 60) if uptime_minutes is not None else None
         ),
         # Vast's gpu_util is one figure per instance and reads 0.0 when the host misses a report
-        # (vast.md §5.3): it is not a per-GPU signal we can trust, so it is not used.
+        # (docs/providers.md, "Capabilities"): it is not a per-GPU signal we can trust, so it is not
+        # used.
         provider_gpu_util_percent=None,
         public_ports=_public_ports(fields.get("ports")),
     )
@@ -202,7 +203,7 @@ def parse_volumes(payload: object, *, account: str, now: datetime) -> tuple[Volu
 def parse_ssh_keys(payload: object, *, account: str) -> tuple[SshKeyRecord, ...]:
     """Parse ``GET /api/v0/ssh/``: a bare array (documented) or a ``{"ssh_keys": [...]}``
     envelope (seen in a CLI test); the key text may be named ``key``, ``public_key`` or
-    ``ssh_key`` (vast.md §9). Deleted keys are left out."""
+    ``ssh_key`` (docs/providers.md, "Sources"). Deleted keys are left out."""
     envelope = as_object(payload)
     items = as_list(envelope.get("ssh_keys")) if envelope is not None else as_list(payload)
     if items is None:
@@ -305,7 +306,7 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
 
 def _unloading(fields: Mapping[str, object]) -> bool:
     """Whether the contract is being unloaded: ``cur_state``/``next_state`` ``"unloaded"`` is
-    what a destroy leaves (vast.md, "Status state machine")."""
+    what a destroy leaves (docs/providers.md, "Vast.ai states")."""
     return any(
         (get_str(fields, name) or "").strip().lower() == "unloaded"
         for name in ("cur_state", "next_state")
