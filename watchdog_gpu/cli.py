@@ -1,22 +1,9 @@
 """The ``watchdog-gpu`` command line.
 
-Each sub-command lives in its own module under ``watchdog_gpu/commands/`` and exposes
-``register(subparsers)``, which adds its parser and sets ``handler`` (a function taking the parsed
-``argparse.Namespace`` and returning an exit code). Adding a command is one module plus one line in
-``COMMANDS``.
-
-Start-up stays fast because only the chosen command's module is imported: ``COMMANDS`` names each
-command's module and one-line summary, the other commands get a placeholder parser with that
-summary (enough for ``--help`` and for "invalid choice" errors), and each module imports what its
-handler needs (SQLAlchemy, the daemon, the simulator, Apprise) only when it runs.
-
-Exit codes:
-    0  success
-    1  a runtime failure (a provider, the database, the network) the message explains
-    2  bad usage or invalid configuration (every problem is listed)
-    3  ``dmon parse``: the file holds an nvidia-smi error text, not samples
-    130  interrupted (Ctrl-C)
-    141  stdout's reader closed the pipe early (``… | head``): no traceback
+Each sub-command is a module under ``watchdog_gpu/commands/`` exposing ``register(subparsers)``,
+which sets ``handler`` (parsed namespace → exit code); adding one is a module plus a line in
+``COMMANDS``. Only the chosen command's module is imported: the others get a placeholder parser
+with their summary, so start-up stays fast. Exit codes: ``docs/commands.md``.
 """
 
 from __future__ import annotations

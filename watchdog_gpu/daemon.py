@@ -1,23 +1,9 @@
 """The daemon (``watchdog-gpu run``): scheduled jobs, a supervising main thread, sd_notify.
 
-Start-up: the caller has validated the configuration and its secrets; here the engine is
-assembled (the database is opened and migrated), the metrics endpoint starts when enabled, the
-jobs are scheduled (:mod:`watchdog_gpu.schedule`) and systemd hears ``READY=1``. The main thread
-then supervises (:mod:`watchdog_gpu.supervisor`): ``WATCHDOG=1`` only while the jobs make
-progress, ``STATUS=`` with a one-line summary.
-
-Shutdown (SIGTERM or SIGINT): ``STOPPING=1``; runs not yet started are dropped (each job checks
-the stop event first); provider calls waiting to retry give up at once (the stop event cancels
-their retry budgets: a poll is recorded as failed, a stop/destroy goes back to pending and is
-resumed at the next start — nothing is lost); the scheduler is shut down with ``wait=True``, so
-the job in flight — an action's salvage, a provider request on the wire or a verification —
-finishes; while that lasts the daemon
-asks systemd for more stop time (``EXTEND_TIMEOUT_USEC``, at most
-:data:`MAX_SHUTDOWN_EXTENSION` in all); then the SSH and HTTP clients, the metrics endpoint and
-the database are closed and the process exits 0. A second SIGTERM/SIGINT during shutdown is
-logged and otherwise ignored: nothing interrupts a provider call half-way. Only SIGKILL does
-(e.g. systemd after ``TimeoutStopSec``); an action recorded before its call then resumes at the
-next start without a second destroy (see :mod:`watchdog_gpu.executor`).
+The caller has validated the configuration; here the engine is assembled, the metrics endpoint
+started, the jobs scheduled (:mod:`watchdog_gpu.schedule`) and systemd told ``READY=1``; the main
+thread then supervises (:mod:`watchdog_gpu.supervisor`). Shutdown lets the job in flight finish
+and never interrupts a provider call: ``docs/architecture.md``, "Shutdown".
 """
 
 from __future__ import annotations

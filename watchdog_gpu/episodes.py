@@ -1,19 +1,9 @@
 """Episode continuity: a condition that never cleared keeps its first episode.
 
-Rules compute ``episode_started_at`` from the history they can see, and they see only a bounded
-lookback. When a condition outlives that window — an idle instance whose destroy failed, a
-protected or snoozed instance that stays idle for hours, an instance blind for hours — a rule may
-date the episode later than it began, or earlier (idle_gpu falls back to the arming instant and
-unobserved to the start of the run once the sample that dated the episode slid out of view),
-either of which would change its idempotency key, repeat warnings and actions, and "resolve" the
-episode that is in fact still open. So before planning, each finding is stitched to the recorded
-episode of the same rule and subject that was still present at the previous evaluation: it keeps
-that episode's start and, when dated later, the earlier of the two due times; when dated
-earlier, the recorded due time (the one the warning announced: an action never comes sooner
-than announced). A condition that cleared (no finding for longer than ``continuity``) starts a
-new episode, as it should.
-
-Pure: no I/O, no clock.
+A rule sees a bounded lookback, so it may date a long condition differently from tick to tick;
+each finding is stitched to the recorded episode of the same rule and subject still present at
+the previous evaluation, keeping its start and never an earlier due time than announced.
+``docs/safety.md``, "Episodes that outlive the lookback". Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """What each account's GPU evidence can prove: the one place that decides it.
 
-A dense stream (``nvidia-smi dmon`` over SSH, a row every second; or the burst probe's rows) can
-prove a GPU idle and busy. A point reading — RunPod's utilisation figure, one number per poll,
-its semantics undocumented — can prove busy (a GPU read at 90 % worked) but not idle: a job busy
-2 s every 9 min reads 0 % at almost every poll. So by default a provider reading never counts as
-observed idle time; an account may opt in with ``idle_evidence = "provider_api"`` (then the
-figure decides idle like dmon rows do, and a bursty GPU between polls can be misjudged idle).
-
-``config check``, ``doctor``, ``status`` and the rules read :class:`AccountEvidence` (built by
-:func:`account_evidence`), so they all say the same thing about an account (docs/safety.md,
-"Evidence strength").
+dmon rows prove a GPU idle or busy; a provider's point reading proves busy but not idle, unless
+the account opts in with ``idle_evidence = "provider_api"``. ``config check``, ``doctor``,
+``status`` and the rules all read :class:`AccountEvidence` (:func:`account_evidence`), so they
+say the same thing: ``docs/safety.md``, "Evidence strength".
 """
 
 from __future__ import annotations

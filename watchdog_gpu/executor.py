@@ -1,50 +1,11 @@
 """The executor: carries out the stop/destroy actions the planner wrote to the outbox.
 
-Each pass, in order:
-
-1. **Verify** actions whose provider call went out (``called``/``unverified``) and whose next
-   check is due: re-list the account from the provider (never a cache). Gone (or stopped, for a
-   stop) → ``verified``. Still listed → ``unverified``: re-checked with backoff, and once
-   ``escalate_unverified_after`` has passed since the action was planned, escalated by a critical
-   notification with the dollars still burning, and the provider call is retried while its
-   condition holds. When the listing itself fails, the kill cannot be confirmed: the escalation
-   clock runs on all the same (time since the call, never "still listed"). An action is never
-   marked done because a timer ran out.
-2. **Execute** pending actions that are due: monitor mode records ``dry_run`` and changes nothing;
-   otherwise the optional salvage command runs (its failure holds the instance or not, per the
-   rule's ``on_failure``), then the provider is called. A call that fails for a reason that can
-   clear is never given up while the instance bills: an outage or a rate limit is retried with
-   backoff while its condition still holds, escalated on the same clock; a refused key (auth)
-   is told at once and retried as soon as the account can be listed again (checked with backoff
-   up to ``MAX_ACCOUNT_WAIT``), escalated likewise, until the call succeeds or the condition is
-   gone (instance gone, protected, busy again). Only a call the provider *refuses* for another
-   reason (a 4xx that waiting does not change) is tried ``MAX_REFUSED_CALLS`` times in all, then
-   ``failed`` — final, and its message says so.
-
-The listing at the call: every stop and destroy was decided on the latest poll, which the act
-job follows by up to a poll interval (an idle destroy decided at a wake, on the listing of the
-tick before). A destructive call is made only on the state a fresh listing shows: right before
-it the account is listed again (once per pass), and an instance listed in another state than
-the one decided on (a running pod its user stopped a second ago, a paused instance resumed, a
-stopped one started) or started again (a restart: a new runtime) is not called; its action
-waits (``action_waits``) for an evaluation of a newer listing — the planner decides again: it
-drops the finding when its condition cleared (an idle rule judges running instances only), so
-the executor then cancels it, or keeps it. The executor carries out; it does not decide. A
-failing listing holds the call of a rule that judges listed state (``max_runtime``,
-``paused_interruptible``, ``stopped_disk``) like a failed call (retried, escalated on the same
-clock); an idle or budget action then goes by its own evidence, as the call's own failure would
-tell. A wait that drags on (a listing that keeps changing) is escalated on that clock too.
-
-Crash safety (record first, act second): right before the provider call the action is marked
-``result="calling"`` while still ``claimed``. An executor that finds a claimed action left by a
-crashed process resumes it: without the mark it was never called and proceeds; with the mark the
-call may have gone out, so it goes straight to verification: gone (or stopped) is verified, and
-an instance still listed billing is called again at once, through the same checks as a first
-call (its condition still held at the latest evaluation, no protection or snooze since) — not
-after the escalation delay, while it bills. An instance the provider is already destroying is
-listed as gone (the parsers read each provider's "being destroyed"), so an accepted destroy is
-never sent twice. Every step is one store transaction that also appends the
-audit event and enqueues the notification, so a crash can neither lose nor duplicate them.
+Each pass verifies the calls that went out (by re-listing, never by a timer, escalating while an
+instance still bills) and executes the due actions (dry run in monitor mode; salvage, then the
+provider call on the state a fresh listing shows). Every step is one store transaction with its
+audit event and notification, and an action marked ``calling`` before a crash is verified before
+it is ever called again. Exact semantics: ``docs/safety.md``, "Unverified kills and failed
+calls", "A call interrupted by a restart" and "The listing at the call".
 """
 
 from __future__ import annotations

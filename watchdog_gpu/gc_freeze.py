@@ -1,35 +1,13 @@
 """Keep the objects that live as long as the process out of the garbage collector's full passes.
 
-Why: CPython's cyclic collector walks every container object it tracks on each full
-(generation 2) collection. After start-up a daemon holds ≈ 120,000 of them that never become
-garbage: the imported modules' functions, classes and dicts (SQLAlchemy, pydantic, paramiko,
-httpx, APScheduler, ours), the configuration, the wiring, the compiled statements. A tick at
-1,000 instances allocates enough surviving objects to trigger a full collection in most ticks,
-and walking those start-up objects was most of its ≈ 100–150 ms (bench/README.md, "gc.freeze at
-start-up"). ``gc.freeze()`` moves everything tracked at that moment to a permanent generation
-the collector skips; objects made later are collected as before.
-
-What it costs: a start-up object that later becomes part of unreachable cyclic garbage is not
-collected while frozen (reference counting still frees everything else). The frozen set is
-what start-up built, which lives until shutdown anyway; :func:`long_lived_frozen` unfreezes on
-the way out, so an in-process caller (a test starting and stopping daemons) gets its objects
-back to the collector.
-
-**Between jobs** (:class:`CollectBetweenJobs`) the same idea covers what the daemon builds as
-it runs: the fleet view's caches, the stream buffers, the per-instance state of the rules — most
-of what lives past a tick lives for many. After a job (at most every ``min_interval`` seconds)
-``gc.collect()`` walks only what is not frozen, i.e. what was made since the previous pass, frees
-its garbage, and ``gc.freeze()`` sets the survivors aside; every ``full_every`` seconds a pass
-unfreezes everything first, so garbage that involves an object frozen while it was alive (a
-closed paramiko ``Transport``, which refers to itself) waits at most that long. Meanwhile
-CPython's own full collections, which walked every live object of the process each time (at
-5,000 instances ≈ 220 ms each, one or two a tick: bench/README.md, "Full collections between
-jobs"), are reduced to a rare backstop (``BACKSTOP``); its young generations run as before.
-
-The young generations' thresholds stay at CPython's defaults: larger ones cut the remaining
-collection time by a further ≈ 15–25 ms a tick at 1,000 instances but raised the peak resident
-size by ≈ 1 MiB (bench/README.md), and memory is the scarcer resource on the small machines this
-runs on.
+CPython's full collections walk every tracked container; a daemon's start-up objects (modules,
+configuration, wiring) and most of what outlives a tick never become garbage, and walking them
+was most of a tick's collection time. :func:`long_lived_frozen` freezes what start-up built and
+unfreezes on the way out; :class:`CollectBetweenJobs` collects and freezes the survivors after
+jobs, with a periodic full pass so garbage tied to a frozen object (a closed paramiko
+``Transport``) waits at most ``full_every``, and leaves CPython's own full collections as a
+rare backstop. The young generations keep CPython's thresholds: larger ones cost peak memory.
+Figures: ``bench/README.md``, "A cycle over 1,000 instances" and "Garbage under an outage".
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ of a fleet view's queries, the lists and dicts of 1,000 instances, SQLite's resu
 response bodies) comes from the C library's ``malloc``. glibc gives every thread that allocates
 an arena of its own and keeps the pages a job freed in it, for that thread's next allocation:
 after a few ticks each scheduler thread that ran an evaluation holds the high-water mark of the
-largest one it ran, resident, though free. Measured on the daemon at 1,000 instances
-(bench/README.md, "The daemon's memory floor"): one thread arena of 25 MiB resident.
+largest one it ran, resident, though free (bench/README.md, "The daemon's memory floor").
 ``malloc_trim(0)`` gives the free pages of every arena back (glibc ≥ 2.8 also releases pages
 inside a heap, not only at its top), for a few milliseconds of CPU.
 

@@ -1,24 +1,8 @@
 """Logging set-up: logfmt lines (journald friendly) or JSON lines, and secret redaction.
 
-The code base writes its fields into the message, after a short phrase:
-``log.info("leading node=%s epoch=%d", node, epoch)``. The formatters lift those trailing
-``key=value`` pairs (and ``extra=`` fields) into top-level fields, so ``msg`` keeps only the phrase
-and Loki's ``| logfmt`` / ``| json`` see ``node`` and ``epoch``: one mechanism, no call site to
-change. A value runs to the next `` key=``, so it may hold spaces (quoted in logfmt); a value a
-call site quoted with ``%r`` is unquoted; JSON values that read as a number or a boolean are
-typed, except identifiers such as ``instance`` and ``account``.
-
-Under systemd (stderr is the journal stream named by ``$JOURNAL_STREAM``) every line starts with
-the sd-daemon priority prefix ``<N>`` (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>``
-debug; see sd-daemon(3)), so ``journalctl -p warning`` shows warnings and worse; journald strips
-the prefix and stamps the time itself. On a terminal or a file the lines stay plain text with
-their own time.
-
-Every resolved secret (API keys, passphrases, notification URLs) is registered here with
-:func:`register_secret`. From then on every log record created in the process has those values
-masked in its message, arguments and exception text — whichever handler receives it — and the
-formatters installed by :func:`configure_logging` mask their final output once more (extras,
-tracebacks). Code must still never log a secret; this is the net under the rope.
+Trailing ``key=value`` pairs of a message become top-level fields; under systemd every line gets
+the sd-daemon priority prefix; every secret registered with :func:`register_secret` is masked in
+every record and in the formatters' output. ``docs/architecture.md``, "Logs".
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from enum import StrEnum
 
 
 class InstanceState(StrEnum):
-    """Normalised instance state (product.md §3). Anything a provider reports that we do not map
-    becomes ``UNKNOWN``: never a crash, never "idle"."""
+    """Normalised instance state (``docs/providers.md``). Anything a provider reports that we do not
+    map becomes ``UNKNOWN``: never a crash, never "idle"."""
 
     STARTING = "starting"
     RUNNING = "running"

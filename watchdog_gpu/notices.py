@@ -1,19 +1,10 @@
 """Typed keys (episodes, actions, messages) and the record of warnings: which episode has a
 *standing* warning, and since when.
 
-A destructive action may only follow a warning that was sent at least the rule's ``warn_before``
-earlier and was not withdrawn since (docs/safety.md, "Warnings"). A warning is withdrawn by the
-episode's resolution ("Resolved … the planned destroy is cancelled"): the condition cleared, or
-the executor cancelled the action. When the condition comes back — as the same episode or a new
-one — the clock starts again with a new warning.
-
-Messages of an episode are keyed ``{episode_key}:{kind}`` (see ``notify/render.py``). A second
-warning or resolution of the same episode (after a withdrawal) gets a uniquifying suffix
-``:{epoch seconds}``, so the outbox's idempotency keeps one message per kind *per tick* and
-nothing is lost. This module reads those keys back from the fleet view's ``notice_times``
-(key → when it was enqueued).
-
-Pure: no I/O, no clock.
+A destructive action follows only a warning sent at least ``warn_before`` earlier and not
+withdrawn since (``docs/safety.md``, "Warnings"). Messages are keyed ``{episode_key}:{kind}``; a
+second warning or resolution of an episode gets a ``:{epoch seconds}`` suffix, so nothing is
+silently "already sent". Keys are read back from the fleet view's ``notice_times``. Pure.
 """
 
 from __future__ import annotations

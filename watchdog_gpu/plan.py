@@ -2,50 +2,9 @@
 
 Pure: it never reads the clock, the database or a provider. For every finding it decides one
 :class:`~watchdog_gpu.model.PlanStatus` and, when something is to be done, the
-:class:`~watchdog_gpu.model.PlannedAction` to write to the outbox. The shell (the tick) writes
-actions and notifications; the executor carries actions out.
-
-The order of the checks is the safety model (docs/safety.md), most protective first:
-
-1. Notify-only findings become ``NOTIFY`` (nothing is touched).
-2. Protection (by id, name/label glob, account) is absolute: ``PROTECTED``, reported, never acted
-   on — the budget rule's report about a protected instance is critical.
-3. An action already in the outbox for this episode (any state) is ``IN_PROGRESS``: a replan of the
-   same situation never duplicates a destroy.
-4. A snooze postpones: ``SNOOZED`` while it lasts.
-5. A standing warning (docs/safety.md, "Warnings"): a destructive action follows a warning that
-   was sent at least the rule's ``warn_before`` earlier and not withdrawn since. The action is due
-   at the later of the rule's ``due_at`` and the standing warning + ``warn_before``. Before
-   ``due - warn_before``: ``WAIT``; then ``WARN`` (a new warning is written when none stands — a
-   withdrawn one restarts the clock); at the due time a candidate for ``EXECUTE`` (dry-run in
-   monitor mode, per rule or globally) — unless the last poll of the instance's account failed:
-   its recorded state is stale (the owner may have restarted a "stopped" instance meanwhile), so
-   the finding is a ``WAIT`` until a fresh listing. Likewise at a wake between two ticks, which
-   polls no provider: an action of a rule that judges by listed state (all but ``idle_gpu``,
-   which judges by the streamed rows the wake takes) waits unless its account was listed at or
-   after its due time. A rule configured without a grace period
-   (the budget rule's ``skip_grace``) needs no warning.
-6. The blast-radius fuse looks at all candidates together (docs/safety.md, "Fuse"). Dry runs
-   never count and are never held. Rate limits *defer*: at most ``max_actions_per_tick`` per tick
-   and ``max_actions_per_hour`` in any rolling hour go ahead; the rest are ``DEFERRED`` and
-   decided again on the next tick (one notification per wave). Which go ahead (:class:`_Queue`):
-   the costliest first — every second a due action waits bills its rate, so the dearest first
-   bills the least past the limits — except that an action overdue a whole hour longer than
-   another goes before it, so a cheap deferral cannot wait behind every dearer one that falls
-   due after it. (The hour is the window of ``max_actions_per_hour``, in which a backlog drains;
-   ageing by whole ticks would make the backlog first-in first-out at tick granularity, and a
-   wave whose due times straddle a tick would keep its late part behind the cheapest of its
-   early part for hours: bench/README.md, "The fuse's order since wakes".) A wake between two
-   ticks keeps the allowance for dearer warned actions it knows fall due by the next tick: that
-   tick would have weighed them with what the wake finds due. The fuse *trips and latches*
-   only when the pattern looks wrong: an idle-based rule firing on an instance whose GPUs the
-   probe saw busy within the last tick, or time/state-based rules wanting more than
-   ``max_fleet_fraction`` of the billing fleet in one tick (fleets of four or more). Then every
-   ordinary candidate is ``BLOCKED``, and every later one too until a human runs
-   ``watchdog-gpu fuse reset``; the reset cancels the held actions, and decided again on fresh
-   findings they go through without counting against the fuse (a human released them). The
-   budget emergency has its own per-tick limit (beyond it: deferred) and is not held by the
-   latch: it exists to stop money leaking.
+:class:`~watchdog_gpu.model.PlannedAction` for the outbox. The order of its checks is the safety
+model: ``docs/safety.md``, "The planner's order", "Warnings" and "Fuse" (the fuse's queue,
+:class:`_Queue`: "Which go ahead first").
 """
 
 from __future__ import annotations

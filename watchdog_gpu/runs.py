@@ -1,26 +1,9 @@
 """Runs: the one definition of an instance's current run, which every rule and reader uses.
 
-A **run** is the provider's run of one container: from its first listing as starting or running
-until it is stopped, paused or gone for good. It is identified by the provider's own start time
-(``InstanceSnapshot.started_at``: Vast's ``uptime_mins``, RunPod's runtime uptime or
-``lastStartedAt``) where the provider gives one:
-
-- A listing that says nothing about the container — state ``unknown`` (Vast's ``actual_status:
-  unknown``, a late heartbeat) or the instance missing from one listing — between two listings
-  of the same run is **blind time inside the run**, never a new run and never idle. So is a
-  ``starting`` listing (a reboot the provider announced but did not do) when the provider's
-  start time shows the container kept running.
-- A real stop/start or reboot is a new run: a ``stopped`` or ``paused`` listing ends the run;
-  a running listing older than the provider's start time belongs to an earlier run.
-- Without a provider start time (Lambda; a pod without a runtime), the watchdog cannot tell a
-  heartbeat blip from a reboot: it decides conservatively from what was listed. A ``starting``
-  listing after a running one is a reboot (a new run: ``idle_gpu`` re-arms, a TTL restarts);
-  unknown or missing listings, where the provider said nothing, stay blind time inside the run
-  (the idle clock never counts blind time; it restarts after a long blind stretch).
-
-The run's ``started`` is its first starting or running listing (the billed start-up counts);
-``running_since`` its first running listing, or the provider's start time when that is later
-(a reboot no listing showed). Both are never earlier than the first sighting. Pure.
+A run is the provider's run of one container, identified by the provider's own start time where
+it gives one; blips inside it are blind time, a real stop/start or reboot is a new run, and
+without a start time a ``starting`` listing after a running one counts as a reboot. Exact
+semantics: ``docs/safety.md``, "Runs". Pure.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """One instance's GPU samples as compact columns: what the fleet view holds for the rules.
 
-At 1,000 instances × 2 GPUs the rules' lookback (73 minutes with the defaults) holds about
-146,000 samples. As :class:`~watchdog_gpu.model.GpuSample` objects (one object, a dozen fields)
-they were most of the daemon's memory, and the idle rule walked every one of them each tick. Here
-each instance's samples are parallel typed arrays (:class:`SampleColumns`, about 80 bytes a
-sample instead of several hundred), in time order, and the rules ask :class:`SampleHistory`
-questions that are answered from the newest rows backwards: a busy GPU's last activity is its
-newest row, so a tick costs a few rows per busy instance and the idle stretch of an idle one.
-
-Exactness: nothing a decision reads is dropped or rounded. Instants are whole microseconds
-(``datetime`` has no finer unit), metrics are the stored doubles, and ``None`` (the tool printed
-``-``) is NaN in the arrays — the database keeps NaN as NULL too, so nothing recorded can be NaN.
-Each sample's verdict is judged with the caller's threshold exactly as
-:func:`sample_verdict` does (the highest of ``sm``/``enc``/``dec``/``jpg``/``ofa`` is kept per
-row for that). A :class:`SampleHistory` is also a ``Sequence[GpuSample]``: indexing or iterating
-builds the sample values (for ``status`` and tests, not for the tick).
-
-The video and media engines' columns (``enc``, ``dec``, ``jpg``, ``ofa``) hold one value for
-nearly every GPU — 0 on a training GPU, ``-`` (NaN) where the GPU has no such engine — and no
-rule reads them row by row (their highest is in ``peak``). Each starts as a :class:`Repeated`
-column (the value and a count) and becomes an array at its first different value: ≈ 2.8 KiB an
-instance of a steady fleet (bench/README.md, "The cycle's peak memory").
-
-Pure: no clock, no I/O.
+Parallel typed arrays (:class:`SampleColumns`) in time order, far smaller than one object per
+sample, and :class:`SampleHistory` answers the rules from the newest rows back, so a busy
+instance costs its last rows. Exact: instants are whole microseconds, metrics the stored doubles,
+``None`` is NaN, and verdicts are judged as
+:func:`~watchdog_gpu.rules.windows.sample_verdict` does. The engines' columns
+(``enc``, ``dec``, ``jpg``, ``ofa``), nearly constant, stay a value and a count
+(:class:`Repeated`) until their first other value. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations

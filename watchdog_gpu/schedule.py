@@ -1,34 +1,9 @@
 """The daemon's schedule: which job runs how often, in which thread pool, and first when.
 
-APScheduler 3.x ``BackgroundScheduler`` (UTC, in-memory job store rebuilt from the config at
-every start). Each job has ``max_instances=1``, ``coalesce=True`` and ``misfire_grace_time`` of
-two intervals, so a laptop waking from sleep runs each job once, late, instead of skipping it
-(APScheduler's default grace is 1 s) or running it once per missed interval.
-
-=============  ===================  ========  ==========================================
-job            every                executor  first run
-=============  ===================  ========  ==========================================
-poll:ACCOUNT   poll_interval        poll      at start
-probe          probe_interval       probe     a quarter poll interval later (at most 15 s)
-evaluate       poll_interval        default   half a poll interval later (at most 30 s)
-act            poll_interval        act       woken right after each evaluation
-deliver        15 s                 notify    at start; woken after each evaluate and act
-prune          1 h                  default   5 min after start
-wake           once, when asked     default   scheduled by an evaluation (``wake.py``)
-=============  ===================  ========  ==========================================
-
-``wake`` is no interval job: when an evaluation finds an idle verdict due before the next
-evaluate run, the daemon adds it as a one-shot job (:meth:`~watchdog_gpu.daemon.Daemon.wake_at`)
-that takes the streamed rows and evaluates again (probe job's work first: the evaluate job alone
-sees the rows the probe job took 15 s earlier, their newest up to 6 s older still).
-
-The times are the engine's clock. ``watchdog-gpu demo`` runs the engine on an accelerated clock
-and passes its speed as ``time_scale``: the scheduler then waits every time divided by it.
-
-Separate thread pools keep slow SSH probes, slow provider APIs, a long salvage command before a
-destroy and a slow notification service from starving each other. ``act`` is its own job, not
-the tail of ``evaluate``, so that a ten-minute salvage neither delays the rules nor makes the
-supervisor believe the daemon hangs.
+The job table, the misfire policy and why each pool is separate: ``docs/architecture.md``,
+"The daemon's jobs". ``wake`` is a one-shot job an evaluation adds
+(:meth:`~watchdog_gpu.daemon.Daemon.wake_at`): it takes the streamed rows first, since the
+evaluate job alone sees the rows the probe job took 15 s earlier.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """Spend accounting from the ledger of billed intervals (pure).
 
-The ledger is what the store records (docs/database.md, "The ledger of billed intervals"): each
-instance's state spans with their rates by component, its anchor (``InstanceView.billed_from``)
-and each volume's and filesystem's rate runs (``FleetView.volume_ledgers``).
-:func:`ledger_pieces` turns them into billed intervals; :func:`period_spend` — the one definition
-of period spend, read by the budget rule and the metrics — sums the intervals that fall in a
-period, split at its bounds, so it never decreases inside it (docs/safety.md, "Period spend").
-
-Spend is the rate the provider reports it bills (``StateSpan.billed_usd_per_hour``) integrated
-over time — never a catalogue price — and "cost unknown" stays distinct from $0. The exact
-semantics are in ``docs/safety.md`` ("Unknown cost").
-
-How a span bills (the integration model):
-
-- A span bills at its rate from its ``first_seen`` until the next span's ``first_seen``: the
-  change happened somewhere between the last sighting of the old span and the first sighting of
-  the new one, and we charge the old rate for that whole stretch (the provider billed *something*
-  then; the old rate is the last one we know).
-- The last span of an instance that is not ``gone`` keeps billing at its rate from its
-  ``last_seen`` until the end of the period: nobody has listed the instance since (a failing
-  poll, an outage of hours), and until a listing says otherwise we assume it still bills what it
-  billed when last seen — pessimistic, never a free hour. Those dollars are counted in ``usd``
-  and also reported apart as ``estimated_usd``.
-- A span whose rate is ``None`` (unknown state, a missing storage price) adds its time to
-  ``unknown_seconds`` and nothing to ``usd``: there is no rate to extrapolate.
-
-Day and month boundaries are computed in a :class:`zoneinfo.ZoneInfo` zone and returned in UTC; a
-day around a DST change is 23 or 25 hours long, exactly as the wall clock says.
+:func:`ledger_pieces` turns the ledger the store records (``docs/database.md``, "The ledger of
+billed intervals") into billed intervals; :func:`period_spend`, the one definition of period
+spend, sums those that fall in a period, so it never decreases inside it. A rate holds until the
+next listing, unlisted time bills at the last known rate (estimated), and no rate is unknown
+time, never $0: ``docs/safety.md``, "Unknown cost" and "Period spend". Day and month bounds are
+computed in a :class:`zoneinfo.ZoneInfo` zone (a DST day is 23 or 25 hours) and returned in UTC.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def _leaving(snapshot: InstanceSnapshot, leaving: Mapping[tuple[str, str], datet
 
 def _condensed(outcome: ProbeOutcome) -> ProbeOutcome:
     """``outcome`` with its samples condensed; itself when they are already (a streamed
-    outcome's runs are: copying a thousand outcomes a tick for nothing cost ≈ 10 ms at 1k)."""
+    outcome's runs are, and copying them every tick would cost for nothing)."""
     samples = condense_samples(outcome.samples)
     if len(samples) == len(outcome.samples) and all(
         new is old for new, old in zip(samples, outcome.samples, strict=True)
@@ -395,7 +395,7 @@ class Watchdog:
         if note is None or (action is None and note.idempotency_key in enqueued):
             # Already in the outbox when the view was read, and notifications are never
             # deleted: recording it would write nothing (an alert standing for a whole episode
-            # comes back every tick: 50 transactions a tick at 50 accounts in bench_cycle).
+            # comes back every tick: a transaction per account and tick for nothing).
             return
         if status is PlanStatus.BLOCKED and action is not None:
             message = f"{action.kind.value} held by the fuse: {finding.summary}"

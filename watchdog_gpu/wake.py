@@ -1,34 +1,11 @@
-"""Wakes: one extra evaluation when an idle verdict falls due between two ticks.
+"""Wakes: one extra evaluation when an idle verdict or a listed-state limit falls due between ticks.
 
-Why (``docs/architecture.md``, "Wakes"): the streaming probe's rows reach us in batches
-(``docs/probe.md``, "Rows in batches"), so at a tick a host's newest rows are up to
-``batch_seconds + 1`` s old, and the idle clock counts only observed time — blind time is never
-idle. A warning or destroy whose instant falls in those seconds would be decided a whole tick
-later. So each evaluation also says the earliest instant an idle verdict may change by time
-alone (:attr:`~watchdog_gpu.tick.TickReport.next_change`: when an idle clock reaches its
-warning or action point), and when that comes before the next tick, the daemon — and
-``simulate`` — takes the streamed rows and evaluates again at that instant + :data:`ROWS_LAG`,
-when the rows covering it are in; likewise at a warned action's due time
-(:attr:`~watchdog_gpu.tick.TickReport.next_due`, later than the clock's when the warning went
-out late: nothing to wait for there). Never earlier than the limit: the wake only evaluates,
-and the rules and the planner decide on observed rows as at any tick. A decision on *listed*
-state (:attr:`~watchdog_gpu.tick.TickReport.next_listed`: a TTL's warning point or due time) is
-woken at itself and lists the accounts first (:attr:`Wakes.listing`): a wake acts on listed
-state only from a listing at or after the instant (``docs/safety.md``, "Warnings").
-
-:class:`Wakes` decides when (pure: times are passed in):
-
-- **One pending wake**, the earliest: every evaluation (tick or wake) replaces it with what its
-  own ``next_change`` asks for, so a tick that already decided the instant makes the pending wake
-  moot, and wakes never pile up.
-- **Not for rows already in**: an instant at or before the last probe round − :data:`ROWS_LAG`
-  whose verdict did not change means the host went blind or late; the ticks take over (no wake
-  after wake on a silent host).
-- **Not at or after the next tick**: the tick evaluates then anyway.
-- **At least** :data:`MIN_SPACING` **apart**: a wake evaluates the whole fleet; with 1,000
-  instances whose limits are staggered a second apart, wakes coalesce into one every 5 s (each
-  decides every limit due before it) — at most 12 extra evaluations a minute, a decision at most
-  5 s later. Closer wakes would rarely see anything new: a host sends its rows 5 s at a time.
+At a tick a host's newest streamed rows are still on the host, so a verdict whose instant falls
+in those seconds would wait a whole tick. :class:`Wakes` (pure: times are passed in) keeps one
+pending wake, none for rows already in, none at or after the next tick, and at least
+:data:`MIN_SPACING` apart; a wake for a limit on listed state lists the accounts first
+(:attr:`Wakes.listing`). A wake only evaluates: nothing is decided earlier than at a tick.
+``docs/architecture.md``, "Wakes".
 """
 
 from __future__ import annotations

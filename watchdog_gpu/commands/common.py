@@ -1,26 +1,8 @@
 """What the operator commands share: which database, the ID argument, tables and JSON output.
 
-The commands that read or change recorded state (``status``, ``events``, ``snooze``,
-``protect``/``unprotect``, ``fuse``) take ``--config PATH`` or ``--db PATH``:
-
-- ``--db PATH``: that SQLite file (or a SQLAlchemy URL); no configuration is read, so the
-  configured limits (``[safety] max_snooze``) and protections are the defaults / not visible;
-- ``--config PATH``: the database of that configuration, and its settings;
-- neither: the configuration found the usual way (``$WATCHDOG_GPU_CONFIG``,
-  ``./watchdog-gpu.toml``, ``~/.config/watchdog-gpu/config.toml``, ``/etc/watchdog-gpu/...``), or,
-  when there is none anywhere, ``watchdog-gpu.db`` in the state directory.
-
-The database must exist: these commands never create one (a typo in a path would otherwise
-create an empty database and report an empty fleet). An older schema is migrated first, as the
-daemon does at start-up.
-
-The read-only commands (``status``, ``events``) open a SQLite file at the current schema through the
-standard library's ``sqlite3``, read-only (:func:`opened_reader`, ``store/sqlite_reader.py``):
-SQLAlchemy's import alone cost more than their start-up budget. Any other database — PostgreSQL,
-a SQLite file to migrate first — goes through the SQLAlchemy store as the other commands do.
-
-An instance is named ``ACCOUNT/INSTANCE_ID`` or by its bare id when that is unique among the
-recorded instances; anything else is a usage error (exit 2) listing what is known.
+``--config`` or ``--db`` picks the database, which must exist (never created); ``status`` and
+``events`` read a SQLite file at head through ``sqlite3`` (:func:`opened_reader`). The rules:
+``docs/commands.md``, "Which database the operator commands read".
 """
 
 from __future__ import annotations

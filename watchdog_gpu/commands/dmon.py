@@ -4,24 +4,7 @@ for people debugging a host.
 Save ``nvidia-smi dmon`` output to a file (or pipe it in with ``FILE`` = ``-``) and see what the
 watchdog reads from it: the rows, and per GPU whether it was busy, idle or unknown.
 
-``--json`` prints one object (the contract other tools rely on)::
-
-    {"ok": true, "error": null, "rows": [...], "gpus": {"0": {"verdict": "idle", "samples": 5}},
-     "threshold": 5.0}
-
-Rows are keyed by the lowercase header names; numbers are numbers (``int`` when integral), ``-``
-is ``null``, ``date``/``time`` are strings. ``gpus`` is keyed by the GPU index dmon printed. dmon
-prints one row per *physical* GPU, also on MIG-enabled GPUs (it has no MIG instance columns), so a
-MIG GPU is one entry, and ``unknown``: its utilisation is ``-`` and this command has no process
-list to decide with. The verdict: ``busy`` if any row shows activity above the threshold,
-``idle`` if no row does, ``unknown`` if activity cannot be ruled out. The threshold is the one the
-idle rule uses: ``--threshold``, else ``[rules.idle_gpu] threshold_percent`` of ``--config``'s
-file, else that option's default (5). A row whose printed date or time is not one is garbage,
-skipped with a note, as the streaming probe (the default) skips it.
-
-For an nvidia-smi error text the exit status is 3 and the object is
-``{"ok": false, "error": {"kind": KIND, "message": "..."}, "rows": [], "gpus": {}}``. A file that
-cannot be read exits 2. Notes about skipped lines (a truncated last line, warnings) go to stderr.
+The ``--json`` contract, verdicts and exit codes: ``docs/commands.md``, "dmon parse".
 """
 
 from __future__ import annotations

@@ -8,14 +8,8 @@ never writes to the watchdog's database (a throw-away copy of the observation is
 sends no notification, so it is safe on real accounts, beside a running daemon, before
 switching to enforce. See docs/doctor.md.
 
-In the default stream probe mode it waits (bounded by the SSH timeouts and ``stall_after``)
-for each stream's first outcome, so a failed probe says why: connection refused, host key
-changed, permission denied. Each API call is retried for 10 s at most (``retry_budget``
-capped), so a failing account does not hold the report for a minute.
-
-Exit codes: 0 every account was read, every probe read its GPUs and every rule ran; 1 an
-account could not be read (key rejected, API unreachable), a probe failed (DEGRADED, as
-``once`` says) or a rule failed; 2 invalid configuration or missing secrets.
+In stream mode it waits, bounded, for each stream's first outcome, so a failed probe says why.
+Read-only guarantees, exit codes and ``--json``: ``docs/doctor.md``.
 """
 
 from __future__ import annotations

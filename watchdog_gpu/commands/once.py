@@ -6,26 +6,7 @@ print a summary: accounts polled ok/failed, probes by outcome, findings, decisio
 actions and notifications. With ``--dry-run`` it has no side effects: monitor mode on a
 throw-away copy of the database, no notification sent, no lock taken (it runs beside the daemon).
 
-``--dry-run`` has no side effects: every rule runs in monitor mode (nothing is stopped or
-destroyed), the tick runs on a temporary copy of the (SQLite or PostgreSQL) database, which is
-read but never written, and no notification is sent. It takes no lock, so it runs beside a
-daemon. The summary shows what the tick would decide, do and send.
-Actions planned earlier for real and not finished are left alone (the executor does not run at
-all then).
-
-Without ``--dry-run`` it refuses to run (exit 2) while a daemon runs on the same database: its
-executor, like the daemon's at start-up, takes over actions another process left ``claimed``,
-assuming that process is gone. Both take the database's lock (:mod:`watchdog_gpu.store.lock`).
-
-The last line is the result: ``healthy``; ``DEGRADED`` when accounts were polled and the rules
-ran but a probe failed (those instances' GPUs are unknown: never judged idle, never counted
-busy); ``UNHEALTHY`` when an account could not be polled or a rule failed. ``--json`` prints one
-JSON object instead of the summary (the same facts, ``result`` among them).
-
-Exit codes: 0 the tick was healthy; 1 it was degraded or unhealthy (the summary says why), or
-the database failed; 2 invalid configuration or missing secrets (each
-listed), ``--dry-run`` on an in-memory database, a daemon holding the database (not with
-``--dry-run``), or a database written by a newer watchdog-gpu.
+Lock, result line, ``--json`` and exit codes: ``docs/commands.md``, "once".
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What ``status`` decides with when no configuration was read (``--db PATH``): the defaults of
 the rules, of ``[safety]`` and of the poll interval, as plain values.
 
-The configuration models are pydantic models, ≈ 0.3 s of CPU to build — most of the command's
-budget (bench/README.md, "Command-line start-up"); ``status --db`` needs only these few values of
+The configuration models are pydantic models, most of the command's start-up budget to build
+(bench/README.md, "Command-line start-up"); ``status --db`` needs only these few values of
 them. ``tests/unit/cli/test_status_defaults.py`` keeps each equal to the models' own defaults, so
 changing a default there without changing it here fails.
 """

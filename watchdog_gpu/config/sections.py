@@ -359,7 +359,8 @@ class ProbeSection(StrictModel):
         ),
     )
     # Probes mostly wait (10 s of dmon sampling each): ~instances x 10 s / probe_interval
-    # sessions are needed to probe every instance each interval (bench/README.md).
+    # sessions are needed to probe every instance each interval (bench/README.md, "Burst SSH
+    # probe").
     workers: int = Field(
         default=32, ge=1, le=256, description="parallel burst-mode SSH sessions at most"
     )

@@ -1,22 +1,9 @@
 """Run the doctor: read every account once, probe once, evaluate the real rules — read-only.
 
-Read-only means:
-
-- providers: only the listing calls of ``observe`` (instances, account, volumes, SSH keys: GET
-  requests and GraphQL queries). The executor is never run, so no stop, destroy or salvage;
-- the user's database is never opened: the observation goes into a throw-away SQLite file in a
-  temporary directory, and the rules and the planner run over the fleet view built from it
-  (the same code the daemon runs, so what it prints is what the rules would decide now);
-- no notification is sent (delivery is never run).
-
-Consequence: every time-based rule starts its clock at this observation (an instance seen
-paused now is "paused for 0 min"), whereas the daemon, with its history, may be further along.
-SSH host keys are trusted on first use for this run only.
-
-Bounded: each API call is retried for ``DOCTOR_RETRY_BUDGET`` at most (a failing account must
-not hold the report for the daemon's whole retry budget), and in stream mode the doctor waits
-for each stream's first outcome — rows, or the reason its connection failed — at most the SSH
-timeouts plus ``stall_after``, then reads the probes once more.
+Only listing calls reach the providers, the executor and delivery never run, and the user's
+database is never opened: the observation goes into a throw-away SQLite file and the real rules
+and planner run over it, so every time-based clock starts now. Each API call is retried for at
+most ``DOCTOR_RETRY_BUDGET``. ``docs/doctor.md``, "Read-only, by construction".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Deliver outbox notifications through Apprise, routed by severity, retried with backoff.
 
-``AppriseDelivery`` sends one message to the routes whose severities include the message's
-(``notify(..., tag=severity)``) and reads Apprise 2.x's ``AppriseResult``: only SUCCESS is
-delivered; NOMATCH (no route takes this severity) counts as delivered to nobody — logged once per
-severity and never retried forever; FAILURE, PARTIAL and TIMEOUT are failures that stay queued.
-
-Services may also come from an Apprise config file (``[notify] config``: YAML or text, the
-format Apprise users already keep), beside or instead of inline routes. Each service there is
-tagged with the severities it receives (``info``, ``warning``, ``critical``) or ``always``; a
-service with none of them would receive nothing, so it is a configuration error.
-
-``deliver_due`` drains what the store's outbox says is due, one message per severity and pass:
-the due messages of one severity (so of one set of routes) go out together as one batch
-(``render.render_batch``), so a tick that warns about eight instances pages once. A failure
-is recorded with the next attempt time (exponential backoff from ``retry_initial`` doubling up
-to ``retry_max``) and the loop goes on: a dead notifier never blocks an action and never
-loses a message.
-
-Apprise URLs hold tokens (webhook secrets, bot tokens, passwords). They are only ever logged or
-stored in Apprise's privacy-masked form, and every detail text is scrubbed of the raw URL's
-secret-looking parts before it leaves this module.
+``AppriseDelivery`` sends a message to the routes tagged with its severity (inline routes or an
+Apprise config file, ``[notify] config``) and reads Apprise's result: only SUCCESS is delivered.
+``deliver_due`` sends each severity's due messages as one batch; a failure is retried later and
+never blocks an action. Raw URLs never leave this module unmasked. ``docs/safety.md``,
+"Notifications"; ``deploy/README.md`` for the tags.
 """
 
 from __future__ import annotations
@@ -39,7 +24,7 @@ from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.render import render_batch, render_test, sent_from
 
 if TYPE_CHECKING:
-    # Apprise (≈ 3 MiB resident, 30 ms) is imported only where routes are built or a message
+    # Apprise (megabytes resident) is imported only where routes are built or a message
     # is sent: a daemon without notification routes never loads it.
     import apprise
     from apprise.plugins.base import NotifyBase

@@ -1,42 +1,11 @@
 """Pure message rendering: a finding (or a planned action) and what happens next → a message.
 
-The planner and the executor call these functions and write the returned
-:class:`~watchdog_gpu.model.PlannedNotification` to the outbox; delivery happens later. Nothing
-here reads the clock or performs I/O: ``now`` is always a parameter.
-
-Every message says which instance (``account/id``), which rule, the evidence, the dollars
-(``$0.37/h, $2.15 so far``), what happens next and when (``will be destroyed at 22:30 UTC (in 10
-min)``) and the exact commands to snooze or protect. In monitor mode the body opens with
-``[monitor mode: nothing will be changed]`` and the title with ``[monitor]``.
-
-Idempotency keys (one warning, one action message and one resolution per episode; an
-escalation per unverified-kill round):
-
-==============  ===============================  ==========================================
-kind            key                              function
-==============  ===============================  ==========================================
-warning         ``{episode_key}:warning``        :func:`render_warning`
-action          ``{episode_key}:action``         :func:`render_action_result`
-blocked         ``{episode_key}:blocked``        :func:`render_action_result` (BLOCKED)
-refused         ``{episode_key}:refused``        :func:`render_action_result` (RETRYING,
-                                                 AWAITING_ACCOUNT)
-resolution      ``{episode_key}:resolution``     :func:`render_resolution`
-alert           ``{episode_key}:alert``          :func:`render_alert`
-escalation      ``{episode_key}:escalation:{n}`` :func:`render_escalation`
-test            ``test:{now ISO}``               :func:`render_test`
-==============  ===============================  ==========================================
-
-A fuse-blocked action has its own key so that, once a human resets the fuse and the action
-runs, its real outcome still gets its one action message.
-
-The episode key of a :class:`~watchdog_gpu.model.Finding` is ``finding.episode_key``; for a
-:class:`~watchdog_gpu.model.PlannedAction` it is its ``idempotency_key`` unless the caller passes
-``episode_key=`` (the planner should set the action's key to the finding's episode key, so the
-executor can render from the action alone).
-
-Evidence keys with a meaning here (rules may set them; everything else is listed as evidence):
-``usd_so_far`` (dollars billed in this episode so far) and ``instance_name`` (the provider's
-name/label for the instance, shown in quotes).
+The planner and the executor write the returned
+:class:`~watchdog_gpu.model.PlannedNotification` to the outbox; delivery happens later. ``now``
+is always a parameter. What a message says and its idempotency keys: ``docs/safety.md``,
+"Notifications". The episode key of a :class:`~watchdog_gpu.model.PlannedAction` is its
+``idempotency_key`` unless the caller passes ``episode_key=``. Evidence keys read here:
+``usd_so_far`` and ``instance_name``; everything else is listed as evidence.
 """
 
 from __future__ import annotations

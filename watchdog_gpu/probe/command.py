@@ -1,55 +1,8 @@
-"""The one remote command the probe runs, and how its output is cut back into sections.
+"""The burst probe's remote command, and how its output is cut back into sections.
 
-Sampling design
----------------
-The daemon probes every running instance every ``probe_interval`` (default 60 s). One probe runs
-``nvidia-smi dmon -s u -d D -c N`` (default ``N = 10`` samples ``D = 1`` s apart, so a probe samples
-about 9-10 s of every minute), then the compute-apps query (the busy signal on MIG GPUs, where dmon
-prints ``-``), then a look at the pseudo-terminals (interactive logins).
-
-The idle rule treats two consecutive samples of a GPU that are less than ``max_gap`` apart as
-covering the time between them. With the defaults, samples inside a probe are 1 s apart and the
-last sample of one probe is about ``probe_interval - (N - 1) * D`` ≈ 51 s before the first sample
-of the next, so any ``max_gap`` above ``probe_interval`` plus the probe's own jitter (90-120 s is a
-comfortable choice) makes the samples of a healthy minute-by-minute probe cover *all* of the time:
-
-- **A 30-minute idle window is covered** by about 30 probes × 10 samples whose gaps are all below
-  ``max_gap``. A probe that fails (SSH down, timeout, unreadable output) produces no samples, so
-  the gap around it exceeds ``max_gap`` and that stretch is *blind time*, never idle: with
-  ``min_coverage = 0.8`` a window survives about 6 minutes of failed probes and no more.
-- **Short bursts are seen.** A job that is busy for one minute every ten has a busy period at
-  least as long as ``probe_interval``, so at least one probe starts inside every burst (probes
-  start every 60 s, each burst lasts 60 s) and records busy samples: the idle streak restarts at
-  least every ten minutes and never reaches 30. Bursts much shorter than ``probe_interval`` are
-  seen only with probability ≈ (burst + (N - 1) × D) / probe_interval per burst; if a workload
-  has such bursts, lower ``probe_interval`` or raise ``N`` (``N × D`` close to ``probe_interval``
-  samples continuously at the price of one long SSH session per instance and minute).
-- **The round must fit the interval.** One probe takes ``N × D`` plus about half a second of SSH
-  and shell; a round over P instances with W workers takes about ``ceil(P / W)`` probes' time
-  (50 instances, 8 workers, defaults: about 70 s, see ``bench/README.md``). A round longer than
-  ``probe_interval`` stretches the gap between an instance's probes by as much; ``max_gap`` must
-  cover it, or ``workers`` must grow with the fleet.
-
-Why the command is a fixed text
--------------------------------
-The command is built only from validated integers (:class:`ProbeCommandSpec`); nothing a provider
-says about an instance (name, label, host, image) is ever part of it. It runs under ``sh -c`` so
-the account's login shell (bash, zsh, fish) does not change its meaning, and every part runs under
-``timeout`` so a hung ``nvidia-smi`` (a GPU fallen off the bus) ends on the remote side too; the
-SSH runner also enforces a local deadline.
-
-Output layout: a begin marker (anything a login shell prints before it is dropped), the dmon text,
-a marker carrying dmon's exit status, the compute-apps CSV with its exit status, ``nvidia-smi -L``
-(to place each process on its GPU by UUID), the remote ``date +%s`` followed by the last-input
-times (``stat -c %X``) of ``/dev/pts/N``, and an end marker. A missing end marker means the output
-was cut short.
-
-Interactive logins: ``who`` reads utmp, which the containers most rentals run in rarely maintain,
-so instead the command lists the pseudo-terminals: every SSH login with a terminal, ``docker exec
--it``, tmux pane and Jupyter terminal holds one. A terminal that merely exists does not count (a
-detached tmux would keep a finished instance alive forever): the kernel sets a terminal's access
-time when someone's input is read from it, so a terminal counts as an interactive login only when
-its last input is recent (:func:`interactive_login`). The probe's own session has no terminal.
+Only validated integers (:class:`ProbeCommandSpec`) go into the text, never anything a provider
+says about an instance. Sampling design, output layout and how interactive logins are read:
+``docs/probe.md``, "Burst mode".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 On a MIG-enabled GPU dmon prints ``-`` for every utilisation, so the list of compute processes is
 the only usable busy signal there. Pure: no I/O.
 
-Format facts (research notes, ``nvidia-smi.md`` §7):
+Format facts, as the driver prints them:
 
 - With a header: ``pid, process_name, used_gpu_memory [MiB]``; requested aliases are printed under
   their canonical names (``name`` → ``process_name``, ``used_memory`` → ``used_gpu_memory``).

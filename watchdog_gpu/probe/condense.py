@@ -1,38 +1,10 @@
-"""Condensing one probe's rows to a few samples per GPU before they are recorded.
+"""Condensing probe rows into a few samples per GPU before they are recorded.
 
-A burst probe reads N dmon rows per GPU a second apart (see ``probe/command.py``); the rules
-decide on minutes. Recording every row would cost N rows per GPU per minute — for a large fleet
-hundreds of millions of rows a week — and reading them back would dominate every tick. So each
-GPU's rows of one probe are split into *runs* of consecutive rows with one verdict, and each run
-becomes one sample that keeps what matters for safety:
-
-- every metric is the **maximum** over the run's rows, so a single busy second stays busy;
-- a metric that any row printed as ``-`` (None) stays None, so an unreadable row can never be
-  averaged away into "idle" (the rules then keep the recorded verdict);
-- a busy (or unknown) run is stamped at its **last** row — the last activity; an idle run at its
-  **first** row — the first idle row after the last busy one, where the idle clock starts
-  (``docs/safety.md``, "Blind time and the idle clock"). A steady GPU costs one sample a probe.
-
-These are *point* samples (``covers_from`` is ``None``): the idle rule bridges two idle ones at
-most ``max_sample_gap`` apart.
-
-The streaming probe reads a row a second per GPU; :func:`condense_runs` turns its rows into one
-*continuous* sample per run — consecutive rows of one GPU with one verdict, none more than
-:data:`CONTIGUOUS_GAP` after the previous — with ``covers_from`` set to the run's first row. So
-the first idle row after the last busy one is kept to the second (the exact idle onset), holes in
-the stream stay holes (blind time), and a steady idle GPU costs one sample per tick. Samples that
-already carry ``covers_from`` pass :func:`condense_samples` unchanged.
-
-A GPU whose use comes in bursts (an inference server answering a request every few seconds)
-flips verdict every second or two: a run each, up to 60 samples a GPU a minute, each stored and
-held in the rules' window. :func:`fold_before_last_busy` folds the runs that can no longer
-matter into one: before a GPU's last busy run nothing moves the idle clock (its onset is after
-the last activity), so that busy run and the contiguous busy and idle runs before it become one
-busy sample (``covers_from`` the first one's, ``at`` and evidence the busy one's, the metrics
-the maxima). Unknown runs and blind holes are never folded (blind time stays blind), nor is
-anything after the last busy run. ``docs/probe.md``, "Bursty GPUs".
-
-Pure: no I/O, no clock.
+A run of one GPU's consecutive rows with one verdict becomes one sample: the maximum of each
+metric (``None`` sticky, so an unreadable row is never averaged into idle). Burst rows become
+*point* samples; streamed rows *continuous* ones (``covers_from``), so the idle onset is exact
+and holes stay blind. :func:`fold_before_last_busy` folds what can no longer move the idle clock.
+``docs/probe.md``, "Burst mode" and "Bursty GPUs". Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -52,7 +24,7 @@ interval (1 s) plus a second of jitter or one lost row. A longer gap is blind ti
 
 
 def condense_samples(samples: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
-    """One point sample per run of one verdict per (source, GPU) (see the module docstring);
+    """One point sample per run of one verdict per (source, GPU) (``docs/probe.md``, "Burst mode");
     ordered by source, GPU and time. Continuous samples (``covers_from`` set, already condensed
     by :func:`condense_runs`) are kept as they are, after the others."""
     groups: dict[tuple[str, int], list[GpuSample]] = {}
@@ -110,8 +82,8 @@ def condense_runs(rows: Iterable[GpuSample]) -> tuple[GpuSample, ...]:
 def fold_before_last_busy(samples: Sequence[GpuSample]) -> tuple[GpuSample, ...]:
     """``samples`` (one take's continuous samples of one instance, by GPU then time, as
     ``stream_buffer.run_samples`` makes them) with each GPU's last busy run folded together
-    with the runs before it that are contiguous with it and busy or idle (see the module
-    docstring). The rules decide the same on the result: the last activity is the busy run's
+    with the runs before it that are contiguous with it and busy or idle (``docs/probe.md``,
+    "Bursty GPUs"). The rules decide the same on the result: the last activity is the busy run's
     ``at``, and what follows it is kept; a folded sample is busy under any threshold its busy
     run was busy under (its maxima are at least that run's; a missing ``sm`` stays missing).
     Under a threshold raised after recording, the activity is the folded sample's ``at``, never

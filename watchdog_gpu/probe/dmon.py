@@ -1,21 +1,9 @@
 """Parse the text of ``nvidia-smi dmon`` into rows keyed by the header's column names.
 
-Given the whole output of one run (stdout, where nvidia-smi also prints its error texts), return a
-:class:`DmonTable` or raise :class:`~watchdog_gpu.errors.DmonError`. Pure: no I/O, no clock.
-
-Format facts this parser relies on (``docs/nvidia-smi.md`` in the research notes):
-
-- Two ``#`` header lines: column names (``# gpu pwr … sm mem …``; with ``-o DT`` the ``#`` is glued
-  to ``#Date``), then units (``# Idx W …``). Values are mapped **by name**, never by offset: the 525
-  driver printed 6-wide headers over 7-wide rows, 530 added ``jpg``/``ofa`` in the middle.
-- ``-`` means "not available" and becomes ``None``, never 0 (MIG GPUs print ``-`` for sm/mem/enc/…).
-- One row per GPU per sampling cycle; any number of GPUs; trailing spaces; blank lines; ``#`` lines
-  anywhere (a repeated header mid-stream is re-read, a different one replaces the columns).
-- A stream cut by a dropped SSH session ends in a partial line without a line end: that line is
-  dropped unless it is provably complete (all its tokens present and followed by the trailing space
-  that drivers >= 525 print), so a cut never invents or misreads a row.
-- Error texts (no NVML, driver not loaded, version mismatch, no devices, GPU lost, not supported,
-  bad argument) arrive on stdout instead of rows and raise ``DmonError(kind, message)``.
+Pure. Values are mapped by column name, never by offset (drivers changed widths and added
+columns); ``-`` becomes ``None``, never 0; a repeated header is re-read and a different one
+replaces the columns; a last line cut by a dropped session is dropped unless provably complete;
+nvidia-smi's error texts raise :class:`~watchdog_gpu.errors.DmonError` with their kind.
 """
 
 from __future__ import annotations

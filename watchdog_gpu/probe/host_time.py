@@ -1,23 +1,10 @@
 """A streamed row's own time: dmon's ``-o DT`` columns, mapped to the watchdog's clock (pure).
 
-The streaming command makes dmon print each row's date and time (``YYYYMMDD``, ``HH:MM:SS``,
-under ``TZ=UTC``) and the host sends the rows a few seconds at a time (``docs/probe.md``). So a
-row's instant cannot be when it was read: it is its host time plus a per-session *offset*, the
-smallest ``read instant − newest host time in the read`` seen so far in the session. That offset
-absorbs the host clock's skew (either way) and its time zone, and keeps the smallest network and
-batching delay seen, so a slow packet does not shift its rows late; a row's instant is never
-after the read that brought it, and never before an earlier row's of the session.
-
-If the host's clock steps back mid-session (an NTP correction), every later read lags more than
-the offset; a read that lags more than :data:`REANCHOR_SECONDS` beyond it re-anchors the offset
-on that read: rows are then stamped later, never earlier, than they happened.
-
-A read whose newest row lags *less* than any before lowers the offset for the reads after it,
-but its own rows are stamped with the larger of the offsets before and after it: its lag may be
-low because the host's clock stepped forward *inside* the batch, and the rows written before the
-step would then be stamped as much before they happened — a busy second placed early moves the
-idle clock's start early. With the larger offset they keep their place and the rows after the
-step are held at the read's instant (later, never earlier; ``docs/probe.md``).
+A row's instant is its host time plus a per-session offset (the smallest read lag seen), never
+after the read that brought it nor before an earlier row; a clock stepping back re-anchors the
+offset (:data:`REANCHOR_SECONDS`), and a step forward inside a batch never places rows early.
+Rows are stamped later than they happened, never earlier: ``docs/probe.md``, "A row's instant
+is its own time".
 """
 
 from __future__ import annotations
@@ -30,7 +17,7 @@ _TIMES = 4096  # distinct times of day remembered (rows of every host, over abou
 MIDNIGHTS: dict[str, float] = {}
 """Epoch seconds of each date read (``YYYYMMDD``); :func:`host_seconds`'s, read only."""
 # Every GPU of a host, and every host with a synchronised clock, prints the same time each
-# second: parsing it once saves most of a row's date/time cost (``bench/README.md``, runs).
+# second: parsing it once saves most of a row's date/time cost.
 TIMES_OF_DAY: dict[str, int] = {}
 """Seconds since midnight of each valid time of day read (``HH:MM:SS``); read only. A date
 and a time found in both caches are ``host_seconds(date, time) == MIDNIGHTS[date] +

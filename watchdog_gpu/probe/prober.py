@@ -7,7 +7,7 @@ waits on a host — and condenses the rows into continuous samples (exact onset,
 configured) is probed as below.
 
 In burst mode, :meth:`Prober.probe_all` runs the fixed probe command
-(:mod:`watchdog_gpu.probe.command`, where the sampling design and its coverage are explained) on
+(:mod:`watchdog_gpu.probe.command`; its sampling design: ``docs/probe.md``, "Burst mode") on
 every RUNNING instance with an SSH endpoint, at most ``workers`` at a time. Every failure,
 expected or not, becomes a :class:`~watchdog_gpu.model.ProbeOutcome` with a non-OK status and no
 samples; no exception from one instance stops the others. The runner is a seam

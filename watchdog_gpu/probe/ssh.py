@@ -1,23 +1,9 @@
 """The paramiko command runner: key login, per-instance host-key pinning, deadlines, reuse.
 
-One SSH connection (a paramiko ``Transport``) is kept per instance id and reused for every probe
-(``is_active()`` before use; one fresh reconnect when a kept connection turns out dead), and closed
-when the instance disappears (:meth:`ParamikoRunner.close_except`).
-
-Connecting is bounded step by step: TCP connect, SSH banner, key exchange, authentication and
-channel open each have their own timeout (:class:`SshTimeouts`). The command itself has a local
-deadline: the channel is polled and closed when the deadline passes, because paramiko's own
-timeouts are per read, not per command. (The remote command also runs under ``timeout``.)
-
-Host keys (see :mod:`watchdog_gpu.probe.hostkeys`): the server's key is compared with the pin of
-the *instance id* right after the key exchange, before anything else is sent. A different key
-raises ``host_key_changed`` and no command runs. A first contact pins the key only after our key
-was accepted: a host that does not know our key is probably not our instance (a stale listing
-pointing at a reused address), and pinning its key would turn the real instance into an alarm.
-
-Failures raise :class:`ProbeError` with a ``ProbeStatus`` value: ``unreachable`` (DNS, refused, no
-route, connect timeout, no SSH banner, failed negotiation, connection dropped), ``auth_failed``,
-``host_key_changed``. Messages never contain key material or passphrases.
+One kept connection per instance id, each connecting step under its own timeout
+(:class:`SshTimeouts`), a local deadline per command, the host key checked against the instance's
+pin before anything is sent. Failures raise :class:`ProbeError` with a ``ProbeStatus``; messages
+never hold key material. ``docs/probe.md``, "The SSH connection".
 """
 
 from __future__ import annotations
@@ -252,7 +238,8 @@ class ParamikoRunner:
             raise
         transport.set_keepalive(timeouts.keepalive_seconds)
         # paramiko's transport thread wakes every 0.1 s to check whether it should stop (its
-        # socket timeout): ~5 % of a core for 200 idle connections (bench/README.md). A kept
+        # socket timeout): most of the streaming probe's CPU at 200 idle connections
+        # (bench/README.md, "Streaming probe"). A kept
         # connection needs no such haste — close() closes the socket itself, keepalives are
         # seconds apart — so its thread waits on the socket for up to a second at a time.
         transport.sock.settimeout(_KEPT_POLL_SECONDS)

@@ -1,36 +1,9 @@
 """The per-host buffer between the streaming probe's reader and the tick (pure, thread-safe).
 
-The reader thread hands over each read's dmon rows as they arrive (:meth:`HostBuffer.add_grouped`:
-the rows of each host second at its instant; :meth:`HostBuffer.add_row` one row), each aux
-block (:meth:`HostBuffer.add_aux`) and every change of the stream's health
-(:meth:`HostBuffer.set_health`); the tick takes everything that arrived since its previous take
-(:meth:`HostBuffer.take`) without waiting on the host.
-
-Rows are **condensed into runs as they arrive**, exactly as :func:`~watchdog_gpu.probe.condense.
-condense_runs` condenses a take's rows (``docs/probe.md``): per GPU, consecutive rows with one
-verdict, none more than :data:`~watchdog_gpu.probe.condense.CONTIGUOUS_GAP` after the previous,
-are one :class:`Run` — its first and last instant, the verdict, the maximum of each metric
-(``None`` sticky: a metric any row printed as ``-`` stays unknown) and its row count. A GPU
-keeps the runs closed since the last take plus the open one; a take hands them all out and the
-next row starts a new run (as each take's rows were condensed on their own). So a steady GPU
-costs one small object per tick instead of a row tuple a second, and the tick builds one
-``GpuSample`` per run (:func:`run_samples`), never one per row.
-
-- A GPU keeps at most ``capacity`` runs; a run that does not fit drops the **oldest** one, whose
-  rows are counted in ``dropped``: that time is blind, never idle (a tick that comes very late
-  to a GPU that flips verdict every second loses its oldest seconds).
-- A row stamped **before** its GPU's newest row (the clock stepped back) is taken as at the
-  newest row's instant: the idle time already observed is never extended backwards, and a busy
-  row keeps its evidence (its activity then counts as later than it was: the idle clock starts
-  later, never earlier). For rows in time order — every row the reader stamps — the runs are
-  exactly ``condense_runs``'s (``tests/unit/probe/test_stream_runs.py``).
-- :meth:`HostBuffer.take` returns a :class:`StreamRead` — the runs per GPU in time order, how
-  many rows were dropped, the newest aux reading, and the health;
-- :meth:`HostBuffer.health` reads the health without taking anything (``status``, metrics).
-
-Memory: a run is one small object (its instants are the reader's, its metric values shared with
-the line they were read from while they do not change); a host with two steady GPUs holds two
-runs between ticks, at most ``2 × capacity`` (see ``bench/README.md``).
+The reader adds rows, aux blocks and health changes; the tick takes what arrived since its last
+take without waiting on the host. Rows are condensed into runs as they arrive, exactly as
+:func:`~watchdog_gpu.probe.condense.condense_runs` would; a full GPU drops its oldest run (blind
+time, never idle). ``docs/probe.md``, "Threads and memory" and "The buffer API".
 """
 
 from __future__ import annotations

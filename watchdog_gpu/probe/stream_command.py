@@ -1,39 +1,9 @@
 """The remote command of the streaming probe, and how its side output is read.
 
-One long-lived session per host (``docs/probe.md``):
-
-- **stdout** is ``nvidia-smi dmon -s u -d 1 -o DT`` running for as long as the session lives:
-  one row per GPU per second, each with its own date and time (``-o DT``, under ``TZ=UTC``),
-  passed through a small batching loop (below) so the rows cross the network a few seconds at a
-  time instead of one SSH packet a second;
-- **stderr** carries, every ``aux_interval_seconds`` (and once at the start), an *aux block*
-  (collected, then written at once: one SSH packet, not one per line): the burst probe's output
-  without its dmon part — the compute-apps CSV, ``nvidia-smi -L``, the
-  remote clock and the last-input times of the pseudo-terminals — between the same markers, so
-  :func:`~watchdog_gpu.probe.command.split_probe_output` and
-  :func:`~watchdog_gpu.probe.command.interactive_login` read it unchanged;
-- when dmon exits, a ``STREAM-DMON-EXIT`` marker with its status goes to stderr and the session
-  ends.
-
-**Batching.** dmon runs line-buffered (``stdbuf -oL`` where available) into a POSIX ``sh``
-``read`` loop that keeps the rows and writes them out at once when a new second begins and
-``batch_seconds`` seconds (distinct date/time values) have been kept since the last write. The
-first data row and any line that is not a dated row (the header, an nvidia-smi error text, a row
-of a dmon that ignores ``-o``) are written at once, so the first row and an error arrive
-promptly; the rows of the last seconds are written when dmon ends. The loop is ``sh``, not
-``awk``: mawk (the default awk of Debian and Ubuntu) reads a pipe in blocks until its buffer
-fills, and its ``-W interactive`` also makes every write unbuffered. The reader stamps each row
-with its own time (:mod:`~watchdog_gpu.probe.stream_reader`), not with when it arrived.
-
-**Remote hygiene.** The shell's foreground job is ``cat >/dev/null``: it returns when the SSH
-channel's stdin reaches EOF — the channel was closed, the connection dropped, or the daemon was
-killed (the kernel closes its socket, sshd closes the session) — and the shell then kills its
-whole process group (``kill 0``: dmon, the batching loop, the aux loop, a running query). sshd
-starts every session in its own process group, so nothing of the probe outlives its channel on
-the rented machine. The load on the host is one ``nvidia-smi dmon`` process (one row per GPU per
-second), one ``sh`` batching its rows, and one short query a minute.
-
-Like the burst command, the text is built only from validated integers.
+dmon's dated rows on stdout, batched on the host; an aux block (the burst command's output
+without dmon, read by :func:`~watchdog_gpu.probe.command.split_probe_output`) on stderr; the
+whole process group killed when the channel closes. Built only from validated integers.
+``docs/probe.md``, "The streaming session".
 """
 
 from __future__ import annotations
@@ -113,7 +83,7 @@ def build_stream_command(spec: StreamCommandSpec) -> str:
 
 
 def batch_loop(batch_seconds: int) -> str:
-    """The POSIX ``sh`` loop between dmon and the channel (see the module docstring).
+    """The POSIX ``sh`` loop between dmon and the channel (``docs/probe.md``, "Rows in batches").
 
     ``k`` is the date/time of the newest dated row, ``n`` how many new seconds began since the
     last write, ``b`` the rows kept. A dated row is a line whose first two words are

@@ -1,23 +1,11 @@
 """One host's stream text → rows, aux readings and what went wrong (pure; no I/O, no clock).
 
-The real stream manager (:mod:`watchdog_gpu.probe.streams`) and the simulator's fake feed the
-bytes they read, with the instant they read them, to a :class:`StreamReader`; it cuts complete
-lines, parses them with :class:`~watchdog_gpu.probe.dmon.DmonLineReader`, judges each row at
-arrival (busy threshold, compute processes from the newest aux block) and hands a read's rows
-to the host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer` at once. A row's instant is
-its own host time (dmon's ``-o DT`` columns) mapped to our clock
-(:mod:`~watchdog_gpu.probe.host_time`): the host sends rows a few seconds at a time, so when a
-line was read says little about its second. The rows of one host second (a line per GPU) are
-mapped once, together. Rows without those columns (a dmon that ignores ``-o``) are stamped when
-they were read.
-
-What it notices, for the manager to act on (reconnect with backoff; the gap is blind time):
-
-- ``error``: an nvidia-smi error text (driver gone, GPU lost…), a :class:`DmonError`;
-- ``garbage``: lines that are not rows under the header (or rows whose date or time is not one),
-  counted since the last good row; a line longer than :data:`MAX_LINE` without a line end counts
-  as garbage and is dropped;
-- ``dmon_exit``: dmon's exit status, when the remote command reported that dmon ended.
+The stream manager and the simulator feed a :class:`StreamReader` the bytes they read with the
+instant they read them; it cuts lines, parses them, judges each row at arrival and hands a read's
+rows to the host's :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer`, stamped with their own
+host time (:mod:`~watchdog_gpu.probe.host_time`). It reports an nvidia-smi ``error``,
+``garbage`` (including a line longer than :data:`MAX_LINE`) and ``dmon_exit`` for the manager to
+reconnect on.
 """
 
 from __future__ import annotations
@@ -174,7 +162,8 @@ class StreamReader:
     def _read(self, lines: list[str]) -> None:
         """Read complete lines: each row joins its read's rows of its host time."""
         # Every row of a steady stream is a dated line read before (``_line`` does the rest):
-        # this loop is the reader's cost per row (``bench/README.md``, cycle). The aux reading
+        # this loop is the reader's cost per row, the largest part of a cycle's probe phase. The
+        # aux reading
         # does not change during a read: each row is judged as it arrives.
         reader, parsed_lines, hosts, groups = self._lines, self._parsed, self._hosts, self._groups
         processes = self._processes

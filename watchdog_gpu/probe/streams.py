@@ -1,33 +1,11 @@
 """The streaming probe: one long-lived ``nvidia-smi dmon`` session per host, read by one thread.
 
-:class:`StreamManager` implements :class:`~watchdog_gpu.probe.runner.StreamSource` over paramiko
-(``docs/probe.md``). Threads, whatever the number of hosts:
-
-- **one reader thread** (``probe-stream``) waits on every open session at once with a
-  ``selectors`` selector over the paramiko channels' file descriptors, feeds what arrives to each
-  host's :class:`~watchdog_gpu.probe.stream_reader.StreamReader` (rows land in the host's
-  :class:`~watchdog_gpu.probe.stream_buffer.HostBuffer`), and four times a second checks every
-  host's health;
-- **a few connector threads** (``probe-connect``, ``connectors``, 4 by default) do the blocking
-  part — TCP connect, SSH handshake, login, opening the session — on the connection the burst
-  probe keeps too (:meth:`~watchdog_gpu.probe.ssh.ParamikoRunner.open_channel`);
-- paramiko itself runs one transport thread per SSH connection (its design; not ours to change).
-
-A session is closed and the host reconnected with exponential backoff (1 s doubling to
-``max_backoff``, ±20 % jitter) when its stream **stops** (EOF, connection dropped, dmon exited),
-**stalls** (no output for ``stall_after`` beyond the host's batch interval — the host sends its
-rows every ``batch_seconds``, so a healthy stream is silent for up to ``batch_seconds + 1`` s
-between packets — or for :data:`START_ALLOWANCE` before a session's first row, which the host
-sends at once; the host shows ``stalled`` when rows stop for ``stall_after / 2`` beyond the batch
-interval) or
-prints **garbage** (``garbage_lines`` lines in a row that are no dmon rows, or an nvidia-smi
-error text). The rows simply stop meanwhile: the gap is blind time, never idle. A host whose
-sessions end ``fallback_after`` times in a row without a single row (a host that does not allow a
-long-running command) is probed in **burst** mode for ``burst_period``, then streaming is tried
-again. The tick never waits on any of this: :meth:`StreamManager.take` only empties a buffer.
-
-State changes are logged once each, rate-limited (:class:`~watchdog_gpu.probe.state_log.
-StateChangeLog`; never per row or per tick).
+:class:`StreamManager` implements :class:`~watchdog_gpu.probe.runner.StreamSource` over paramiko:
+one reader thread over every session's channel, a few connector threads for the blocking
+connects, and reconnects with backoff when a stream stops, stalls or prints garbage (the gap is
+blind time, never idle). A host that cannot keep a session falls back to burst mode for a while.
+The tick never waits: :meth:`StreamManager.take` only empties a buffer. ``docs/probe.md``,
+"Health, reconnects and blind time" and "Threads and memory".
 """
 
 from __future__ import annotations

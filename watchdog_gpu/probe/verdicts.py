@@ -1,9 +1,10 @@
 """Per-sample GPU verdicts: busy, idle or unknown.
 
-The rule (product spec §4): a GPU is **busy** in a sample when any activity metric (``sm``, ``enc``,
-``dec``, and ``jpg``/``ofa`` where the driver prints them) exceeds the threshold; **idle** when all
-of the printed ones are at or below it; **unknown** when activity cannot be ruled out. ``mem`` is
-not an activity metric: a desktop compositor keeps it at 16–32 % on an idle GPU.
+The rule (``docs/safety.md``, "Blind time and the idle clock"): a GPU is **busy** in a sample when
+any activity metric (``sm``, ``enc``, ``dec``, and ``jpg``/``ofa`` where the driver prints them)
+exceeds the threshold; **idle** when all of the printed ones are at or below it; **unknown** when
+activity cannot be ruled out. ``mem`` is not an activity metric: a desktop compositor keeps it at
+16–32 % on an idle GPU.
 
 Unknown cases: ``sm`` is ``-`` (MIG-enabled GPUs print ``-`` for every utilisation) or absent
 (``-s p``); another activity column is ``-``; a negative value. When ``sm`` is unavailable the

@@ -1,26 +1,12 @@
 """The verdict for a time window of GPU samples, with how much of the window samples covered.
 
-Coverage, precisely: each sample of a GPU taken at ``t`` inside the window covers the closed
-interval ``[t - max_gap/2, t + max_gap/2]``, clipped to ``[start, end]``. A GPU's coverage is the
-length of the union of its samples' intervals divided by the window's length. So two consecutive
-samples of a GPU at most ``max_gap`` apart cover all the time between them, a longer gap leaves
-``gap - max_gap`` uncovered (blind time), and a lone sample covers at most ``max_gap`` (half each
-side). The window's coverage is the fraction of ``[start, end]`` covered for **every** GPU at once
-(the intersection of the GPUs' covered sets), so one GPU that went quiet lowers it.
-
-Verdicts (never idle from missing data):
-
-- a GPU is **busy** if any of its samples in the window is busy; **idle** if it has samples in
-  the window, all idle, and its coverage is at least ``min_coverage``; otherwise **unknown**;
-- the window is **busy** if any GPU is busy; **idle** only if every GPU is idle and the window's
-  coverage is at least ``min_coverage``; otherwise **unknown**. The GPUs are those with a sample
-  anywhere in ``samples`` (also outside the window) plus ``expected_gpus``: a GPU seen before the
-  window, or expected, that has no sample inside it vanished, and the window is unknown.
-
-Samples are re-judged under ``threshold`` with :func:`~watchdog_gpu.probe.verdicts.sample_verdict`
-(never idler than recorded). Samples at exactly ``start`` or ``end`` are inside the window.
-``last_busy_at`` is the latest busy sample at or before ``end`` (also before ``start``): the idle
-rule's "last activity".
+Each sample at ``t`` covers ``[t - max_gap/2, t + max_gap/2]`` clipped to the window; the
+window's coverage is the fraction covered for every GPU at once. A GPU is busy if any sample is,
+idle only if all are and its coverage reaches ``min_coverage``, else unknown; the window is busy
+if any GPU is, idle only if every GPU is idle and covered, else unknown — never idle from missing
+data. A GPU seen before the window or expected, with no sample inside it, makes it unknown.
+Samples are re-judged with :func:`~watchdog_gpu.probe.verdicts.sample_verdict`; ``last_busy_at``
+is the latest busy sample at or before ``end``.
 """
 
 from __future__ import annotations

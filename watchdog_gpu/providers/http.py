@@ -1,26 +1,8 @@
 """The one way provider clients talk HTTP: key in a header, a timeout on every call, bounded
 retries, typed errors, scrubbed payloads.
 
-Discipline (product.md §3):
-
-- The API key travels only in ``Authorization: Bearer …`` — never in a URL, which httpx logs at
-  INFO and proxies record.
-- Every request carries a timeout (the client's own, or ``DEFAULT_TIMEOUT`` when it has none).
-- 429, 408, 5xx, timeouts and connection errors are retried with exponential backoff and jitter,
-  honouring ``Retry-After`` (seconds, or an HTTP date measured against the response's ``Date``),
-  until ``retry_budget_seconds`` would be exceeded; then the typed error is raised:
-  ``RateLimitedError`` (with ``retry_after_seconds``) or ``TransientError``.
-- 401/403 → ``AuthError`` at once (retrying a wrong key only gets it locked); 404 →
-  ``NotFoundError``; other 4xx, redirects and unreadable bodies → ``PermanentError``. A body that
-  says the key is invalid (Vast answers some calls with 404 "Invalid user key") → ``AuthError``,
-  so a destroy can never mistake a bad key for "already gone".
-- A retry wait ends early when the daemon stops: the ``sleep`` the composition root passes is
-  :func:`stoppable_sleep`, which raises ``RetryCancelledError`` (a ``TransientError``) as soon
-  as the stop event is set, so a stop never waits out a retry budget and the caller records an
-  ordinary transient failure (nothing is lost: a poll failed, an action is retried later).
-- Every decoded payload is scrubbed (:mod:`watchdog_gpu.providers.scrub`) before the caller sees
-  it; error messages carry the status and a scrubbed, truncated excerpt of the body, never a
-  header.
+The rules it keeps: ``docs/providers.md``, "HTTP discipline". A retry wait ends early when the
+daemon stops (:func:`stoppable_sleep` raises ``RetryCancelledError``, a ``TransientError``).
 """
 
 from __future__ import annotations
@@ -417,7 +399,7 @@ def new_http_client(
 def shared_tls_context() -> ssl.SSLContext:
     """The TLS context of every provider client: httpx's default verification (certifi's CA
     bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), built once. A client given no context
-    builds its own and loads the whole CA bundle into it: ≈ 0.85 MiB resident per account,
-    43 MiB of a daemon watching 50 accounts (bench/README.md). A context is safe to share
+    builds its own and loads the whole CA bundle into it, resident per account
+    (bench/README.md, "The daemon's memory floor"). A context is safe to share
     between threads; each connection still gets its own TLS session."""
     return httpx.create_ssl_context()

@@ -1,4 +1,4 @@
-"""Lambda Cloud client (REST, ``https://cloud.lambda.ai/api/v1``; docs/providers/lambda.md).
+"""Lambda Cloud client (REST, ``https://cloud.lambda.ai/api/v1``; docs/providers.md, "Lambda").
 
 Calls (``Authorization: Bearer <key>``; paths are relative to the ``/api/v1`` base URL):
 

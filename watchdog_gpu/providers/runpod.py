@@ -1,4 +1,4 @@
-"""RunPod client (GraphQL, ``POST https://api.runpod.io/graphql``; docs/providers/runpod.md).
+"""RunPod client (GraphQL, ``POST https://api.runpod.io/graphql``; docs/providers.md, "RunPod").
 
 Every call is ``POST /graphql`` with ``Authorization: Bearer <key>`` and a JSON body
 ``{"query": "<text>"}`` (no variables: the ids are checked and written inline, the way the

@@ -1,10 +1,10 @@
 """Removing secrets from provider payloads and texts before anything keeps or prints them.
 
-Vast's ``GET /users/current/`` echoes the caller's API key in its body (vast.md §2), instance
-rows carry Jupyter tokens, Lambda can return a generated private key, RunPod pods list their
-environment. Every payload a client decodes goes through :func:`scrub_payload`, and every text
-that can end up in an exception or a log line goes through :func:`scrub_text`, with the account's
-own key as a known secret. Pure: no I/O.
+Vast's ``GET /users/current/`` echoes the caller's API key in its body (docs/providers.md,
+"Sources"), instance rows carry Jupyter tokens, Lambda can return a generated private key, RunPod
+pods list their environment. Every payload a client decodes goes through :func:`scrub_payload`, and
+every text that can end up in an exception or a log line goes through :func:`scrub_text`, with the
+account's own key as a known secret. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def truncate(text: str, limit: int = 300) -> str:
 
 
 def _scrub_dict(value: dict[object, object], secrets: tuple[str, ...]) -> None:
-    # Every field of every instance of a listing passes here (≈ 25,000 values a poll round at
-    # 1,000 instances): the common kinds are handled inline, and a value is only stored back
+    # Every field of every instance of a listing passes here, every poll: the common kinds are
+    # handled inline, and a value is only stored back
     # when scrubbing changed it (replacing a key's value keeps the dict's size, so iterating
     # it meanwhile is safe).
     verdicts = _FIELD_VERDICTS
@@ -156,8 +156,8 @@ def _scrub(value: object, secrets: tuple[str, ...]) -> object:
 _PLAIN = frozenset({int, float, bool, type(None)})
 
 
-# A poll scrubs every field of every instance (≈ 50,000 values a minute at 1,000 instances)
-# under a few dozen distinct field names: each name's verdict is kept.
+# A poll scrubs every field of every instance under a few dozen distinct field names: each
+# name's verdict is kept.
 _FIELD_VERDICTS: dict[str, bool] = {}
 _MAX_FIELD_VERDICTS = 4096
 

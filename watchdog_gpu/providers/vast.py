@@ -1,4 +1,4 @@
-"""Vast.ai client (REST, ``https://console.vast.ai``; docs/providers/vast.md).
+"""Vast.ai client (REST, ``https://console.vast.ai``; docs/providers.md, "Vast.ai").
 
 Calls (all with ``Authorization: Bearer <key>``; the base URL is the API root, paths carry
 ``/api/v0`` or ``/api/v1``):

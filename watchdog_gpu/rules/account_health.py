@@ -1,28 +1,14 @@
 """account_health: a provider account that cannot be read is told — a rejected key at once, any
 other failure once it has lasted ``outage_after`` — and told again once it can be read.
 
-Intent: while an account cannot be listed, nothing about it can be protected: no rule sees its
-instances change, no action on it can be verified, and its spend is only an estimate (the last
-known rates keep accruing, see ``watchdog_gpu.spend``). The user must hear it, with what is at
-risk meanwhile. Notifies only; exact semantics in ``docs/safety.md`` ("Outage alerts").
+While an account cannot be listed nothing in it can be protected, so the user hears it, with the
+instances at risk and what they billed an hour. One episode per outage, from the last poll that
+worked. Notifies only; exact semantics: ``docs/safety.md``, "Outage alerts".
 
 ```toml
 [rules.account_health]
 outage_after = "10m"
 ```
-
-How it decides, per configured account whose latest poll failed:
-
-- **Since when.** The account is unreadable since its last poll that worked (or its first
-  poll, when none ever did): that instant starts the episode, so the whole outage is one
-  episode — one message when it is told, one resolution ("can be listed again") when a poll
-  works again, both keyed by the episode in the outbox (a restart does not repeat them).
-- **A rejected key** (the last error is ``auth``: HTTP 401/403 or a body saying the key is
-  invalid) is critical at once: it does not heal by waiting.
-- **Any other failure** (5xx, timeouts, rate limits past the retry budget, a listing we cannot
-  read) is a warning once the account has been unreadable for ``outage_after``.
-- **At risk**: the instances of the account not last seen gone, and what they billed per hour
-  at their last listing (instances whose rate was unknown are counted apart).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Intent: the runaway — 8×H100 launched by mistake, a script looping over instance creation. When a
 ceiling is reached every billing, unprotected instance of the scope is destroyed (an emergency:
-grace is skipped unless configured), and protected instances that keep billing are reported
-critically. Ceilings apply globally (across every provider) and per account; no ceiling is set
-unless configured. Days and months are counted in ``timezone``.
+grace is skipped unless configured), and protected ones that keep billing are reported
+critically. Spend is the ledger's (:func:`watchdog_gpu.spend.period_spend`), unknown spend
+estimated pessimistically, never $0. Scopes, rates, findings and dating: ``docs/safety.md``,
+"Period spend" and "Unknown cost".
 
 ```toml
 [rules.budget]
@@ -18,39 +19,6 @@ skip_grace = true
 [rules.budget.accounts.vast-main]
 daily_usd = 20.0
 ```
-
-How it decides:
-
-- **Scopes.** The top-level ceilings apply to the whole fleet (every account, every provider);
-  ``[rules.budget.accounts.NAME]`` ceilings apply to that account alone. A balance is per account
-  (providers do not pool money), so ``min_balance_usd`` is a floor for *each* account, which an
-  account's own ``min_balance_usd`` overrides.
-- **Spend** is the period spend of the ledger (``watchdog_gpu.spend.period_spend``: instances
-  at the rate their provider charges, volumes and filesystems included) from the start of the
-  local day / month in ``timezone`` until now; it never decreases inside the period. An
-  instance not listed since its last sighting (its account's polls fail) keeps billing at its
-  last known rate until a listing says otherwise: unknown spend is estimated pessimistically,
-  never treated as $0, and the estimate is named in the evidence. Time with no known rate at
-  all (an unmapped state) adds nothing and is reported in the evidence. When a ceiling is
-  reached, every account that can be acted on is: the planner holds the actions of an account
-  whose listing fails (its states are stale), the others go ahead. Exact semantics:
-  ``docs/safety.md``.
-- **Rate** is, per account, the larger of the sum of the billed rates of its instances and
-  volumes and the spend rate the provider reports for the account.
-- **Findings.** When any ceiling of a scope is reached, every billing instance of the scope (any
-  state but ``gone`` whose rate is above $0 or unknown) gets one finding — one per instance,
-  whatever number of ceilings it breaks (all listed in the evidence) — severity critical, the
-  configured action. Protected instances get one too; the planner turns it into a critical
-  report instead of an action.
-- **Episode and due time.** A breach is dated when recorded data can date it: the instant the
-  day's or month's spend reached the ceiling, the instant the summed rate rose above the rate
-  ceiling. A balance floor or a provider-reported rate cannot be dated (the view holds only the
-  latest account snapshot), so those breaches are dated by the instance alone. The episode of an
-  instance starts at the later of the earliest dated breach and the moment the instance entered
-  its current state (stable across ticks, so the planner never duplicates an action).
-  ``due_at`` is the episode start when ``skip_grace`` (act at once), else the episode start plus
-  ``warn_before`` — for an undated breach that moment may already be past, and the action
-  follows at once: a budget emergency does not wait for a grace it cannot date.
 """
 
 from __future__ import annotations

@@ -1,34 +1,10 @@
 """The idle clock: how long every GPU of an instance was *observed* idle since its last activity.
 
-Blind time is never idle time. The exact semantics (also in ``docs/safety.md``, "Blind time and
-the idle clock"):
-
-- **Observed idle time of one GPU** is the union of
-  - ``[covers_from, at]`` of every idle *continuous* sample (the streaming probe condenses each
-    run of per-second rows with one verdict into one sample), joined with the next continuous
-    sample when the gap between them is at most :data:`CONTIGUOUS_GAP` (one dmon row was late
-    or missed; a longer gap is blind);
-  - for *point* samples (burst probe, provider API: ``covers_from`` is ``None``), the time
-    between two consecutive idle point samples at most ``max_sample_gap`` apart (sampling
-    inference, as before streaming), and a lone point sample's own instant.
-- **Observed idle time of the instance** is the intersection over its GPUs (every expected GPU:
-  a GPU without samples observes nothing).
-- **Onset**: the first observed idle instant after the last activity (the last busy sample or
-  interactive login): to the second with streamed rows, the first idle row after the last busy
-  one. Without any activity since the run started, the first one after arming.
-- **A long blind stretch restarts the clock**: when two observed stretches are separated by more
-  than ``idle × (1 − min_coverage)`` of blind time (6 min with the defaults), the GPUs
-  may have worked unseen; the onset moves to the first observed instant after that stretch.
-  Shorter blind stretches only pause the clock.
-- **Idle since** (:func:`current_idle`, the one definition the rule, ``status`` and the
-  Prometheus gauge share): the episode's start — the onset, or the activity/arming date when
-  the samples in view begin after it — while the clock runs and its newest observed instant is
-  at most ``max_sample_gap`` old; nothing (not known idle now) otherwise.
-- **The clock** at ``now`` is the observed idle time from the onset to ``now``. The rule's
-  action is due when the clock reaches ``idle``; until then ``due_at`` is projected as
-  ``now + (idle − clock)``, which stays put (within a sample interval) while observation
-  continues and moves later by the blind time otherwise.
-
+Blind time is never idle time. Observed idle time is continuous samples' spans (joined across
+gaps up to :data:`CONTIGUOUS_GAP`) and the time between idle point samples at most
+``max_sample_gap`` apart, intersected over every expected GPU; a blind stretch pauses the clock,
+a long one restarts it. :func:`current_idle` is the one "idle since" that the rule, ``status``
+and the gauge share. Exact semantics: ``docs/safety.md``, "Blind time and the idle clock".
 Pure: no clock, no I/O.
 """
 

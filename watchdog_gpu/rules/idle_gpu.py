@@ -1,9 +1,14 @@
 """idle_gpu: every GPU of a running instance idle for ``idle``.
 
-Intent: end the forgotten instance, the job that finished at 1 a.m. The window must be covered by
-real samples (``min_coverage``): missing data is blind time, never idle. The rule arms only after
+Intent: end the forgotten instance, the job that finished at 1 a.m. Only *observed* idle time
+counts (:mod:`watchdog_gpu.rules.idle_clock`): blind time is never idle. The rule arms only after
 the instance showed GPU activity once, or ``arm_after`` after it started running, so a job that
-spends its first half hour loading data is not killed.
+spends its first half hour loading data is not killed. The warning comes at ``idle −
+warn_before`` of observed idleness, the action at ``idle``; :func:`next_point` says when the
+next of those falls, so the daemon can wake for it. Provider readings count as idle evidence
+only where the account opts in (:mod:`watchdog_gpu.evidence`); otherwise they give a
+notify-only "looks idle per the provider" finding. ``docs/safety.md``, "Blind time and the idle
+clock" and "Evidence strength".
 
 ```toml
 [rules.idle_gpu]
@@ -15,44 +20,6 @@ max_sample_gap = "3m"
 action = "destroy"
 warn_before = "10m"
 ```
-
-How it decides, for each running instance:
-
-- A GPU sample is busy when sm/enc/dec/jpg/ofa exceeds ``threshold_percent`` (recomputed here
-  from the metric values); a sample without ``sm`` (MIG) is busy if the probe saw processes and
-  unknown otherwise — never idle. An interactive login reported by a probe is activity too.
-- Samples from ``nvidia-smi dmon`` and from the provider's API are merged per GPU; either one
-  saying busy is activity. **Evidence strength** (:mod:`watchdog_gpu.evidence`): only samples
-  that can prove idle count as observed idle time — dmon rows, not the provider's per-poll
-  utilisation reading, unless the account sets ``idle_evidence = "provider_api"``. An instance
-  whose GPUs read idle for ``idle`` only when those readings count gets a notify-only finding
-  ("looks idle per the provider, unobserved by SSH — not destroyed").
-- **Blind time is never idle time** (the idle clock, :mod:`watchdog_gpu.rules.idle_clock`, and
-  ``docs/safety.md``, "Blind time and the idle clock"): the clock counts only *observed* idle
-  time of every GPU (``gpu_count``; a GPU without samples observes nothing) — the seconds
-  covered by streamed idle rows, or, for point samples (burst probe, provider API), the time
-  between two idle samples at most ``max_sample_gap`` apart. Blind stretches pause it; one
-  longer than ``idle × (1 − min_coverage)`` restarts it after the stretch (the GPUs may
-  have worked unseen). Blind stretches are the ``unobserved`` rule's business.
-- **Episode start (onset)**: the first observed idle instant after the last activity since the
-  instance started running — with the streaming probe the first idle row after the last busy
-  row, to the second; when it showed no activity, the first one after arming (``arm_after``
-  after it started running). Before arming, nothing fires.
-- A finding is emitted once the clock has counted ``idle − warn_before`` and the newest
-  observation of every GPU is at most ``max_sample_gap`` old (the blind minutes must never be
-  the most recent ones, when a job could have started), for as long as that holds, with
-  ``due_at`` = the instant the clock reaches ``idle`` (while it has not yet: ``now``
-  plus what is missing). So no action comes before ``idle`` of *observed* idleness.
-  ``due_at`` is computed from recorded samples: stable across ticks while observation
-  continues (within a sample interval), later by the blind time otherwise.
-- **Next point**: for every running idle clock the rule also says when it will reach its next
-  point — the warning point, then the action point — if the GPUs stay idle and observed
-  (:func:`next_point`); the earliest of them is the evaluation's ``next_change``, when the
-  daemon evaluates again once the rows covering it are in, rather than a whole tick later.
-- The rule sees only the samples the fleet view holds (the store's ``lookback``). Give it at
-  least :func:`minimum_sample_lookback`; better, the whole current run. When the last activity
-  has slid out of the view, the episode is dated by arming (``arm_after`` after the run
-  started): a firing still needs ``idle`` of observed idleness inside the view.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Fake ``nvidia-smi`` output for simulated GPUs, shaped like the real tool's (``nvidia-smi.md``).
+"""Fake ``nvidia-smi`` output for simulated GPUs, shaped like the real tool's captures
+(``tests/fixtures/nvidia-smi/``).
 
 The fake SSH runner feeds this text to the real parser, so the probe code path in scenario tests
 and the demo is the one that runs against real hosts:

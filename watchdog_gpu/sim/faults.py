@@ -1,25 +1,8 @@
 """Fault injection on a simulated account's API.
 
-Each account has an API mode (scripted with ``api = ...`` account events, or set by tests):
-
-- ``ok``: answer normally;
-- ``error500``: HTTP 500 with the dialect's internal-error body; nothing is changed;
-- ``ratelimit``: HTTP 429 with a ``Retry-After`` header (seconds) and the dialect's body;
-  nothing is changed;
-- ``timeout``: the server stalls for ``stall_seconds`` (long enough for the client's timeout)
-  and then drops the connection without an answer; nothing is changed;
-- ``malformed``: the request is handled (a destroy *does* happen) but the JSON body is cut in
-  half, so it cannot be decoded — the case of a proxy truncating a response;
-- ``revoked``: the account's key is refused as the dialect refuses an unknown key (HTTP 401 or
-  the provider's own variant); nothing is changed — a key revoked or rotated at the provider;
-- ``partial``: the request is served, with the quirks of a real answer that is only partly
-  readable — RunPod GraphQL answers carry a partial error on every pod's ``runtime.gpus`` (the
-  field ``null``), Vast's last instance page ends with an empty-string ``next_token``; the
-  dialects apply it themselves;
-- ``strict`` (RunPod): the GraphQL ``Pod`` type has only the fields an official source shows
-  (no ``networkVolumeId``, no ``endpointId``), and a document asking for another is refused
-  with HTTP 200 and a validation error in ``errors`` (the shape some GraphQL servers answer
-  with); other dialects serve normally.
+Each account has an API mode, scripted with ``api = ...`` account events or set by tests: ``ok``,
+``error500``, ``ratelimit``, ``timeout``, ``malformed`` (handled, but the body cut in half),
+``revoked``, ``partial`` and ``strict`` (RunPod). What each does: ``docs/scenario-format.md``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """The streaming probe's view of simulated hosts: a dmon row per GPU per second, from the world.
 
-It implements :class:`watchdog_gpu.probe.runner.StreamSource` on the virtual clock. At each take
-it renders, for every second since the previous take, what the real streaming command would have
-sent then: a live ``nvidia-smi dmon -s u -d 1 -o DT`` (rows led by their date and time, UTC;
-:func:`~watchdog_gpu.sim.dmon_render.render_dmon_rows`) whose rows the host sends in batches —
-the header and the first second at once, then ``batch_seconds`` seconds together when the next
-second begins (the rows of the last seconds wait on the host until then) — and every minute the
-aux block (compute apps, ``nvidia-smi -L``, terminals) on stderr at once. It feeds that text,
-with the second it would arrive, to the real
-:class:`~watchdog_gpu.probe.stream_reader.StreamReader`: the parser, the row instants from the
-date/time columns, the verdicts and the buffer are the production ones.
-
-The scenario's ``ssh`` modes: ``down``/``refused`` and a non-running instance print nothing for
-those seconds (blind time; the health says unreachable), ``hostkey_changed`` prints nothing (host
-key changed), ``garbage`` prints lines that are no dmon rows (unparseable). Hosts listed in
-``burst`` are not streamed (``take`` returns ``None``): the prober falls back to the burst
-command, as for a host that refuses a long-running session. A blind second ends the session:
-the rows the host kept are lost, and the next session starts with a header and a prompt first
-row, as a reconnection does.
+A :class:`watchdog_gpu.probe.runner.StreamSource` on the virtual clock. At each take it renders,
+for every second since the last, what the real streaming command would have sent (dated rows in
+the host's batches, the aux block every minute) and feeds it to the real
+:class:`~watchdog_gpu.probe.stream_reader.StreamReader`. The scenario's ``ssh`` modes print
+nothing (blind), garbage, or leave a host to burst mode; a blind second ends the session and
+loses the rows the host kept, as a reconnection does (``docs/scenario-format.md``).
 """
 
 from __future__ import annotations

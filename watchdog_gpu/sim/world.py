@@ -1,27 +1,11 @@
 """The simulated provider world: accounts, instances and volumes billing over a clock.
 
 :class:`SimulatedWorld` plays a :class:`~watchdog_gpu.sim.scenario.Scenario` forward lazily: each
-public call first advances the world to ``clock.now()``, applying scripted events at their offsets
-and integrating billing between them. Billing rates are piecewise constant, so spend is exact:
-
-- compute bills while an instance is ``starting`` or ``running``;
-- storage bills while it exists (``starting``, ``running``, ``paused``, ``stopped``), times
-  ``stopped_storage_multiplier`` when ``paused`` or ``stopped``;
-- volumes bill until deleted;
-- an account's balance falls by exactly the sum of all of that (and may go negative).
-
-Zero balance (the provider docs, ``providers/*.md``): on **Vast** the running instances are
-stopped and storage keeps billing into a negative balance (the later deletion after a grace
-period is not modelled); on **RunPod** every pod is terminated (pods without a network volume
-lose their data; the simulator does not attach network volumes to pods) and volumes keep billing;
-**Lambda** is postpaid and has no balance. The behaviour runs once when the balance reaches zero
-and again only after a ``balance_usd`` event has topped it up.
-
-Watchdog (API) actions: ``stop`` takes effect at once; ``destroy`` makes the instance ``gone``
-after the provider's delay (:data:`DESTROY_DELAYS`), billing until then. Once a destroy is
-pending or the instance is gone, scripted state events for it are ignored.
-
-Thread-safe: one re-entrant lock guards everything (the dialect servers call from many threads).
+public call first advances the world to ``clock.now()``, applying scripted events and integrating
+billing, whose rates are piecewise constant, so spend is exact. Zero balance, billing and the
+destroy delay (:data:`DESTROY_DELAYS`) behave as the providers document
+(``docs/scenario-format.md``). Once a destroy is pending or done, scripted state events for the
+instance are ignored. Thread-safe: one re-entrant lock guards everything.
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ def update_rows(conn: Connection, statement: Update, rows: Sequence[Values]) -> 
     """``conn.execute(statement, rows)`` for an UPDATE whose values are all bound by name
     (``update(table).where(table.c.id == bindparam("pk"))``, each row with the keys of the
     first): on SQLite as :func:`insert_rows` inserts. A poll updates every listed instance's
-    two instants and its span's ``last_seen``: SQLAlchemy's executemany cost ≈ 150 µs for an
-    account's 20 rows, the same SQL with these tuples ≈ 100."""
+    two instants and its span's ``last_seen``: the same SQL with these tuples costs about a
+    third less than SQLAlchemy's executemany."""
     if not rows:
         return
     keys = tuple(rows[0])

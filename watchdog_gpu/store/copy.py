@@ -1,14 +1,9 @@
 """Copy a whole watchdog-gpu database to another one (``watchdog-gpu db copy``).
 
-The way an installation moves from its SQLite file to a team's PostgreSQL (docs/postgresql.md):
-every table of the schema, every row, ids included (audit events, actions and notifications keep
-their identities and order), in foreign-key order, in one transaction on the target — a copy that
-fails half-way leaves the target as empty as it was. The source is only read.
-
-Both databases must be at the schema this package knows (the target is migrated first; a source
-at another revision is refused: upgrade it with ``db upgrade`` — it is the user's file, this
-command does not change it). The target must be empty: copying into a database that already holds
-a fleet's history would mix two histories and break the idempotency keys.
+Every table and row, ids included, in foreign-key order, in one transaction on an empty target
+(a copy that fails half-way leaves it empty; copying into a fleet's history would mix two and
+break the idempotency keys). The source is only read and must be at this package's schema: it is
+the user's file, so this command never migrates it. ``docs/postgresql.md``.
 """
 
 from __future__ import annotations

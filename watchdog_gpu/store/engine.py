@@ -6,8 +6,7 @@ SQLite specifics, and why:
 - ``busy_timeout``: a writer waits for another writer's short transaction instead of failing.
 - ``cache_size``: 512 KiB a connection instead of SQLite's 2 MiB. Each pooled connection fills
   its own page cache and keeps it for good; the pages come back from the OS page cache for a
-  syscall each. At 1,000 instances the two busy connections held ≈ 1.6 MiB more (bench/README
-  "The database at default retention; bursty GPUs; SQLite's page cache").
+  syscall each (bench/README.md, "A cycle over 1,000 instances").
 - pysqlite's own transaction handling is switched off and SQLAlchemy emits ``BEGIN`` itself
   (the recipe in SQLAlchemy's pysqlite documentation), so that write transactions can start with
   ``BEGIN IMMEDIATE``: a deferred transaction that reads, then writes, fails at once with

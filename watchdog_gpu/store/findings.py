@@ -1,12 +1,12 @@
 """Recording an evaluation's findings: one row per episode (a function over an open connection;
 ``Store.record_findings`` wraps it in one transaction).
 
-Statements, not the ORM's unit of work: an evaluation at 1,000 instances records a finding for
-every instance a rule speaks about (a tenth of them idle is a hundred findings a tick); one query
-per finding and the ORM's change tracking cost more than the writes. The episodes already
-recorded are read once, then updated with one executemany and the new ones inserted with another,
-in the order they came (so new rows get their ids as before). The rows hold what the ORM wrote
-(``tests/integration/test_store_findings.py`` compares them).
+Statements, not the ORM's unit of work: an evaluation records a finding for every instance a rule
+speaks about, possibly hundreds a tick; one query per finding and the ORM's change tracking cost
+more than the writes. The episodes already recorded are read once, then updated with one executemany
+and the new ones inserted with another, in the order they came (so new rows get their ids as
+before). The rows hold what the ORM wrote (``tests/integration/test_store_findings.py`` compares
+them).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every instance row holds three JSON columns (per-GPU utilisation, public ports, labels), and a
 tick reads every instance row twice (the probe's list of running instances, the fleet view):
-6,000 ``json.loads`` calls a tick at 1,000 instances, of a handful of distinct short texts
+thousands of ``json.loads`` calls a tick, of a handful of distinct short texts
 (``[]``, ``{}``, ``[22, 8888]``…). A flat value — a scalar, or a list or object of scalars — is
 kept by its text, and each read gets a copy of it (a new list or dict: a caller may change what
 it read); anything nested or long is decoded every time. Same values as ``json.loads``.

@@ -1,30 +1,10 @@
-"""Leader election for watchdogs that share one PostgreSQL database (docs/postgresql.md).
+"""Leader election for watchdogs that share one PostgreSQL database.
 
-A team runs two (or more) daemons against one database; exactly one of them acts:
-
-- **The lock.** The leader holds a session-level PostgreSQL advisory lock on a dedicated
-  connection of its own (``pg_try_advisory_lock``). PostgreSQL releases it the moment that
-  connection ends — the process was killed, its host died, the network dropped — so there is never
-  a stale lock, and a standby that keeps trying takes over within one retry interval.
-- **The fence.** Every write transaction of the leader's store first reads the epoch with a
-  shared row lock *and* proves that its own lock session still holds the advisory lock
-  (``pg_locks``); it fails (``LeadershipLostError``) otherwise. So the moment a leader's lock
-  session ends, its next transaction fails — before any standby has taken the lock, let alone
-  raised the epoch: there is no window between "lock lost" and "epoch raised". A standby that
-  takes the lock first terminates every transaction that passed the old leader's fence and is
-  still open (a frozen leader's), then counts ``leadership.epoch`` up. So no action is claimed
-  by two leaders, and no destroy is called twice.
-- **Bounded loss detection.** Every connection has TCP keepalives and ``tcp_user_timeout``
-  (a cut network fails a statement within 20 s: ``store/engine.py``, never after Linux's
-  2 hours), and the lock session a lock timeout. The leader renews its lease (a statement on
-  its lock session) every few seconds; a standby that sees the holder's session silent for
-  :data:`LEASE_SECONDS` (a frozen process, a host cut off) terminates that session and takes
-  over.
-- **Standby.** A standby does nothing but retry the lock (no polling, no probing: one leader's
-  view of the providers is the record). ``status`` and the metric ``watchdog_gpu_leader{node}``
-  show who leads and since when.
-
-SQLite keeps its one-daemon file lock (``store/lock.py``): a file on one machine has no standby.
+The leader holds a session-level advisory lock on a connection of its own; every write
+transaction first proves that lock is still held (the fence), and a standby that takes over
+ends the old leader's open transactions and raises the epoch, so no destroy is called twice.
+A standby only retries the lock. Exact semantics: ``docs/postgresql.md``, "Leader election".
+SQLite keeps its one-daemon file lock (``store/lock.py``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """One active watchdog per database: the lock a daemon (and ``once``) holds while it acts.
 
-Two daemons on one database would both poll, both plan and both call ``destroy`` (and ``once``
-beside a daemon reclaims the daemon's claimed actions). So whoever acts takes the database's lock
-first and a second one is refused with a clear message (exit 2):
-
-- SQLite: an exclusive ``flock`` on a lock file beside the database (``watchdog-gpu.db.lock``,
-  mode 0600). The kernel releases it when the process dies, however it dies (SIGKILL included),
-  so there is never a stale lock to clean up; the file itself stays (deleting a lock file races
-  with the next taker). It holds the holder's pid, role and start time, for the message.
-- PostgreSQL: leader election (store/leadership.py): an advisory lock held on a dedicated
-  connection plus an epoch that fences a deposed leader's writes; a second daemon stands by.
-- Other databases: :class:`NoLock`.
-
-Readers (``status``, ``events``, metrics) and the operator's writes (``snooze``, ``protect``,
-``fuse reset``) never take the lock: they are short transactions the daemon expects.
+SQLite: an exclusive ``flock`` on ``<database>.lock`` (released by the kernel however the process
+dies; the file stays, since deleting a lock file races with the next taker). PostgreSQL: leader
+election (``store/leadership.py``). Other databases: :class:`NoLock`. Readers and the operator's
+short writes never take it. ``docs/database.md``, "One active watchdog per database".
 """
 
 from __future__ import annotations

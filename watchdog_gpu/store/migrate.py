@@ -5,7 +5,7 @@ wheel as ``watchdog_gpu/migrations`` (pyproject's hatch ``force-include``). No `
 read at run time, and the migration environment does not touch logging.
 
 A database already at head (every start but the first after an upgrade) is recognised without
-importing Alembic (≈ 11 MiB of resident memory and a tenth of a second): the head is read from the
+importing Alembic (megabytes resident for the process's life): the head is read from the
 scripts' ``revision``/``down_revision`` lines (``store.revisions``) and compared with the
 ``alembic_version`` row. Any
 other case — an empty database, one behind, one written by a newer watchdog-gpu, scripts that do

@@ -1,20 +1,10 @@
 """Migrate a database in a child process, so the daemon never imports Alembic.
 
-Why: the daemon runs for months, and a module once imported stays resident. Migrating an empty
-database (the first start) or one behind (the first start after an upgrade) imports Alembic, Mako
-and Pygments — ≈ 14 MiB of resident memory for the rest of the process's life, on machines with
-512 MiB (bench/README.md, "The daemon's memory floor"). A short-lived child runs
-:func:`~watchdog_gpu.store.migrate.upgrade_to_head` instead and exits; the parent reads the
-outcome. A database already at head (every other start) is recognised in the parent without
-Alembic, as before, and no child is started. Short-lived commands (``db upgrade``, ``once``,
-``simulate``) migrate in their own process: they exit soon anyway.
-
-The database URL reaches the child on its standard input, never on its command line (a
-PostgreSQL URL may hold a password, and every user of the machine can read command lines).
-The child answers with one JSON line on standard output: the revisions before and after, or the
-error — :class:`SchemaTooNewError` and :class:`StoreError` come back as themselves, with the
-message the parent would have raised. A child that dies without an answer is a StoreError
-naming its exit status and its last line of standard error, with the URL's password removed.
+A module once imported stays resident for the daemon's months, and Alembic, Mako and Pygments
+are ≈ 14 MiB. A database at head is recognised without Alembic and starts no child; short-lived
+commands migrate in their own process. The URL reaches the child on its stdin, never its command
+line (it may hold a password); the child answers with one JSON line, and its errors come back as
+themselves.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Result rows as named tuples, for the reads that convert every row of a large result.
 
 The converters (``store.convert``) and the poll recorder read a row's columns by name. On a
-SQLAlchemy ``Row`` each such read goes through its ``__getattr__`` (≈ 1 µs here; a row's
-values by position, or a named tuple's fields, ≈ 0.1 µs), and a tick reads about twenty
-columns of each of 1,000 instances three times (the poll, the probe's list of running
-instances, the fleet view): copying a row's values into a named tuple of the same column names
-once costs less than a tenth of that. Same values, same names (``sqlite_reader`` reads its
-rows this way too). No database library here.
+SQLAlchemy ``Row`` each such read goes through its ``__getattr__``, about ten times slower than a
+named tuple's field, and a tick reads about twenty columns of every instance three times (the poll,
+the probe's list of running instances, the fleet view): copying a row's values into a named tuple of
+the same column names once costs far less. Same values, same names (``sqlite_reader`` reads its rows
+this way too). No database library here.
 """
 
 from __future__ import annotations

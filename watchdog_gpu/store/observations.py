@@ -483,7 +483,7 @@ def _span(pk: int, state: str, raw_state: str, snapshot: InstanceSnapshot, now: 
 
 
 # What a listing writes that changes with every poll: the rest of ``snapshot_values`` is the
-# instance's fingerprint (store/written_instances.py), :func:`_listed_values`.
+# instance's fingerprint (store/written_instances.py), :func:`listed_values`.
 LISTING_INSTANTS = frozenset({"observed_at", "last_seen"})
 
 

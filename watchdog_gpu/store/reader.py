@@ -3,7 +3,7 @@
 :class:`~watchdog_gpu.store.repository.Store` (SQLAlchemy: any database, the daemon's own) and
 :class:`~watchdog_gpu.store.sqlite_reader.SqliteReader` (the standard library's ``sqlite3`` on a
 SQLite file at head, read-only: what ``status`` opens a SQLite database with, so that it starts
-without importing SQLAlchemy — see bench/README.md, "Command-line start-up"). Both return the
+without importing SQLAlchemy: bench/README.md, "Command-line start-up"). Both return the
 very same values for the same database (``tests/integration/test_sqlite_reader.py``).
 """
 

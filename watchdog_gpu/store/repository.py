@@ -287,8 +287,7 @@ class Store:
 
     def instance_count(self) -> int:
         """How many instances are not gone: ``len(latest_instances())`` without building their
-        records (the daemon's status line counts them after every evaluation; ≈ 20–35 ms of
-        CPU at 1,000 instances to build and drop them)."""
+        records (the daemon's status line counts them after every evaluation)."""
         with self._connection(write=False, own=True) as connection:
             return fleet_loader.instance_count(connection)
 

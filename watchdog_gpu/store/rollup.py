@@ -1,21 +1,9 @@
 """Rolling raw GPU samples older than a few hours up into hourly counts (``gpu_sample_rollups``).
 
-The rules read raw samples only inside their lookback (73 minutes with the defaults); nothing
-else reads them. At 1,000 instances of 2 GPUs with the streaming probe (a condensed run per GPU
-a minute, ``covers_from`` set, and RunPod's API utilisation per GPU a minute besides), raw
-samples are ≈ 3.9 million rows a day, ≈ 21 MiB an hour with their time index (bench/README.md,
-"The database at default retention"): a whole day of them alone would be over the 500 MB the
-whole database may take at the default 7-day retention. One row per GPU and hour keeps what was
-observed — how many samples were busy, idle or unknown (blind), and the highest utilisation —
-in ≈ 64,000 rows (≈ 14 MiB with their indexes) a day. So raw samples are kept
-``RAW_SAMPLES_FOR`` (two hours: the lookback and most of an hour more;
-``watchdog.raw_sample_retention``), then rolled up.
-
-Only whole hours are rolled up (the cutoff is rounded down to the hour; the hour at the
-retention's cutoff keeps only its samples after the cutoff), one hour per transaction, oldest
-first: a prune after a long pause (or the first prune of a database from
-before the rollups) works through the backlog in bounded steps. A late sample of an hour already
-rolled up makes a second row for that hour; readers add rows of the same hour together.
+Nothing but the rules reads raw samples, and only inside their lookback, while a day of them at
+1,000 instances would pass the size the whole database may take. So raw samples are kept
+``RAW_SAMPLES_FOR`` (``watchdog.raw_sample_retention``), then each GPU's hour becomes one row of
+busy, idle and unknown counts and the highest utilisation. ``docs/database.md``, "How big it gets".
 """
 
 from __future__ import annotations

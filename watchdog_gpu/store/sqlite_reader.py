@@ -115,7 +115,7 @@ _WINDOW_SAMPLES = (
 # after it (the idle clock counts the idle rows after the last activity), and the window's first
 # sample (the clock's horizon). So it loads each instance's samples from a cutoff (the earliest
 # of those instants but the first; the whole window when no sample is busy), and that first
-# sample: at 1,000 busy instances the last minute or so instead of the whole window
+# sample: for a busy instance the last minute or so instead of the whole window
 # (bench/README.md, "Command-line start-up"); an idle instance costs its window.
 # The verdict is SampleHistory.verdict written in SQL: busy when the highest present of
 # sm/enc/dec/jpg/ofa (-1 when none is: ``sample_history.peak``) is above the threshold — that is,
@@ -137,9 +137,9 @@ _PER_GPU = (
     "FROM gpu_samples AS g WHERE account IN ({names}) AND at >= {start} AND {end} "
     "{only} GROUP BY instance_id, gpu_index, account"
 )
-# That grouped pass was most of status's time at 1,000 instances (sorting the window's 175,000
-# rows; no index leads with the instance, and one would cost the daemon's every insert: see
-# bench/README.md, "The grouped pass in two slices"). So it runs twice: over the recent slice
+# That grouped pass was most of status's time (sorting the window's rows; no index leads with
+# the instance, and one would cost the daemon's every insert: bench/README.md, "Measured and
+# not taken"). So it runs twice: over the recent slice
 # (:recent to :now, STATUS_RECENT), then over the older part of the window without the rows of
 # GPUs whose instance has a busy sample in the recent slice. Those rows change nothing: that
 # busy sample is the instance's newest busy and newer than every older non-idle one, and each

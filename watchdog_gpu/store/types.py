@@ -19,7 +19,7 @@ _SQLITE_DATETIME_FORMAT = (
 __all__ = ["JsonScalar", "JsonValue", "NaiveDatetimeError", "UtcDateTime"]
 
 # The instants read from SQLite's canonical texts, by text (see ``UtcDateTime.result_processor``;
-# datetimes are immutable, so readers may share one): all forgotten when full. ≈ 1.3 MiB full.
+# datetimes are immutable, so readers may share one): all forgotten when full.
 _READ_INSTANTS: dict[str, datetime] = {}
 _MAX_READ_INSTANTS = 8192
 
@@ -54,7 +54,7 @@ class UtcDateTime(TypeDecorator[datetime]):
 
     # On SQLite, one function per value each way instead of the decorator's two steps (the
     # method above, then the dialect's own formatting or parsing): a tick binds and reads tens
-    # of thousands of instants (``bench/README.md``, cycle). Same text, same values.
+    # of thousands of instants. Same text, same values.
 
     def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
         impl = self.impl_instance
@@ -83,9 +83,9 @@ class UtcDateTime(TypeDecorator[datetime]):
             # The text ``bind_time`` writes (``YYYY-MM-DD HH:MM:SS.ffffff``, naive UTC) parsed
             # with its UTC offset in one call: ``parse`` is ``datetime.fromisoformat``, so a
             # naive text with "+00:00" appended reads as the same instant, and one with an
-            # offset of its own fails that way and takes the long one (≈ 0.4 against 1–3 µs;
-            # a tick reads tens of thousands of instants). And once read, kept by its text
-            # (≈ 0.1 against 0.66 µs a read): a tick reads the same instants again and again
+            # offset of its own fails that way and takes the long one (a tick reads tens of
+            # thousands of instants). And once read, kept by its text: a tick reads the same
+            # instants again and again
             # (the listing's instants, each instance's creation and start, its state's start).
             if type(value) is str and len(value) == 26 and value[10] == " " and value[19] == ".":
                 known = kept.get(value)

@@ -1,26 +1,9 @@
 """What this process last wrote to each instance row's listed columns: a poll rewrites only the
 instances whose listing changed.
 
-Why: every poll used to rewrite every column of every listed instance (about twenty values,
-three of them JSON) although a steady fleet changes only the instants of the listing
-(``observed_at`` and ``last_seen``): ≈ 70–100 ms of a 1,000-instance tick (bench/README.md,
-"Only the instances a poll changed"). Now an instance whose listed values are those last written
-gets only those two instants.
-
-Why leaving a row alone is exact:
-
-- An instance's entry is the fingerprint of what was written to its row: a 128-bit BLAKE2 digest
-  of the account, the instance id and the listed values as JSON text, with their types (``1``,
-  ``1.0`` and ``true`` differ; an instant is its ISO text with its offset; a value JSON cannot
-  show has no fingerprint and is always written). Equal fingerprints mean the same values to
-  write, so the row already holds them (the account and instance id are in it: a row id SQLite
-  hands out again after a prune belongs to another instance).
-- The Store hands the fingerprints over only once the transaction that wrote them committed; a
-  write that failed forgets every entry (:meth:`WrittenInstances.forget_all`): a rolled-back or
-  partly done write cannot leave an entry the row does not hold.
-- Nothing else writes these columns: the instance rows are written by recording a poll only
-  (another process — ``once``, a standby — holds the database's lock or leadership only when
-  this one does not run; a new process starts with no entries). A gone instance has no entry.
+A steady fleet changes only a listing's two instants, so an instance whose listed values match
+the digest last written gets only those. Why leaving a row alone is exact: ``docs/database.md``,
+"What the Store keeps in memory, and why that is exact".
 """
 
 from __future__ import annotations

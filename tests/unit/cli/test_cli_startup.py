@@ -85,7 +85,7 @@ def test_status_on_a_sqlite_file_behind_head_migrates_it_through_the_store(
 def test_the_daemon_loads_no_migration_notification_or_terminal_library() -> None:
     # Alembic only when the database is not at head, Apprise only with notification routes,
     # never httpx's command-line client (click, rich, pygments): resident memory of a daemon
-    # that runs for months (bench/README.md, "Lean at 1,000 instances").
+    # that runs for months (bench/README.md, "The daemon's memory floor").
     script = (
         "import json, sys\n"
         "import watchdog_gpu.commands.run, watchdog_gpu.daemon\n"

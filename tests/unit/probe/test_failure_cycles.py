@@ -2,8 +2,8 @@
 
 A long outage (a thousand hosts refusing every connection) must cost nothing that outlives each
 failure: an exception kept in a frame its own traceback holds is a cycle that only the cyclic
-collector frees, and a steady stream of them reaches its old generation (bench/README.md, "Full
-collections on a schedule — tried and taken out"). Each test drives the real code — the paramiko
+collector frees, and a steady stream of them reaches its old generation (bench/README.md, "Measured
+and not taken"). Each test drives the real code — the paramiko
 runner, the burst prober, the stream manager — through real failures on 127.0.0.1 with the
 collector off and ``gc.DEBUG_SAVEALL`` on, then looks at what only the collector could free.
 

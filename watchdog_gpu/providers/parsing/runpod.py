@@ -1,27 +1,9 @@
 """RunPod payloads into the normalised model (pure).
 
-The client speaks GraphQL (``POST /graphql``), the only API with the balance, ``podType`` and
-per-GPU utilisation; parsers for the REST v1/v2 pod shapes sit alongside so a second path (or a
-cross-check) maps states through the same table. Every fact used here, with its source, is in
-``docs/providers.md`` ("RunPod"):
-
-- ``desiredStatus`` (GraphQL, REST v1) and ``status`` (REST v2) share one table, ``RUNPOD_STATES``.
-  ``RUNNING`` with ``runtime: null`` is still starting (image pull) or broken: ``starting`` (it
-  bills: the pod is rented).
-- A spot pod (``podType == "INTERRUPTABLE"``, REST v1 ``interruptible``) that is ``EXITED`` may
-  have been interrupted or stopped by its user: RunPod shows both the same way ("A user-stopped
-  spot pod looks the same"). The less destructive reading wins: ``stopped`` (the stopped-disk
-  rule), never ``paused``.
-- Storage: the pod volume bills $0.10/GB/month while running and **$0.20 while stopped**; the
-  container disk bills $0.10 only while running; network volumes $0.07/GB/month for the first TB
-  and $0.05 beyond, whatever the pods do. RunPod does not say how many hours a month has: 730.
-- Compute $/h is ``adjustedCostPerHr`` ("effective $/h after Savings Plans") when it is read,
-  else ``costPerHr``, the pod's own rental rate.
-- GraphQL answers may carry partial errors (HTTP 200, ``errors`` with a ``path``, ``null`` at
-  that path): an error inside one pod's optional field makes that field unknown for that pod
-  (named in ``InstanceSnapshot.unreadable``) and keeps the listing; any other error fails it.
-- SSH is the public TCP mapping of container port 22 (``runtime.ports``), as ``root``; RunPod's
-  ``ssh.runpod.io`` proxy cannot run a remote command, so it is not used.
+The client speaks GraphQL (the only API with the balance, ``podType`` and per-GPU utilisation);
+the REST v1/v2 pod shapes map through the same state table, ``RUNPOD_STATES``. States, storage
+and compute rates, partial GraphQL errors and the SSH endpoint, each with its source:
+``docs/providers.md``, "RunPod" and "SSH endpoints".
 """
 
 from __future__ import annotations
@@ -385,7 +367,8 @@ def pod_storage_usd_per_hour(
 
 
 def network_volume_usd_per_hour(size_gb: float) -> float:
-    """A network volume's $/h: $0.07/GB/month for the first TB, $0.05 beyond (runpod.md §5)."""
+    """A network volume's $/h: $0.07/GB/month for the first TB, $0.05 beyond
+    (docs/providers.md, "RunPod billing")."""
     first = min(size_gb, _ONE_TB_GB)
     beyond = max(size_gb - _ONE_TB_GB, 0.0)
     return round(

@@ -1,36 +1,10 @@
 """Vast.ai payloads into the normalised model (pure).
 
-Every fact used here, with its source, is in ``docs/providers.md`` ("Vast.ai"): the state table
-(provider state → our state → billed items → which rule may act) and the billing formulas.
-
-- State comes from ``actual_status`` (the container state), refined by ``intended_status`` (what
-  the user asked for), ``is_bid`` and the bid (``dph_base``) against ``min_bid``
-  (:func:`vast_state`). Vast has no outbid flag: a bid instance is read as **paused** (outbid)
-  only when the user still wants it running (``intended_status == "running"``), it is held off
-  its GPU (``stopped`` or ``scheduling``) and its bid is *known* to lose (``dph_base <
-  min_bid``) with no error in ``status_msg``. Vast also stops instances itself (zero balance,
-  a host fault with an ``Error…`` status) and leaves ``intended_status = running``: without a
-  known losing bid that is a **stopped** disk (the stopped-disk rule, 24 h by default), not
-  paused (30 min, inside Vast's own grace). A bid instance that is loading, created or
-  rebooting is **starting**, never paused; one its user stopped is **stopped**.
-- A row whose ``cur_state`` or ``next_state`` is ``unloaded`` was destroyed and is listed only
-  until Vast unloads it (≈ 30 s): **gone**, as Lambda's ``terminating``.
-- ``frozen`` keeps memory and is still GPU-billed: ``running`` for billing (the container is
-  suspended, so a probe sees nothing: blind time, never idle). ``exited`` (process died) with
-  ``cur_state = running`` still holds and bills its GPU: ``running`` too (blind, never idle);
-  ``exited`` with the contract stopped is ``stopped``. ``unknown`` (no heartbeat) and
-  ``offline`` (host gone, not billed) stay ``unknown``.
-- Compute $/h is what the contract bills **in its current state**: ``dph_total −
-  storage_total_cost`` (which is ``dph_base``) while running/frozen/rebooting, and $0 while
-  created, loading or scheduling ("GPU charges begin when status reaches running"). Never the
-  ``search`` (offer) prices; a reserved (prepaid) instance's discount — ``instance.totalHour −
-  instance.discountedTotalPerHour``, what Vast charges — comes off it. Storage $/h is
-  ``storage_total_cost``, or ``disk_space × storage_cost / 720`` — Vast divides by 720 hours,
-  as both of its documented examples show.
-  Bandwidth is billed per byte (``inet_up_cost``/``inet_down_cost`` $/GB) and has no hourly
-  rate: it is not part of the $/h figures (docs/providers.md says how to read it).
-- SSH goes through the documented proxy endpoint ``ssh_host:ssh_port`` as ``root``; the direct
-  port (``public_ipaddr`` + the ``22/tcp`` mapping) is the fallback when no proxy is listed.
+State comes from ``actual_status`` refined by ``intended_status``, ``is_bid`` and the bid against
+``min_bid`` (:func:`vast_state`): a bid instance is paused (outbid) only when its bid is known to
+lose, never on a guess. Compute $/h is what the contract bills in its current state, never an
+offer price. The state table, billing formulas and SSH endpoint, each with its source:
+``docs/providers.md``, "Vast.ai" and "SSH endpoints".
 """
 
 from __future__ import annotations
@@ -67,7 +41,7 @@ from watchdog_gpu.providers.parsing.common import (
 PROVIDER = "vast"
 
 # Vast's storage figures are $/GB/month over 720 hours: 10 GB × 0.149333 / 720 = 0.0020741 and
-# 10.08 × 0.15 / 720 = 0.0021 in its OpenAPI examples (vast.md §5.2).
+# 10.08 × 0.15 / 720 = 0.0021 in its OpenAPI examples (docs/providers.md, "Vast.ai billing").
 VAST_HOURS_PER_MONTH = 720.0
 
 SSH_USER = "root"
@@ -172,7 +146,8 @@ def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnaps
             seconds_before(now, uptime_minutes * 60) if uptime_minutes is not None else None
         ),
         # Vast's gpu_util is one figure per instance and reads 0.0 when the host misses a report
-        # (vast.md §5.3): it is not a per-GPU signal we can trust, so it is not used.
+        # (docs/providers.md, "Capabilities"): it is not a per-GPU signal we can trust, so it is not
+        # used.
         provider_gpu_util_percent=None,
         public_ports=_public_ports(fields.get("ports")),
     )
@@ -228,7 +203,7 @@ def parse_volumes(payload: object, *, account: str, now: datetime) -> tuple[Volu
 def parse_ssh_keys(payload: object, *, account: str) -> tuple[SshKeyRecord, ...]:
     """Parse ``GET /api/v0/ssh/``: a bare array (documented) or a ``{"ssh_keys": [...]}``
     envelope (seen in a CLI test); the key text may be named ``key``, ``public_key`` or
-    ``ssh_key`` (vast.md §9). Deleted keys are left out."""
+    ``ssh_key`` (docs/providers.md, "Sources"). Deleted keys are left out."""
     envelope = as_object(payload)
     items = as_list(envelope.get("ssh_keys")) if envelope is not None else as_list(payload)
     if items is None:
@@ -331,7 +306,7 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
 
 def _unloading(fields: Mapping[str, object]) -> bool:
     """Whether the contract is being unloaded: ``cur_state``/``next_state`` ``"unloaded"`` is
-    what a destroy leaves (vast.md, "Status state machine")."""
+    what a destroy leaves (docs/providers.md, "Vast.ai states")."""
     return any(
         (get_str(fields, name) or "").strip().lower() == "unloaded"
         for name in ("cur_state", "next_state")

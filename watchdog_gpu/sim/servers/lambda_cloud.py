@@ -1,4 +1,4 @@
-"""The Lambda Cloud REST dialect (``providers/lambda.md``) over the simulated world.
+"""The Lambda Cloud REST dialect (``docs/providers.md``, "Lambda") over the simulated world.
 
 Served under ``/api/v1`` (the prefix is optional, so a base URL with or without it works):
 ``GET /instances``, ``GET /instances/{id}``, ``POST /instances/{id}`` (rename),

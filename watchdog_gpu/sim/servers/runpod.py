@@ -1,4 +1,4 @@
-"""The RunPod GraphQL dialect (``providers/runpod.md``) over the simulated world.
+"""The RunPod GraphQL dialect (``docs/providers.md``, "RunPod") over the simulated world.
 
 Served: the REST v2 and v1 APIs (:mod:`watchdog_gpu.sim.servers.runpod_rest`) and
 ``POST /graphql`` with ``{"query": …, "variables": {…}}`` (header

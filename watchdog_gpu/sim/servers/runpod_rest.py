@@ -1,4 +1,5 @@
-"""RunPod's REST APIs (``providers/runpod.md`` §6–7), served beside GraphQL on the same server.
+"""RunPod's REST APIs, served beside GraphQL on the same server (``docs/providers.md``,
+"RunPod queries").
 
 REST v2 (``/v2``, RFC 9457 ``application/problem+json`` errors): ``GET /v2/pods`` →
 ``{"pods": [...]}``, ``GET /v2/pods/{id}``, ``POST /v2/pods/{id}/action`` with ``{"action":

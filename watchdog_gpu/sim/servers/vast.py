@@ -1,4 +1,4 @@
-"""The Vast.ai REST dialect (``providers/vast.md``) over the simulated world.
+"""The Vast.ai REST dialect (``docs/providers.md``, "Vast.ai") over the simulated world.
 
 Served (every path with or without its trailing slash, under ``/api/v0`` unless noted):
 
@@ -74,7 +74,7 @@ _STATUS_MESSAGES = {
     "offline": "Host offline",
     "unknown": "No recent heartbeat from the host",
 }
-# Computed columns the v1 list refuses to filter on (providers/vast.md §4.2).
+# Computed columns the v1 list refuses to filter on (docs/providers.md, "Sources").
 _COMPUTED = frozenset({"dph_total", "num_gpus", "duration", "uptime_mins", "instance", "search"})
 _OPERATORS = ("eq", "neq", "gt", "gte", "lt", "lte", "in", "notin")
 _MAX_LIMIT = 25
@@ -258,8 +258,8 @@ class VastDialect(Dialect):
                 "created_at": int(self.world.origin.timestamp()) - 86400 * 90,
                 "key_id": 98000 + user_id % 1000,
                 "sid": f"sim{user_id:x}",
-                # The real API echoes the caller's key here (providers/vast.md §2): clients must
-                # scrub it, so the simulator does the same to keep them honest.
+                # The real API echoes the caller's key here (docs/providers.md, "Sources"): clients
+                # must scrub it, so the simulator does the same to keep them honest.
                 "api_key": self.api_key(request),
                 "credit": view.balance_usd,
                 "balance": 0.0,
@@ -555,7 +555,8 @@ def _limit(raw: str | None) -> int:
         value = int(json.loads(raw))
     except (ValueError, TypeError):
         raise InvalidRequestError("limit must be an integer") from None
-    # Values <= 0 are treated as 5, values above the maximum are capped (providers/vast.md).
+    # Values <= 0 are treated as 5, values above the maximum are capped (docs/providers.md,
+    # "Sources").
     return 5 if value <= 0 else min(value, _MAX_LIMIT)
 
 
