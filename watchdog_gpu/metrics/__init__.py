@@ -34,7 +34,7 @@ ever holds a secret: labels are account and provider names, rule names, instance
 bounded kinds (an unknown kind is counted as ``other``).
 """
 
-from watchdog_gpu.metrics.collector import MetricsStore, StoreCollector
+from watchdog_gpu.metrics.collector import StoreCollector
 from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.metrics.recorder import Metrics
 from watchdog_gpu.metrics.server import (
@@ -48,7 +48,6 @@ __all__ = [
     "DEFAULT_LISTEN_ADDRESS",
     "Metrics",
     "MetricsConfig",
-    "MetricsStore",
     "StoreCollector",
     "new_registry",
     "serve_metrics",

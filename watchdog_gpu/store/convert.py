@@ -1,10 +1,8 @@
 """Conversions between table rows and the domain's frozen values.
 
 Each converter reads its row by attribute name, so it takes an ORM object or a Core ``Row`` of the
-same table's columns alike (the hot read paths select columns: building ORM objects costs more),
-or a row of ``sqlite_reader`` (the same columns through the standard library's ``sqlite3``, with
-the values SQLAlchemy would return): both read paths build their values here. No database
-library is imported at run time.
+same table's columns alike (the hot read paths select columns: building ORM objects costs more).
+No database library is imported at run time.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ SQLAlchemy ``Row`` each such read goes through its ``__getattr__`` (≈ 1 µs he
 values by position, or a named tuple's fields, ≈ 0.1 µs), and a tick reads about twenty
 columns of each of 1,000 instances three times (the poll, the probe's list of running
 instances, the fleet view): copying a row's values into a named tuple of the same column names
-once costs less than a tenth of that. Same values, same names (``sqlite_reader`` reads its
-rows this way too). No database library here.
+once costs less than a tenth of that. Same values, same names. No database library here.
 """
 
 from __future__ import annotations
