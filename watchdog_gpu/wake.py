@@ -5,14 +5,14 @@ Why (``docs/architecture.md``, "Wakes"): the streaming probe's rows reach us in 
 ``batch_seconds + 1`` s old, and the idle clock counts only observed time — blind time is never
 idle. A warning or destroy whose instant falls in those seconds would be decided a whole tick
 later. So each evaluation also says the earliest instant an idle verdict may change by time
-alone (:attr:`~watchdog_gpu.tick.TickReport.next_change`: when an idle clock reaches its
+alone (:attr:`~watchdog_gpu.reports.TickReport.next_change`: when an idle clock reaches its
 warning or action point), and when that comes before the next tick, the daemon — and
 ``simulate`` — takes the streamed rows and evaluates again at that instant + :data:`ROWS_LAG`,
 when the rows covering it are in; likewise at a warned action's due time
-(:attr:`~watchdog_gpu.tick.TickReport.next_due`, later than the clock's when the warning went
+(:attr:`~watchdog_gpu.reports.TickReport.next_due`, later than the clock's when the warning went
 out late: nothing to wait for there). Never earlier than the limit: the wake only evaluates,
 and the rules and the planner decide on observed rows as at any tick. A decision on *listed*
-state (:attr:`~watchdog_gpu.tick.TickReport.next_listed`: a TTL's warning point or due time) is
+state (:attr:`~watchdog_gpu.reports.TickReport.next_listed`: a TTL's warning point or due time) is
 woken at itself and lists the accounts first (:attr:`Wakes.listing`): a wake acts on listed
 state only from a listing at or after the instant (``docs/safety.md``, "Warnings").
 

@@ -23,14 +23,12 @@ from prometheus_client import (
 )
 
 from watchdog_gpu.clock import Clock, SystemClock
-from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.metrics.collector import StoreCollector
 from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.model import ActionKind, ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
-from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Plan
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
 from watchdog_gpu.rules.base import DestructiveRuleConfig
-from watchdog_gpu.tick import TickReport
 
 if TYPE_CHECKING:
     from watchdog_gpu.store import Store
@@ -197,7 +195,7 @@ class Metrics:
     # -- a whole tick ------------------------------------------------------------------------
 
     def record_tick(self, report: TickReport) -> None:
-        """Everything a :class:`~watchdog_gpu.tick.TickReport` says (``Watchdog(on_tick=...)``).
+        """Everything a :class:`~watchdog_gpu.reports.TickReport` says (``Watchdog(on_tick=...)``).
         Use either this or the per-phase methods for a phase, not both: counts would double."""
         for account, result in report.polled.items():
             self.record_poll(account, self._providers.get(account, OTHER), result)
