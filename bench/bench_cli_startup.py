@@ -6,8 +6,7 @@ models come in) as whole processes (start-up, imports and work), each run's CPU 
 system) from the OS's accounting of the finished child, and prints min / median / max. ``--db``
 names a database to read (e.g. the one ``watchdog-gpu demo`` leaves, or a ``bench_daemon --db``
 one: ``python -m bench.bench_daemon --hours 0.3 --speed 15 --db /tmp/status-1k.db`` for 1,000
-instances); without it an empty one is created and migrated first. A SQLite database at head is
-read through the standard library's ``sqlite3`` (``store/sqlite_reader.py``).
+instances); without it an empty one is created and migrated first.
 
 Run from the repository root::
 

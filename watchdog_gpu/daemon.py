@@ -31,18 +31,16 @@ from watchdog_gpu.clock import Clock
 from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
-from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.gc_freeze import CollectBetweenJobs, long_lived_frozen
 from watchdog_gpu.heap_release import HeapRelease
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs, Progress
 from watchdog_gpu.model import ProbeOutcome
-from watchdog_gpu.notify.delivery import DeliveryReport
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
 from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs, phase_intervals
 from watchdog_gpu.store.leadership import LEASE_SECONDS, PostgresLeadership
 from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
-from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wake import Wakes
 from watchdog_gpu.wiring import Assembly, assemble_daemon
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
 from watchdog_gpu.model import (
@@ -35,6 +35,7 @@ from watchdog_gpu.notify.render import (
     render_resolution,
 )
 from watchdog_gpu.providers.base import Provider
+from watchdog_gpu.reports import ExecutorReport, StepOutcome
 from watchdog_gpu.rules.base import SalvageConfig
 from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.salvage import CommandRunner, SalvageResult, run_local_command, salvage
@@ -110,26 +111,6 @@ class ActionStore(Protocol):
     def get_notification(self, key: str) -> object | None: ...
 
     def forget_host_key(self, account: str, instance_id: str) -> None: ...
-
-
-class StepOutcome(NamedTuple):
-    """An action that moved to ``status`` in one pass (its account and kind are its row's)."""
-
-    key: str
-    rule: str
-    status: str
-    account: str
-    kind: ActionKind
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutorReport:
-    """What one pass did, by final or intermediate status (for logs and metrics)."""
-
-    outcomes: tuple[StepOutcome, ...] = ()
-
-    def count(self, status: str) -> int:
-        return sum(1 for outcome in self.outcomes if outcome.status == status)
 
 
 @dataclass

@@ -23,10 +23,9 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from watchdog_gpu.clock import Clock
-from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.model import OPEN_ACTION_STATUSES, ProbeOutcome
-from watchdog_gpu.notify.delivery import DeliveryReport
-from watchdog_gpu.tick import TickReport, Watchdog
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
+from watchdog_gpu.tick import Watchdog
 from watchdog_gpu.wake import Wakes
 
 log = logging.getLogger(__name__)

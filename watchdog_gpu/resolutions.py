@@ -20,14 +20,13 @@ from datetime import datetime
 from typing import Protocol
 
 from watchdog_gpu.fleet import FleetView
-from watchdog_gpu.model import ActionKind, Finding, PlannedNotification, Severity
+from watchdog_gpu.model import ActionKind, Finding, Severity
 from watchdog_gpu.notices import (
     RESOLUTION,
     EpisodeNotices,
     index_notices,
     next_notice_key,
 )
-from watchdog_gpu.notify.render import render_resolution
 from watchdog_gpu.rules import cleared_reason
 
 
@@ -58,11 +57,15 @@ class RecordedFinding(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
-    """One episode to close: its finding as last recorded, why, and the message."""
+    """One episode to close: its finding as last recorded, why, whether the warned-about action
+    is cancelled (a standing warning withdrawn), and the key of the message that closes it (the
+    caller renders it: ``notify.render.render_resolution``)."""
 
     finding: Finding
     reason: str
-    notification: PlannedNotification
+    action_cancelled: bool
+    episode: str
+    key: str
 
 
 def cleared_episodes(
@@ -101,14 +104,8 @@ def cleared_episodes(
             due_at=record.due_at,
             evidence=record.evidence,
         )
-        reason = cleared_reason(finding, view)
-        note = render_resolution(
-            finding,
-            reason=reason,
-            now=now,
-            action_cancelled=standing,
-            episode_key=episode,
-            key=next_notice_key(episode, RESOLUTION, keys, now),
+        key = next_notice_key(episode, RESOLUTION, keys, now)
+        resolutions.append(
+            Resolution(finding, cleared_reason(finding, view), standing, episode, key)
         )
-        resolutions.append(Resolution(finding, reason, note))
     return resolutions

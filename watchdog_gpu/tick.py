@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.evidence import AccountEvidence
-from watchdog_gpu.executor import Executor, ExecutorReport
+from watchdog_gpu.executor import Executor
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import (
     AccountObservation,
@@ -38,11 +38,12 @@ from watchdog_gpu.model import (
     ProbeOutcome,
     Severity,
 )
-from watchdog_gpu.notify.delivery import Backoff, Deliverer, DeliveryReport, deliver_due
+from watchdog_gpu.notify.delivery import Backoff, Deliverer, deliver_due
 from watchdog_gpu.notify.render import (
     ActionOutcome,
     render_action_result,
     render_alert,
+    render_resolution,
     render_warning,
 )
 from watchdog_gpu.plan import Decision, Plan, PlanContext, plan, protected_report
@@ -50,6 +51,7 @@ from watchdog_gpu.probe.condense import condense_samples
 from watchdog_gpu.probe.prober import provider_api_samples
 from watchdog_gpu.probe.state_log import StateChangeLog
 from watchdog_gpu.providers.base import Provider
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
 from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
@@ -91,34 +93,6 @@ class TickSettings:
     @property
     def rules(self) -> Mapping[str, RuleConfig]:
         return self.context.rules
-
-
-@dataclass
-class TickReport:
-    """What one tick did (for logs, metrics, ``once`` and the simulator)."""
-
-    now: datetime  # when the rules were evaluated
-    polled: dict[str, str] = field(default_factory=dict)  # account → "ok" or error kind
-    probed_at: datetime | None = None  # when the probe round started
-    probes: list[ProbeOutcome] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    plan: Plan | None = None
-    failed_rules: Mapping[str, str] = field(default_factory=dict)
-    executed: ExecutorReport | None = None
-    delivered: DeliveryReport | None = None
-    # When to evaluate again rather than a tick later (wake.py): the earliest instant an idle
-    # verdict may change as rows come in (an idle clock's next point), and the earliest instant
-    # an idle decision falls due by the clock alone (the plan's warn/due times).
-    next_change: datetime | None = None
-    next_due: datetime | None = None
-    # The earliest instant a decision on listed state may change by time alone (a rule's
-    # warning point, a warned action's due time): woken at itself, after a fresh listing.
-    next_listed: datetime | None = None
-
-    @property
-    def healthy(self) -> bool:
-        """Every account polled and no rule failed (for the dead-man's switch and WATCHDOG=1)."""
-        return all(result == "ok" for result in self.polled.values()) and not self.failed_rules
 
 
 def _leaving(snapshot: InstanceSnapshot, leaving: Mapping[tuple[str, str], datetime]) -> bool:
@@ -513,7 +487,14 @@ class Watchdog:
                 now,
                 audit_kind="resolved",
                 message=resolution.reason,
-                notification=resolution.notification,
+                notification=render_resolution(
+                    finding,
+                    reason=resolution.reason,
+                    now=now,
+                    action_cancelled=resolution.action_cancelled,
+                    episode_key=resolution.episode,
+                    key=resolution.key,
+                ),
                 account=finding.account,
                 instance_id=finding.instance_id,
                 rule=finding.rule,

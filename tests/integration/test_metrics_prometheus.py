@@ -36,10 +36,10 @@ from tests.support.prometheus import (
 )
 from tests.support.requirements import require_program
 from watchdog_gpu.clock import VirtualClock
-from watchdog_gpu.executor import ExecutorReport, StepOutcome
 from watchdog_gpu.metrics import Metrics, MetricsConfig, new_registry, serve_metrics, stop_metrics
 from watchdog_gpu.metrics.standby import standby_registry
 from watchdog_gpu.model import ActionKind, InstanceState, ProbeOutcome, ProbeStatus
+from watchdog_gpu.reports import ExecutorReport, StepOutcome
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
 

@@ -13,7 +13,6 @@ import pytest
 
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.errors import StoreError
-from watchdog_gpu.executor import ExecutorReport, StepOutcome
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PRUNE, Jobs, Progress, poll_job_id
 from watchdog_gpu.model import (
     AccountObservation,
@@ -23,10 +22,9 @@ from watchdog_gpu.model import (
     ProbeOutcome,
     Severity,
 )
-from watchdog_gpu.notify.delivery import DeliveryReport
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, StepOutcome, TickReport
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.simulate import Simulation, simulation
-from watchdog_gpu.tick import TickReport
 
 POLL = timedelta(seconds=60)
 

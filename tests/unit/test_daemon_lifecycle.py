@@ -24,10 +24,10 @@ from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.config import Settings
 from watchdog_gpu.daemon import Daemon
-from watchdog_gpu.executor import ExecutorReport
 from watchdog_gpu.gc_freeze import CollectBetweenJobs
 from watchdog_gpu.jobs import ACT, EVALUATE, NullObserver, poll_job_id
 from watchdog_gpu.providers.base import BaseProvider
+from watchdog_gpu.reports import ExecutorReport
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.simulate import Simulation, simulation
 

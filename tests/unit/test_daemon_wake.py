@@ -19,6 +19,7 @@ from watchdog_gpu.config.sections import MetricsSection
 from watchdog_gpu.daemon import Daemon
 from watchdog_gpu.jobs import Jobs, Progress, poll_job_id
 from watchdog_gpu.model import PlanStatus
+from watchdog_gpu.reports import TickReport
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
 from watchdog_gpu.sim.clock import AcceleratedClock
@@ -28,7 +29,6 @@ from watchdog_gpu.sim.simulate import simulation
 from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.sim.ssh_stream import SimulatedStreams
 from watchdog_gpu.sim.world import SimulatedWorld
-from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wake import ROWS_LAG, Wakes
 from watchdog_gpu.wiring import assemble
 

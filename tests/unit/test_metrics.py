@@ -17,7 +17,6 @@ from watchdog_gpu.config import load_settings
 from watchdog_gpu.config.sections import RulesConfig
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.evidence import account_evidence
-from watchdog_gpu.executor import ExecutorReport, StepOutcome
 from watchdog_gpu.metrics import (
     Metrics,
     MetricsConfig,
@@ -45,14 +44,13 @@ from watchdog_gpu.model import (
     Verdict,
     VolumeSnapshot,
 )
-from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Decision, Plan, acted_in_last_hour, action_key
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, StepOutcome, TickReport
 from watchdog_gpu.rules import budget as budget_rule
 from watchdog_gpu.rules.budget import BudgetConfig, BudgetLimits
 from watchdog_gpu.rules.hygiene import HygieneConfig
 from watchdog_gpu.spend import day_start
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
-from watchdog_gpu.tick import TickReport
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)

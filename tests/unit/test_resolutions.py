@@ -43,8 +43,9 @@ def test_a_standing_warning_is_withdrawn_when_its_condition_clears() -> None:
     (resolution,) = cleared_episodes(
         [], [record], view({f"{record.episode_key}:warning": NOW - timedelta(minutes=5)}), (), NOW
     )
-    assert resolution.notification.idempotency_key == f"{record.episode_key}:resolution"
-    assert "cancelled" in resolution.notification.body
+    assert resolution.key == f"{record.episode_key}:resolution"
+    assert resolution.episode == record.episode_key
+    assert resolution.action_cancelled
     assert resolution.reason == "instance gone"  # not in the view any more
 
 
@@ -57,7 +58,7 @@ def test_a_second_withdrawal_of_the_same_episode_gets_its_own_key() -> None:
     }
     (resolution,) = cleared_episodes([], [record], view(times), (), NOW)
     key = f"{record.episode_key}:resolution:{int(NOW.timestamp())}"
-    assert resolution.notification.idempotency_key == key
+    assert resolution.key == key
 
 
 def test_nothing_to_resolve_when_still_present_withdrawn_or_acted_on() -> None:
@@ -89,6 +90,6 @@ def test_an_alert_is_resolved_once() -> None:
     record = Recorded(rule="unobserved", action=ActionKind.NOTIFY)
     alerted = {f"{record.episode_key}:alert": NOW - timedelta(minutes=5)}
     (resolution,) = cleared_episodes([], [record], view(alerted), (), NOW)
-    assert "cancelled" not in resolution.notification.body
+    assert not resolution.action_cancelled
     resolved = {**alerted, f"{record.episode_key}:resolution": NOW - timedelta(minutes=1)}
     assert cleared_episodes([], [record], view(resolved), (), NOW) == []

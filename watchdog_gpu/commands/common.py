@@ -1,7 +1,7 @@
 """What the operator commands share: which database, the ID argument, tables and JSON output.
 
-``--config`` or ``--db`` picks the database, which must exist (never created); ``status`` and
-``events`` read a SQLite file at head through ``sqlite3`` (:func:`opened_reader`). The rules:
+``--config`` or ``--db`` picks the database, which must exist (never created), read through the
+daemon's own ``Store`` (:func:`opened_reader`). The rules:
 ``docs/commands.md``, "Which database the operator commands read".
 """
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from watchdog_gpu.config import Settings
     from watchdog_gpu.safety import SafetyConfig
     from watchdog_gpu.store import InstanceRecord, Store
-    from watchdog_gpu.store.reader import StoreReader
 
 # The commands read "now" here once per run; tests replace it with a VirtualClock.
 clock: Clock = SystemClock()
@@ -117,10 +116,10 @@ class Source:
 
 @dataclass(frozen=True)
 class ReadSource:
-    """What a read-only command reads: a store reader (:func:`opened_reader`), the settings when
-    a configuration was read, and the database's name."""
+    """What a read-only command reads (:func:`opened_reader`): the store, the settings when a
+    configuration was read, and the database's name."""
 
-    store: StoreReader
+    store: Store
     settings: Settings | None
     database: str
 
@@ -144,24 +143,15 @@ def opened_source(
 def opened_reader(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> Iterator[ReadSource]:
-    """:func:`opened_source` for a command that only reads: a SQLite file at the current
-    schema is read through ``sqlite3``, read-only, without SQLAlchemy
-    (``store/sqlite_reader.py``); anything else (PostgreSQL, a file to migrate first) through
-    the Store as :func:`opened_source` opens it. Same errors."""
+    """:func:`opened_source` for a command that only reads. Same errors; a SQLite file that does
+    not exist is reported before any database library is imported."""
     env = os.environ if environ is None else environ
     settings, url = _choose_database(getattr(args, "config", None), getattr(args, "db", None), env)
     from watchdog_gpu.store.urls import sqlite_file
 
     path = sqlite_file(url)
     if path is not None:
-        from watchdog_gpu.store.sqlite_reader import open_sqlite_reader
-
         _require_file(path, url)
-        reader = open_sqlite_reader(path, url)
-        if reader is not None:
-            with reader:
-                yield ReadSource(reader, settings, url)
-            return
     with _opened_store(settings, url) as source:
         yield ReadSource(source.store, source.settings, source.database)
 

@@ -39,8 +39,9 @@ from watchdog_gpu.errors import DatabaseInUseError, SchemaTooNewError, WatchdogE
 from watchdog_gpu.log import install_redaction
 from watchdog_gpu.model import IN_FLIGHT_ACTION_STATUSES, PlanStatus, ProbeOutcome, ProbeStatus
 from watchdog_gpu.notify.render import format_clock
+from watchdog_gpu.reports import TickReport
 from watchdog_gpu.store.lock import NoLock, database_lock
-from watchdog_gpu.tick import TickReport, Watchdog
+from watchdog_gpu.tick import Watchdog
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

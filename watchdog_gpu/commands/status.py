@@ -20,8 +20,7 @@ The database is the one the daemon resolves from the same configuration: ``datab
 ``watchdog-gpu.db`` in ``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in
 ``/etc/watchdog-gpu`` (the system unit's directories), or in ``~/.local/state/watchdog-gpu``. It
 reads only the database: with ``--db PATH`` no configuration file is needed (the rules' defaults
-then decide the sample window and the idle threshold). A SQLite file at the current schema is
-read through the standard library's ``sqlite3``, read-only (see ``commands/common.py``). A
+then decide the sample window and the idle threshold); an older schema is migrated first. A
 database that holds records newer than this machine's clock (an accelerated demo or a simulation
 wrote it) is shown as of its latest record, and says so. A new database prints ``no accounts
 recorded yet``; a missing one is an error (exit 2), never created.

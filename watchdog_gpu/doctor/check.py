@@ -21,8 +21,8 @@ from watchdog_gpu.errors import ProviderError
 from watchdog_gpu.model import AccountObservation, ProbeOutcome
 from watchdog_gpu.probe.runner import CommandRunner, StreamSource
 from watchdog_gpu.probe.stream_buffer import StreamState
+from watchdog_gpu.reports import TickReport
 from watchdog_gpu.store import sqlite_url
-from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wiring import Assembly, TransportFactory, assemble, open_store
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ fails because of the store: a part it cannot read is logged, counted in
 kind is counted as ``other``.
 """
 
-from watchdog_gpu.metrics.collector import MetricsStore, StoreCollector
+from watchdog_gpu.metrics.collector import StoreCollector
 from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.metrics.recorder import Metrics
 from watchdog_gpu.metrics.server import (
@@ -22,7 +22,6 @@ __all__ = [
     "DEFAULT_LISTEN_ADDRESS",
     "Metrics",
     "MetricsConfig",
-    "MetricsStore",
     "StoreCollector",
     "new_registry",
     "serve_metrics",

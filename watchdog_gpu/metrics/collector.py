@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -27,7 +27,10 @@ from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.metrics import gauges
 from watchdog_gpu.model import ActionResult, ActionStatus
 from watchdog_gpu.plan import acted_in_last_hour
-from watchdog_gpu.store.rows import ActionRow, Leader
+from watchdog_gpu.store.rows import ActionRow
+
+if TYPE_CHECKING:
+    from watchdog_gpu.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +38,6 @@ Family = GaugeMetricFamily | CounterMetricFamily
 PARTS = ("fleet", "notifications", "actions", "leadership")
 # Statuses of a stop/destroy whose provider call went out (or may have) and is not confirmed yet.
 _SENT = frozenset({ActionStatus.CALLED.value, ActionStatus.UNVERIFIED.value})
-
-
-class MetricsStore(Protocol):
-    """The part of :class:`watchdog_gpu.store.Store` a scrape reads."""
-
-    def load_fleet_view(
-        self,
-        now: datetime,
-        lookback: timedelta,
-        spend_since: datetime,
-        accounts: Mapping[str, str] | None = None,
-    ) -> FleetView: ...
-
-    def list_actions(
-        self, statuses: Sequence[str] | None = None, since: datetime | None = None
-    ) -> list[ActionRow]: ...
-
-    def notification_backlog(self) -> int: ...
-
-    def leader(self) -> Leader | None: ...
 
 
 def unverified_kills(rows: Iterable[ActionRow]) -> int:
@@ -72,7 +55,7 @@ def _being_verified_or_called(row: ActionRow) -> bool:
 class StoreCollector(Collector):
     """Builds the store-backed families on every scrape (see the module docstring)."""
 
-    def __init__(self, store: MetricsStore, clock: Clock, config: gauges.MetricsConfig) -> None:
+    def __init__(self, store: Store, clock: Clock, config: gauges.MetricsConfig) -> None:
         self.store = store
         self.clock = clock
         self.config = config

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,14 +23,15 @@ from prometheus_client import (
 )
 
 from watchdog_gpu.clock import Clock, SystemClock
-from watchdog_gpu.executor import ExecutorReport
-from watchdog_gpu.metrics.collector import MetricsStore, StoreCollector
+from watchdog_gpu.metrics.collector import StoreCollector
 from watchdog_gpu.metrics.gauges import MetricsConfig
 from watchdog_gpu.model import ActionKind, ActionStatus, PlanStatus, ProbeOutcome, ProbeStatus
-from watchdog_gpu.notify.delivery import DeliveryReport
 from watchdog_gpu.plan import Plan
+from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
 from watchdog_gpu.rules.base import DestructiveRuleConfig
-from watchdog_gpu.tick import TickReport
+
+if TYPE_CHECKING:
+    from watchdog_gpu.store import Store
 
 OTHER = "other"
 PROVIDER_ERROR_KINDS = ("auth", "rate_limited", "transient", "permanent", "not_found")
@@ -87,7 +89,7 @@ class Metrics:
         registry: CollectorRegistry,
         config: MetricsConfig | None = None,
         *,
-        store: MetricsStore | None = None,
+        store: Store | None = None,
         clock: Clock | None = None,
     ) -> None:
         # Process-wide switch: no `_created` series next to counters and histograms (they double
@@ -193,7 +195,7 @@ class Metrics:
     # -- a whole tick ------------------------------------------------------------------------
 
     def record_tick(self, report: TickReport) -> None:
-        """Everything a :class:`~watchdog_gpu.tick.TickReport` says (``Watchdog(on_tick=...)``).
+        """Everything a :class:`~watchdog_gpu.reports.TickReport` says (``Watchdog(on_tick=...)``).
         Use either this or the per-phase methods for a phase, not both: counts would double."""
         for account, result in report.polled.items():
             self.record_poll(account, self._providers.get(account, OTHER), result)

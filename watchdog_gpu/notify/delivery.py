@@ -22,6 +22,7 @@ from watchdog_gpu.errors import ConfigError, ConfigProblem
 from watchdog_gpu.log import mask_tokens, url_secret_parts
 from watchdog_gpu.model import PlannedNotification, Severity
 from watchdog_gpu.notify.render import render_batch, render_test, sent_from
+from watchdog_gpu.reports import DeliveryReport
 
 if TYPE_CHECKING:
     # Apprise (megabytes resident) is imported only where routes are built or a message
@@ -139,15 +140,6 @@ class Backoff:
                 break
             delay *= 2
         return min(delay, self.maximum)
-
-
-@dataclass(slots=True)
-class DeliveryReport:
-    """What one ``deliver_due`` pass did (for logs and metrics)."""
-
-    delivered: int = 0
-    unrouted: int = 0
-    failed: int = 0
 
 
 class AppriseDelivery:

@@ -9,8 +9,8 @@ status before the last of the output, and a reader that stops at the status lose
 from __future__ import annotations
 
 from watchdog_gpu.clock import Clock
+from watchdog_gpu.probe.command import CommandResult
 from watchdog_gpu.probe.paramiko_lean import paramiko
-from watchdog_gpu.probe.runner import CommandResult
 
 _POLL_SECONDS = 0.05
 

@@ -170,3 +170,19 @@ def interactive_login(sections: ProbeSections, recent_seconds: int) -> bool | No
     if sections.remote_now is None or not sections.complete:
         return None
     return any(sections.remote_now - seen <= recent_seconds for seen in sections.tty_input_times)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What one remote command printed and how it ended.
+
+    ``exit_status`` is ``None`` when the session ended without reporting one; ``timed_out`` is True
+    when the local deadline closed the channel first; ``output_truncated`` when the output went
+    over the runner's size limit and the rest was not read.
+    """
+
+    stdout: str
+    stderr: str
+    exit_status: int | None
+    timed_out: bool
+    output_truncated: bool = False

@@ -22,13 +22,13 @@ from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import GpuSample, ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.probe.command import (
     REMOTE_TIMEOUT_EXIT_STATUS,
+    CommandResult,
     ProbeCommandSpec,
     ProbeSections,
     interactive_login,
     split_probe_output,
 )
 from watchdog_gpu.probe.compute_apps import parse_gpu_list
-from watchdog_gpu.probe.runner import CommandResult
 from watchdog_gpu.probe.samples import read_probe_output
 
 _SNIPPET = 120

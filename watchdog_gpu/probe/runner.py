@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import InstanceRef, ProbeStatus
+from watchdog_gpu.probe.command import CommandResult
 from watchdog_gpu.probe.stream_buffer import StreamHealth, StreamRead
 
 
@@ -34,22 +35,6 @@ class SshTarget:
     @property
     def endpoint(self) -> str:
         return f"{self.user}@{self.host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    """What one remote command printed and how it ended.
-
-    ``exit_status`` is ``None`` when the session ended without reporting one; ``timed_out`` is True
-    when the local deadline closed the channel first; ``output_truncated`` when the output went
-    over the runner's size limit and the rest was not read.
-    """
-
-    stdout: str
-    stderr: str
-    exit_status: int | None
-    timed_out: bool
-    output_truncated: bool = False
 
 
 class CommandRunner(Protocol):

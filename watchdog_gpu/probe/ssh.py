@@ -18,9 +18,10 @@ from watchdog_gpu.clock import Clock, SystemClock
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import InstanceRef, ProbeStatus
 from watchdog_gpu.probe.channel import read_channel
+from watchdog_gpu.probe.command import CommandResult
 from watchdog_gpu.probe.hostkeys import HostKeyStore
 from watchdog_gpu.probe.paramiko_lean import paramiko
-from watchdog_gpu.probe.runner import CommandResult, SshTarget
+from watchdog_gpu.probe.runner import SshTarget
 from watchdog_gpu.probe.sshkeys import fingerprint, prefer_key_type
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from watchdog_gpu.model import GpuSample, Verdict
+from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.compute_apps import ComputeApp
 from watchdog_gpu.probe.dmon import DmonRow, DmonTable
 
@@ -67,31 +67,6 @@ def row_verdict(row: DmonRow, *, threshold: float = 0.0, processes: int | None =
     """The verdict for one dmon row (one GPU, one sampling cycle)."""
     metrics = {name: row.metric(name) for name in ACTIVITY_METRICS if name in row.values}
     return metrics_verdict(metrics, threshold=threshold, processes=processes)
-
-
-def sample_verdict(sample: GpuSample, *, threshold: float) -> Verdict:
-    """Re-judge a recorded sample under ``threshold``: the result is never idler than recorded.
-
-    A recorded busy stays busy (it may rest on evidence the metrics do not carry: processes on a
-    MIG GPU); a recorded unknown becomes busy only if a metric exceeds ``threshold``; a recorded
-    idle becomes busy if a metric exceeds ``threshold`` (a lower threshold than at recording).
-    ``GpuSample`` cannot tell a column that was absent from one printed ``-`` (both are None), so
-    only ``sm`` being None makes a recorded idle sample unknown here.
-    """
-    metrics = {
-        "sm": sample.sm,
-        "enc": sample.enc,
-        "dec": sample.dec,
-        "jpg": sample.jpg,
-        "ofa": sample.ofa,
-    }
-    present = {name: value for name, value in metrics.items() if name == "sm" or value is not None}
-    judged = metrics_verdict(present, threshold=threshold)
-    if sample.verdict is Verdict.BUSY or judged is Verdict.BUSY:
-        return Verdict.BUSY
-    if sample.verdict is Verdict.UNKNOWN:
-        return Verdict.UNKNOWN
-    return judged
 
 
 def combine_verdicts(verdicts: Iterable[Verdict]) -> Verdict:

@@ -18,7 +18,6 @@ from itertools import pairwise
 from watchdog_gpu.fleet import InstanceView
 from watchdog_gpu.model import GpuSample, SampleSource
 from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
-from watchdog_gpu.probe.window import intersect_spans, union_spans
 from watchdog_gpu.rules.windows import expected_gpus
 from watchdog_gpu.runs import current_run
 from watchdog_gpu.sample_history import NO_TIME, instant, micros, sample_history
@@ -353,3 +352,32 @@ class _Observed:
             self.points[gpu].append(instant(at))
         else:
             self.runs[gpu].append((instant(covers_from), instant(at)))
+
+
+def union_spans(spans: Iterable[Span]) -> list[Span]:
+    """The union of ``spans`` as sorted, disjoint spans (touching ones merged)."""
+    merged: list[Span] = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def intersect_spans(
+    first: Sequence[Span], second: Sequence[Span], *, points: bool = False
+) -> list[Span]:
+    """The intersection of two sorted lists of disjoint spans (a two-pointer sweep); with
+    ``points``, zero-length overlaps (a lone sample's instant) are kept too."""
+    both: list[Span] = []
+    i = j = 0
+    while i < len(first) and j < len(second):
+        low, high = max(first[i][0], second[j][0]), min(first[i][1], second[j][1])
+        if low < high or (points and low == high):
+            both.append((low, high))
+        if first[i][1] < second[j][1]:
+            i += 1
+        else:
+            j += 1
+    return both

@@ -32,6 +32,7 @@ from watchdog_gpu.gc_freeze import CollectBetweenJobs
 from watchdog_gpu.model import ActionStatus, PlannedNotification
 from watchdog_gpu.notify.delivery import Deliverer, DeliveryResult
 from watchdog_gpu.probe.runner import AccountRunners
+from watchdog_gpu.reports import TickReport
 from watchdog_gpu.secrets import SecretReference
 from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.http import SimRequest, normalise_path
@@ -42,7 +43,6 @@ from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.sim.ssh_stream import simulated_streams
 from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, sqlite_url
-from watchdog_gpu.tick import TickReport
 from watchdog_gpu.wake import Wakes
 from watchdog_gpu.wiring import Assembly, assemble, open_store
 

@@ -18,8 +18,14 @@ from datetime import datetime, timedelta
 
 from watchdog_gpu.errors import ProbeError
 from watchdog_gpu.model import ProbeStatus
-from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, GPUS_MARKER, exit_marker
-from watchdog_gpu.probe.runner import CommandResult, SshTarget
+from watchdog_gpu.probe.command import (
+    BEGIN_MARKER,
+    END_MARKER,
+    GPUS_MARKER,
+    CommandResult,
+    exit_marker,
+)
+from watchdog_gpu.probe.runner import SshTarget
 from watchdog_gpu.sim.dmon_render import render_compute_apps, render_dmon, render_gpu_list
 from watchdog_gpu.sim.gpu import GpuState
 from watchdog_gpu.sim.records import UnknownInstanceError

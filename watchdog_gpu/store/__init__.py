@@ -7,7 +7,7 @@ Typical use::
     store = Store(engine)
 
 The names below are loaded on first use (PEP 562): importing a module of this package that needs
-no SQLAlchemy (``store.rows``, ``store.sqlite_reader``: what ``status`` reads a SQLite file with)
+no SQLAlchemy (``store.rows``, ``store.urls``: what a command checks before opening a database)
 must not import SQLAlchemy through this package.
 """
 

@@ -1,10 +1,8 @@
 """Conversions between table rows and the domain's frozen values.
 
 Each converter reads its row by attribute name, so it takes an ORM object or a Core ``Row`` of the
-same table's columns alike (the hot read paths select columns: building ORM objects costs more),
-or a row of ``sqlite_reader`` (the same columns through the standard library's ``sqlite3``, with
-the values SQLAlchemy would return): both read paths build their values here. No database
-library is imported at run time.
+same table's columns alike (the hot read paths select columns: building ORM objects costs more).
+No database library is imported at run time.
 """
 
 from __future__ import annotations
@@ -32,12 +30,9 @@ from watchdog_gpu.model import (
     InstanceSnapshot,
     InstanceState,
     ProbeOutcome,
-    ProbeStatus,
-    SampleSource,
     Severity,
     SshKeyRecord,
     StateSpan,
-    Verdict,
     VolumeSnapshot,
 )
 from watchdog_gpu.store.rows import (
@@ -59,12 +54,10 @@ if TYPE_CHECKING:
         ActionOutboxRow,
         AuditEventRow,
         FindingRow,
-        GpuSampleRow,
         Instance,
         InstanceSpan,
         LeadershipRow,
         NotificationOutboxRow,
-        ProbeOutcomeRow,
         ProtectionRow,
         SnoozeRow,
         SshKey,
@@ -236,64 +229,6 @@ def ssh_key(row: SshKey | Row[Any]) -> SshKeyRecord:
         key_id=row.key_id,
         name=row.name,
         public_key=row.public_key,
-    )
-
-
-def gpu_sample(row: GpuSampleRow | Row[Any]) -> GpuSample:
-    try:
-        verdict = Verdict(row.verdict)
-    except ValueError:
-        verdict = Verdict.UNKNOWN
-    return GpuSample(
-        account=row.account,
-        instance_id=row.instance_id,
-        at=row.at,
-        gpu_index=row.gpu_index,
-        verdict=verdict,
-        source=SampleSource(row.source),
-        sm=row.sm,
-        mem=row.mem,
-        enc=row.enc,
-        dec=row.dec,
-        jpg=row.jpg,
-        ofa=row.ofa,
-        covers_from=row.covers_from,
-    )
-
-
-def gpu_sample_row(sample: GpuSample) -> GpuSampleRow:
-    from watchdog_gpu.store.schema import GpuSampleRow
-
-    return GpuSampleRow(
-        account=sample.account,
-        instance_id=sample.instance_id,
-        at=sample.at,
-        gpu_index=sample.gpu_index,
-        verdict=sample.verdict.value,
-        source=sample.source.value,
-        sm=sample.sm,
-        mem=sample.mem,
-        enc=sample.enc,
-        dec=sample.dec,
-        jpg=sample.jpg,
-        ofa=sample.ofa,
-        covers_from=sample.covers_from,
-    )
-
-
-def probe_outcome(row: ProbeOutcomeRow | Row[Any]) -> ProbeOutcome:
-    """The outcome without its samples (the fleet view carries those separately)."""
-    return ProbeOutcome(
-        account=row.account,
-        instance_id=row.instance_id,
-        at=row.at,
-        status=ProbeStatus(row.status),
-        duration_seconds=row.duration_seconds,
-        detail=row.detail,
-        interactive_login=row.interactive_login,
-        first_at=row.first_at,
-        repeats=row.repeats,
-        mode=row.mode,
     )
 
 

@@ -10,27 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
+    Float,
     Row,
+    Table,
     and_,
     bindparam,
     func,
     or_,
     select,
+    text,
 )
 from sqlalchemy.orm import Session
 
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
-from watchdog_gpu.model import OPEN_ACTION_STATUSES, InstanceState
+from watchdog_gpu.model import OPEN_ACTION_STATUSES, InstanceState, Verdict
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.history import FleetHistory, NewestIds
 from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
 from watchdog_gpu.store.history_rows import (
+    SAMPLE_COLUMNS,
+    SAMPLE_ORDER,
     by_instance,
     probes_from,
     sample_histories,
@@ -111,6 +116,76 @@ _WINDOW_PROBES = PROBES_QUERY.where(
     ProbeOutcomeRow.at >= bindparam("since"),
     ProbeOutcomeRow.at <= _NOW,
 )
+# ``status`` (commands/gpu_activity.py and the idle clock it shows, rules/idle_clock.py) reads of
+# each instance's window only: each GPU's newest sample, the newest busy sample and every sample
+# after it, and the window's first sample (the clock's horizon). So it loads each instance's
+# samples from a cutoff (the earliest of those instants but the first; the whole window when no
+# sample is busy), and that first sample: at 1,000 busy instances the last minutes instead of the
+# whole window. A sample is busy as SampleHistory.verdict judges it: above the threshold in one
+# present metric (or none present and the threshold below -1), or without sm and recorded busy.
+_ABOVE = (
+    "(sm > :threshold OR enc > :threshold OR dec > :threshold OR jpg > :threshold "
+    "OR ofa > :threshold OR (:threshold < -1.0 AND coalesce(sm, enc, dec, jpg, ofa) IS NULL))"
+)
+# Built from this module's constants only (S608): every value is a bound parameter.
+_PER_GPU = (
+    "SELECT account, instance_id, gpu_index, min(at) AS first, max(at) AS newest, "  # noqa: S608
+    f"max(CASE WHEN {_ABOVE} OR (sm IS NULL AND verdict = :busy) THEN at END) AS busy "
+    "FROM gpu_samples AS g WHERE account IN :names AND at >= {start} AND {end} "
+    "{only} GROUP BY instance_id, gpu_index, account"
+)
+# The grouped pass runs twice: over the recent slice (:recent to :now), then over the older part
+# of the window without the rows of GPUs whose instance has a busy sample in the recent slice
+# (that busy sample is newer than every older one, and each such GPU's newest sample is recent
+# too). A busy instance costs its recent rows, an idle one its window.
+_STATUS_CUTOFFS = (
+    "WITH recent AS ("  # noqa: S608
+    + _PER_GPU.format(start=":recent", end="at <= :now", only="")
+    + "), settled AS (SELECT instance_id, gpu_index, account FROM recent "
+    "WHERE (instance_id, account) IN (SELECT instance_id, account FROM recent "
+    "WHERE busy IS NOT NULL)), older AS ("
+    + _PER_GPU.format(
+        start=":since",
+        end="at < :recent",
+        # NOT EXISTS, not NOT IN: SQLite rescans a row value NOT IN a subquery on every miss.
+        only="AND NOT EXISTS (SELECT 1 FROM settled AS t WHERE t.instance_id = g.instance_id "
+        "AND t.gpu_index = g.gpu_index AND t.account = g.account)",
+    )
+    + "), per_gpu AS (SELECT account, instance_id, gpu_index, min(first) AS first, "
+    "max(newest) AS newest, max(busy) AS busy "
+    "FROM (SELECT * FROM recent UNION ALL SELECT * FROM older) AS slices "
+    "GROUP BY instance_id, gpu_index, account), "
+    "cutoffs AS (SELECT account, instance_id, "
+    # Without a busy sample the idle clock reads the whole window (every idle row counts).
+    "CASE WHEN max(busy) IS NULL THEN min(first) "
+    "WHEN min(newest) < max(busy) THEN min(newest) ELSE max(busy) END AS cutoff, "
+    "min(first) AS first_at "
+    "FROM per_gpu GROUP BY instance_id, account) "
+)
+# The recent slice: long enough to hold a busy GPU's latest samples at any sensible probe
+# interval (one a minute by default), short enough to be a small part of the 73-minute window.
+STATUS_RECENT = timedelta(minutes=10)
+_STATUS_COLUMNS = ", ".join(f"s.{name}" for name in SAMPLE_COLUMNS)
+_SAMPLES_TABLE = cast(Table, GpuSampleRow.__table__)
+_STATUS_SAMPLES = (
+    text(
+        f"{_STATUS_CUTOFFS}"  # noqa: S608
+        f"SELECT {_STATUS_COLUMNS} FROM gpu_samples AS s "
+        "JOIN cutoffs AS c ON c.account = s.account AND c.instance_id = s.instance_id "
+        "WHERE s.at >= (SELECT min(cutoff) FROM cutoffs) AND s.at <= :now AND s.at >= c.cutoff "
+        # The first sample of a window without a non-idle one (an index lookup of its instant).
+        f"UNION ALL SELECT {_STATUS_COLUMNS} FROM gpu_samples AS s "
+        "JOIN cutoffs AS c ON c.account = s.account AND c.instance_id = s.instance_id "
+        "WHERE s.at IN (SELECT first_at FROM cutoffs) AND s.at = c.first_at AND s.at < c.cutoff "
+        f"ORDER BY {', '.join(SAMPLE_ORDER)}"
+    )
+    .bindparams(
+        bindparam("names", expanding=True),
+        bindparam("threshold", type_=Float()),
+        *(bindparam(name, type_=_SAMPLES_TABLE.c.at.type) for name in ("since", "recent", "now")),
+    )
+    .columns(*(_SAMPLES_TABLE.c[name] for name in SAMPLE_COLUMNS))
+)
 _VOLUMES = (
     select(*Volume.__table__.columns)
     .where(Volume.account.in_(_NAMES), Volume.gone_at.is_(None))
@@ -183,9 +258,11 @@ def load_fleet_view(
     accounts: Mapping[str, str] | None,
     notification_lookback: timedelta,
     history: FleetHistory | None = None,
+    status_threshold: float | None = None,
 ) -> FleetView:
     """See ``Store.load_fleet_view``; ``history`` keeps samples, probe outcomes and account
-    snapshots between loads (None: read everything)."""
+    snapshots between loads (None: read everything). ``status_threshold``: load only the samples
+    ``status`` reads with that threshold (``_STATUS_SAMPLES``; without ``history``)."""
     newest = history.newest_ids(conn) if history is not None else None
     account_views = _account_views(conn, accounts, history, newest)
     names = list(account_views)
@@ -197,7 +274,14 @@ def load_fleet_view(
     }
     window_start = min(spend_since, now - lookback)
     instances = _instance_views(
-        conn, names, now, window_start, now - lookback, history=history, newest=newest
+        conn,
+        names,
+        now,
+        window_start,
+        now - lookback,
+        history=history,
+        newest=newest,
+        status_threshold=status_threshold,
     )
     return FleetView(
         now=now,
@@ -307,15 +391,25 @@ def _instance_views(
     *,
     history: FleetHistory | None,
     newest: NewestIds | None,
+    status_threshold: float | None,
 ) -> dict[str, InstanceView]:
     params = {"names": names, "now": now, "window_start": window_start}
     rows = named(conn.execute(_INSTANCES, params))
     spans = named(conn.execute(_SPANS, params))
+    window = {"names": names, "since": samples_since, "now": now}
     if history is not None and newest is not None:
         samples = history.samples.load(conn, samples_since, now, newest.samples)
         probes = history.probes.load(conn, samples_since, now, newest.probes)
     else:
-        window = {"names": names, "since": samples_since, "now": now}
-        samples = sample_histories(conn.execute(_WINDOW_SAMPLES, window))
+        if status_threshold is None:
+            samples = sample_histories(conn.execute(_WINDOW_SAMPLES, window))
+        else:
+            judging = {
+                **window,
+                "threshold": status_threshold,
+                "busy": Verdict.BUSY.value,
+                "recent": max(samples_since, now - STATUS_RECENT),
+            }
+            samples = sample_histories(conn.execute(_STATUS_SAMPLES, judging))
         probes = by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
     return convert.instance_views(rows, spans, samples, probes)

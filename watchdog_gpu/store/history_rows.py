@@ -1,6 +1,6 @@
 """The rows the fleet view reads from the two append-only history tables — GPU samples and probe
-outcomes — and the domain values built from them (used by ``history``, ``fleet_loader`` and
-``sqlite_reader``: no database library here). ``SAMPLES_QUERY`` / ``PROBES_QUERY`` (in
+outcomes — and the domain values built from them (used by ``history`` and ``fleet_loader``;
+no database library here). ``SAMPLES_QUERY`` / ``PROBES_QUERY`` (in
 ``history_queries``) select :data:`SAMPLE_COLUMNS` / :data:`PROBE_COLUMNS`."""
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ _SOURCES = {source.value: source for source in SampleSource}
 _STATUSES = {status.value: status for status in ProbeStatus}
 
 # The columns the fleet view reads from each history table, in this order (the row unpacking
-# below relies on it): ``history_queries`` selects them with SQLAlchemy, ``sqlite_reader`` with
-# the standard library. Columns, not ORM entities: a tick may read thousands of samples, and
-# building ORM objects for each was most of a tick's time (see bench/).
+# below relies on it): ``history_queries`` and ``fleet_loader`` select them. Columns, not ORM
+# entities: a tick may read thousands of samples, and building ORM objects for each was most of
+# a tick's time (see bench/).
 SAMPLE_COLUMNS = (
     "id",
     "account",

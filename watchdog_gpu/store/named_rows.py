@@ -4,8 +4,7 @@ The converters (``store.convert``) and the poll recorder read a row's columns by
 SQLAlchemy ``Row`` each such read goes through its ``__getattr__``, about ten times slower than a
 named tuple's field, and a tick reads about twenty columns of every instance three times (the poll,
 the probe's list of running instances, the fleet view): copying a row's values into a named tuple of
-the same column names once costs far less. Same values, same names (``sqlite_reader`` reads its rows
-this way too). No database library here.
+the same column names once costs far less. Same values, same names. No database library here.
 """
 
 from __future__ import annotations

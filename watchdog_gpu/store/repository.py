@@ -275,10 +275,19 @@ class Store:
     def load_status_view(
         self, now: datetime, lookback: timedelta, spend_since: datetime, threshold_percent: float
     ) -> FleetView:
-        """``status``'s view (``StoreReader.load_status_view``): here the whole window, as
-        :meth:`load_fleet_view` (``threshold_percent`` only narrows the SQLite reader's load)."""
-        del threshold_percent
-        return self.load_fleet_view(now, lookback, spend_since)
+        """:meth:`load_fleet_view` with only the samples ``status`` reads with
+        ``threshold_percent``: each instance's GPU activity is the whole window's, from fewer
+        samples (``fleet_loader._STATUS_SAMPLES``)."""
+        with self._connection(write=False, own=True) as connection:
+            return fleet_loader.load_fleet_view(
+                connection,
+                now=now,
+                lookback=lookback,
+                spend_since=spend_since,
+                accounts=None,
+                notification_lookback=DEFAULT_NOTIFICATION_LOOKBACK,
+                status_threshold=threshold_percent,
+            )
 
     def latest_instances(self, *, include_gone: bool = False) -> list[InstanceRecord]:
         """The latest snapshot of every instance (gone ones only when asked), by account and id."""

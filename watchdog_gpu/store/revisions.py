@@ -1,8 +1,7 @@
 """The shipped migrations' revisions, read from the scripts' text without Alembic or SQLAlchemy.
 
-``upgrade_to_head`` recognises a database already at head with them (``store/migrate.py``), and
-``status`` decides with them whether a SQLite file can be read as it is, through the standard
-library (``store/sqlite_reader.py``): the head is derived from the scripts themselves, so a new
+``upgrade_to_head`` recognises a database already at head with them (``store/migrate.py``)
+without importing Alembic: the head is derived from the scripts themselves, so a new
 migration needs no constant updated, and ``tests/integration/test_migrations.py`` keeps it equal
 to Alembic's head.
 """

@@ -1,5 +1,5 @@
-"""Database URLs read without SQLAlchemy: what ``status`` needs to tell a plain SQLite file (which
-it reads through the standard library, ``store/sqlite_reader.py``) from anything else."""
+"""Database URLs read without SQLAlchemy: what a command needs to tell a plain SQLite file (one
+that must exist before it is opened) from anything else."""
 
 from __future__ import annotations
 

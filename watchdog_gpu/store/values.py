@@ -1,5 +1,4 @@
-"""Plain types the store's records share, with no database library behind them (``status``
-reads SQLite without SQLAlchemy, see ``store.sqlite_reader``)."""
+"""Plain types and values the store's records share, with no database library behind them."""
 
 from __future__ import annotations
 

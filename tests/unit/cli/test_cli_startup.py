@@ -56,19 +56,19 @@ def test_status_of_a_missing_file_imports_nothing_heavy() -> None:
 
 
 @pytest.mark.parametrize("command", ["status", "events"])
-def test_status_on_a_sqlite_file_at_head_reads_it_without_sqlalchemy_or_pydantic(
+def test_status_on_a_sqlite_file_at_head_imports_only_the_store(
     command: str, tmp_path: Path
 ) -> None:
-    # The standard library's sqlite3 reads it (store/sqlite_reader.py), --db reads no
-    # configuration and the rules' defaults are plain values (commands/status_defaults.py):
-    # neither SQLAlchemy nor Alembic nor pydantic (bench/README.md, "Command-line start-up").
+    # The one Store reads it (SQLAlchemy), --db reads no configuration and the rules' defaults
+    # are plain values (commands/status_defaults.py): neither Alembic (the database is at head)
+    # nor pydantic nor the providers' or notifications' libraries.
     database = tmp_path / "wd.db"
     engine = create_engine_for(sqlite_url(database))
     upgrade_to_head(engine)
     engine.dispose()
     loaded = imported_after([command, "--db", str(database)])
-    assert "sqlite3" in loaded
-    assert not loaded & set(HEAVY)
+    assert "sqlalchemy" in loaded
+    assert not loaded & (set(HEAVY) - {"sqlalchemy"})
     assert "pydantic_settings" not in loaded
 
 

@@ -1,23 +1,19 @@
-"""Property tests: any padding parses the same; '-' never yields idle; a cut never invents a row;
-a window is never idle from missing data."""
+"""Property tests: any padding parses the same; '-' never yields idle; a cut never invents a
+row."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from watchdog_gpu.errors import DmonError
-from watchdog_gpu.model import GpuSample, Verdict
+from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.dmon import DmonValue, parse_dmon
-from watchdog_gpu.probe.verdicts import ACTIVITY_METRICS, row_verdict, sample_verdict
-from watchdog_gpu.probe.window import window_verdict
+from watchdog_gpu.probe.verdicts import ACTIVITY_METRICS, row_verdict
 
 OTHER_COLUMNS = ("pwr", "gtemp", "mtemp", "mclk", "pclk", "fb", "bar1", "gract")
-START = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
-END = START + timedelta(minutes=30)
 
 
 @dataclass(frozen=True)
@@ -122,39 +118,3 @@ def test_a_cut_stream_never_invents_or_misreads_a_row(
         return
     found = [tuple(row.values.values()) for row in parsed.rows]
     assert found == list(table.rows[: len(found)])
-
-
-@st.composite
-def window_samples(draw: st.DrawFn) -> list[GpuSample]:
-    count = draw(st.integers(0, 40))
-    samples = []
-    for _ in range(count):
-        minute = draw(st.floats(-5, 35, allow_nan=False))
-        gpu = draw(st.integers(0, 2))
-        verdict = draw(st.sampled_from(list(Verdict)))
-        sm = draw(st.one_of(st.none(), st.floats(0, 100, allow_nan=False)))
-        at = START + timedelta(minutes=minute)
-        samples.append(GpuSample("a", "i", at, gpu, verdict, sm=sm, enc=0.0, dec=0.0))
-    return samples
-
-
-@given(window_samples(), st.floats(0, 1), st.integers(0, 50))
-def test_a_window_is_never_idle_from_missing_data(
-    samples: list[GpuSample], min_coverage: float, threshold: int
-) -> None:
-    result = window_verdict(
-        samples,
-        START,
-        END,
-        threshold=threshold,
-        max_gap=timedelta(minutes=2),
-        min_coverage=min_coverage,
-    )
-    assert 0.0 <= result.coverage <= 1.0
-    inside = [sample for sample in samples if START <= sample.at <= END]
-    if result.verdict is Verdict.IDLE:
-        assert result.coverage >= min_coverage
-        assert {sample.gpu_index for sample in inside} == {s.gpu_index for s in samples}
-        assert all(sample_verdict(s, threshold=threshold) is Verdict.IDLE for s in inside)
-    judged = [sample_verdict(sample, threshold=threshold) for sample in inside]
-    assert (result.verdict is Verdict.BUSY) == (Verdict.BUSY in judged)

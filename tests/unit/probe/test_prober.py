@@ -22,10 +22,10 @@ from watchdog_gpu.model import (
     SampleSource,
     Verdict,
 )
-from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, ProbeCommandSpec
+from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, CommandResult, ProbeCommandSpec
 from watchdog_gpu.probe.hostkeys import MemoryHostKeyStore
 from watchdog_gpu.probe.prober import Prober, provider_api_samples
-from watchdog_gpu.probe.runner import AccountRunners, CommandResult, SshTarget
+from watchdog_gpu.probe.runner import AccountRunners, SshTarget
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"

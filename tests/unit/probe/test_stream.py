@@ -10,9 +10,15 @@ import pytest
 from tests.support.cycles import cyclic_garbage
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.model import InstanceRef, InstanceSnapshot, InstanceState, ProbeStatus, Verdict
-from watchdog_gpu.probe.command import BEGIN_MARKER, END_MARKER, GPUS_MARKER, exit_marker
+from watchdog_gpu.probe.command import (
+    BEGIN_MARKER,
+    END_MARKER,
+    GPUS_MARKER,
+    CommandResult,
+    exit_marker,
+)
 from watchdog_gpu.probe.prober import Prober
-from watchdog_gpu.probe.runner import CommandResult, SshTarget
+from watchdog_gpu.probe.runner import SshTarget
 from watchdog_gpu.probe.stream_buffer import (
     HostBuffer,
     ProbeMode,

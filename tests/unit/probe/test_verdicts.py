@@ -1,12 +1,10 @@
-"""Per-sample verdicts: the busy / idle / unknown rule, process evidence, re-judging samples."""
+"""Per-row verdicts: the busy / idle / unknown rule and process evidence."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
-from watchdog_gpu.model import GpuSample, Verdict
+from watchdog_gpu.model import Verdict
 from watchdog_gpu.probe.compute_apps import ComputeApp
 from watchdog_gpu.probe.dmon import parse_dmon
 from watchdog_gpu.probe.verdicts import (
@@ -15,11 +13,9 @@ from watchdog_gpu.probe.verdicts import (
     metrics_verdict,
     processes_per_gpu,
     row_verdict,
-    sample_verdict,
 )
 
 BUSY, IDLE, UNKNOWN = Verdict.BUSY, Verdict.IDLE, Verdict.UNKNOWN
-AT = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
 ZEROS = {"sm": 0.0, "enc": 0.0, "dec": 0.0, "jpg": 0.0, "ofa": 0.0}
 
 
@@ -89,42 +85,6 @@ def test_row_verdict_reads_only_the_columns_the_row_has() -> None:
 )
 def test_combine_verdicts(verdicts: list[Verdict], combined: Verdict) -> None:
     assert combine_verdicts(verdicts) is combined
-
-
-def sample(verdict: Verdict, metrics: dict[str, float | None]) -> GpuSample:
-    return GpuSample(
-        "acct",
-        "i-1",
-        AT,
-        0,
-        verdict,
-        sm=metrics.get("sm"),
-        enc=metrics.get("enc"),
-        dec=metrics.get("dec"),
-        jpg=metrics.get("jpg"),
-        ofa=metrics.get("ofa"),
-    )
-
-
-@pytest.mark.parametrize(
-    ("recorded", "metrics", "threshold", "judged"),
-    [
-        (IDLE, {"sm": 0.0, "enc": 0.0, "dec": 0.0}, 0, IDLE),
-        (IDLE, {"sm": 3.0, "enc": 0.0, "dec": 0.0}, 5, IDLE),
-        (IDLE, {"sm": 3.0, "enc": 0.0, "dec": 0.0}, 2, BUSY),  # stricter window threshold
-        (BUSY, {"sm": 3.0, "enc": 0.0, "dec": 0.0}, 5, BUSY),  # never idler than recorded
-        (BUSY, {"sm": None}, 0, BUSY),  # busy from processes on a MIG GPU stays busy
-        (UNKNOWN, {"sm": None}, 0, UNKNOWN),
-        (UNKNOWN, {"sm": 0.0, "enc": None}, 0, UNKNOWN),  # unknown at recording stays unknown
-        (UNKNOWN, {"sm": 0.0, "enc": 90.0}, 5, BUSY),
-        (IDLE, {"sm": None}, 0, UNKNOWN),  # a recorded idle without sm is not trusted
-        (IDLE, {"sm": 0.0}, 0, IDLE),  # older drivers: enc/dec absent
-    ],
-)
-def test_sample_verdict_never_makes_a_sample_idler(
-    recorded: Verdict, metrics: dict[str, float | None], threshold: float, judged: Verdict
-) -> None:
-    assert sample_verdict(sample(recorded, metrics), threshold=threshold) is judged
 
 
 def app(uuid: str | None = None, bus: str | None = None) -> ComputeApp:
