@@ -21,6 +21,7 @@ from watchdog_gpu.config import (
     find_config_file,
     load_settings,
 )
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "config"
 EXAMPLE = Path(__file__).parent.parent.parent / "config.example.toml"
@@ -225,8 +226,8 @@ def test_environment_variables_override_nested_values_of_the_file(tmp_path: Path
 
     settings = load_settings(path, environ)
 
-    assert settings.rules.idle_gpu.idle_minutes == 45
-    assert settings.rules.idle_gpu.arm_after == timedelta(minutes=5)  # the file's, kept
+    assert settings.rules.of(IdleGpuConfig).idle_minutes == 45
+    assert settings.rules.of(IdleGpuConfig).arm_after == timedelta(minutes=5)  # the file's, kept
     assert settings.watchdog.mode == "enforce"
     assert settings.metrics.port == 19108
     assert settings.safety.protect_names == ["*keep*"]

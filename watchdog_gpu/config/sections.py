@@ -13,24 +13,24 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from watchdog_gpu.durations import Duration, PositiveDuration
-from watchdog_gpu.rules.account_health import AccountHealthConfig
-from watchdog_gpu.rules.base import RuleConfig, StrictModel
-from watchdog_gpu.rules.budget import BudgetConfig
-from watchdog_gpu.rules.hygiene import HygieneConfig
-from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
-from watchdog_gpu.rules.low_balance import LowBalanceConfig
-from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
-from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
-from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
-from watchdog_gpu.rules.stuck_starting import StuckStartingConfig
-from watchdog_gpu.rules.unobserved import UnobservedConfig
-from watchdog_gpu.rules.volume_storage import VolumeStorageConfig
+from watchdog_gpu.rules import registry
+from watchdog_gpu.rules.base import RuleConfig, StrictModel, line_errors
 from watchdog_gpu.secrets import SecretReference, current_config_directory, resolve_config_path
 
 Mode = Literal["monitor", "enforce"]
@@ -397,26 +397,55 @@ class ProbeSection(StrictModel):
         return int(self.sample_interval.total_seconds())
 
 
-class RulesConfig(StrictModel):
-    """``[rules.*]``: one table per rule; defaults are each rule's defaults."""
+ConfigT = TypeVar("ConfigT", bound=RuleConfig)
 
-    idle_gpu: IdleGpuConfig = Field(default_factory=IdleGpuConfig)
-    paused_interruptible: PausedInterruptibleConfig = Field(
-        default_factory=PausedInterruptibleConfig
-    )
-    stopped_disk: StoppedDiskConfig = Field(default_factory=StoppedDiskConfig)
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    max_runtime: MaxRuntimeConfig = Field(default_factory=MaxRuntimeConfig)
-    low_balance: LowBalanceConfig = Field(default_factory=LowBalanceConfig)
-    unobserved: UnobservedConfig = Field(default_factory=UnobservedConfig)
-    stuck_starting: StuckStartingConfig = Field(default_factory=StuckStartingConfig)
-    account_health: AccountHealthConfig = Field(default_factory=AccountHealthConfig)
-    volume_storage: VolumeStorageConfig = Field(default_factory=VolumeStorageConfig)
-    hygiene: HygieneConfig = Field(default_factory=HygieneConfig)
+
+class RulesConfig(BaseModel):
+    """``[rules.*]``: one table per rule of the registry (``rules.registry.RULES``), validated
+    by that rule's config model; a rule not written runs with its defaults."""
+
+    # Tables are known only from the registry, so they live as extras, each a rule's model.
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, RuleConfig] = Field(init=False)
+
+    @classmethod
+    def tables(cls) -> dict[str, type[RuleConfig]]:
+        """Every rule's table name and config model, in the registry's order."""
+        return {name: rule.config_model for name, rule in registry.RULES.items()}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _by_registry(cls, data: Any, handler: ModelWrapValidatorHandler[RulesConfig]) -> Any:
+        if isinstance(data, RulesConfig) or not isinstance(data, Mapping):
+            return handler(data)  # not a table: pydantic says so
+        errors: list[InitErrorDetails] = [
+            {"type": "extra_forbidden", "loc": (str(name),), "input": None}
+            for name in data
+            if name not in registry.RULES
+        ]
+        tables: dict[str, RuleConfig] = {}
+        for name, model in cls.tables().items():
+            value = data.get(name, {})
+            try:
+                tables[name] = value if isinstance(value, model) else model.model_validate(value)
+            except ValidationError as error:
+                for item in line_errors(error):
+                    item["loc"] = (name, *item["loc"])
+                    errors.append(item)
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return handler(tables)
+
+    def of(self, model: type[ConfigT]) -> ConfigT:
+        """The configuration of the rule whose config model is ``model`` (typed)."""
+        for config in self.by_name().values():
+            if isinstance(config, model) and type(config) is model:
+                return config
+        raise KeyError(model.__name__)
 
     def by_name(self) -> dict[str, RuleConfig]:
-        """Every rule's config keyed by rule name, in the order above."""
-        return {name: getattr(self, name) for name in type(self).model_fields}
+        """Every rule's config keyed by rule name, in the registry's order."""
+        return dict(self.__pydantic_extra__ or {})
 
 
 class NotifyRoute(StrictModel):

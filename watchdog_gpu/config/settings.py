@@ -62,6 +62,17 @@ current_load: ContextVar[LoadContext | None] = ContextVar("watchdog_gpu_load", d
 class _EnvironmentSource(EnvSettingsSource):
     """``WATCHDOG_GPU_*`` variables from the load's environment mapping instead of os.environ."""
 
+    def next_field(
+        self, field: FieldInfo | Any | None, key: str, case_sensitive: bool | None = None
+    ) -> FieldInfo | None:
+        # [rules] has no field per rule (its tables come from the registry): the rule's model
+        # tells how to read a value under it (a JSON list for risky_ports, ...).
+        annotation = field.annotation if isinstance(field, FieldInfo) else field
+        if annotation is RulesConfig:
+            model: Any = RulesConfig.tables().get(key.lower())
+            return model  # type: ignore[no-any-return]
+        return super().next_field(field, key, case_sensitive)
+
     def _load_env_vars(self) -> Mapping[str, str | None]:
         context = current_load.get()
         if context is None:

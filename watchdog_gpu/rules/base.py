@@ -64,7 +64,7 @@ class StrictModel(BaseModel):
             try:
                 handler(data)
             except ValidationError as error:
-                refused += _line_errors(error)
+                refused += line_errors(error)
             raise ValidationError.from_exception_data(cls.__name__, refused)
         model = handler(data)
         if used:
@@ -81,7 +81,7 @@ def _value_error(key: str, error: ValueError) -> InitErrorDetails:
     return {"type": "value_error", "loc": (key,), "input": None, "ctx": {"error": error}}
 
 
-def _line_errors(error: ValidationError) -> list[InitErrorDetails]:
+def line_errors(error: ValidationError) -> list[InitErrorDetails]:
     """``error``'s errors in the form a new ``ValidationError`` is built from."""
     found: list[InitErrorDetails] = []
     for detail in error.errors(include_url=False):
