@@ -103,13 +103,57 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    watchdog: WatchdogSection = Field(default_factory=WatchdogSection)
-    metrics: MetricsSection = Field(default_factory=MetricsSection)
-    accounts: list[AccountConfig] = Field(default_factory=list)
-    probe: ProbeSection = Field(default_factory=ProbeSection)
-    rules: RulesConfig = Field(default_factory=RulesConfig)
-    safety: SafetyConfig = Field(default_factory=SafetyConfig)
-    notify: NotifySection = Field(default_factory=NotifySection)
+    watchdog: WatchdogSection = Field(
+        default_factory=WatchdogSection,
+        description="The daemon itself: its mode, intervals, database and logs.",
+    )
+    metrics: MetricsSection = Field(
+        default_factory=MetricsSection, description="The Prometheus endpoint."
+    )
+    accounts: list[AccountConfig] = Field(
+        default_factory=list,
+        description=(
+            "One [[accounts]] table per provider account. Names are unique and made of "
+            'letters, digits, "_", "." and "-" (they appear in file names and metric '
+            "labels)."
+        ),
+        examples=[
+            [
+                {
+                    "name": "vast-main",
+                    "provider": "vast",
+                    "api_key": {"credential": "vast_api_key"},
+                    "ssh": {"private_key": {"credential": "ssh_private_key"}},
+                },
+                {
+                    "name": "runpod-lab",
+                    "provider": "runpod",
+                    "api_key": {"file": "credentials/runpod_api_key"},
+                    "idle_evidence": "ssh",
+                    "ssh": {"user": "root", "key_file": "~/.ssh/id_ed25519"},
+                },
+            ]
+        ],
+    )
+    probe: ProbeSection = Field(
+        default_factory=ProbeSection, description="The GPU probe over SSH (nvidia-smi dmon)."
+    )
+    rules: RulesConfig = Field(
+        default_factory=RulesConfig,
+        description=(
+            "The rules, one [rules.<name>] table each; a rule not written runs with the "
+            "defaults shown. Every rule has enabled and mode; rules that stop or destroy "
+            "instances also have action, warn_before and salvage (each described at its "
+            "first use below)."
+        ),
+    )
+    safety: SafetyConfig = Field(
+        default_factory=SafetyConfig,
+        description="What no rule may touch, and the limits on how much the rules may do at once.",
+    )
+    notify: NotifySection = Field(
+        default_factory=NotifySection, description="Delivery of notifications through Apprise."
+    )
 
     _config_file: Path | None = PrivateAttr(default=None)
 
