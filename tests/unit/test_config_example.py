@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from watchdog_gpu.cli import main as main_cli
 from watchdog_gpu.config import RulesConfig, Settings, load_settings
 from watchdog_gpu.config.generate import REGENERATE, example, main, outputs, reference, tables
 from watchdog_gpu.rules.budget import BudgetConfig
@@ -239,3 +240,15 @@ def test_the_environment_overrides_the_example_shows_apply_to_it() -> None:
     for name, value in shown:
         overridden = load_settings(EXAMPLE, {"HOME": "/nonexistent", name: value})
         assert option(overridden, name) != option(plain, name), name
+
+
+def test_config_example_prints_a_file_config_check_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_cli(["config", "example"]) == 0
+    printed = capsys.readouterr().out
+    path = tmp_path / "config.toml"
+    path.write_text(printed, encoding="utf-8")
+
+    assert printed == EXAMPLE.read_text(encoding="utf-8")
+    assert main_cli(["config", "check", "--config", str(path)]) == 0

@@ -66,11 +66,11 @@ class _EnvironmentSource(EnvSettingsSource):
         self, field: FieldInfo | Any | None, key: str, case_sensitive: bool | None = None
     ) -> FieldInfo | None:
         # [rules] has no field per rule (its tables come from the registry): the rule's model
-        # tells how to read a value under it (a JSON list for risky_ports, ...).
+        # tells how to read a value under it (a JSON list for risky_ports, ...). A type, as the
+        # base class returns for a dict's values.
         annotation = field.annotation if isinstance(field, FieldInfo) else field
         if annotation is RulesConfig:
-            model: Any = RulesConfig.tables().get(key.lower())
-            return model  # type: ignore[no-any-return]
+            return RulesConfig.tables().get(key.lower())  # type: ignore[return-value]
         return super().next_field(field, key, case_sensitive)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
