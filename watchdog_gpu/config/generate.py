@@ -16,7 +16,6 @@ import textwrap
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -72,16 +71,6 @@ Lines of the form "# option = value" are options left at their default (which ca
 in TOML, usually "not set"); remove the "# " to set them."""
 
 
-@dataclass(frozen=True, slots=True)
-class Table:
-    """One TOML table of the example: where it is, what it documents and its example values."""
-
-    path: str
-    model: type[BaseModel]
-    description: str | None
-    values: Mapping[str, Any] = field(default_factory=dict)
-
-
 def tables() -> Iterator[tuple[str, type[BaseModel], str | None]]:
     """Every table of the configuration (dotted path, model, description), in file order; the
     entries of a list of tables as ``path[]``, the rule tables from the registry."""
@@ -96,7 +85,7 @@ def _tables_of(
         kind, nested = _shape(info.annotation)
         if nested is None:
             continue
-        description = info.description or nested.__doc__
+        description = info.description or _docstring(nested)
         if kind == "list":
             yield f"{where}[]", nested, description
             yield from _tables_of(nested, f"{where}[]")
