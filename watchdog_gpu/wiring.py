@@ -36,6 +36,8 @@ from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_ht
 from watchdog_gpu.providers.http import stoppable_sleep
 from watchdog_gpu.rules import lookback_for
 from watchdog_gpu.rules.base import DestructiveRuleConfig, SalvageConfig
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.store import ActionRow, Store, create_engine_for, upgrade_to_head
 from watchdog_gpu.tick import TickSettings, Watchdog
 
@@ -199,7 +201,7 @@ def build_streams(
         clock=clock,
         settings=StreamSettings(
             stall_after=settings.probe.stall_after,
-            threshold_percent=settings.rules.idle_gpu.threshold_percent,
+            threshold_percent=settings.rules.of(IdleGpuConfig).threshold_percent,
         ),
     )
 
@@ -213,7 +215,7 @@ def build_prober(
 ) -> Prober | None:
     if not settings.probe.enabled or runner is None:
         return None
-    idle = settings.rules.idle_gpu
+    idle = settings.rules.of(IdleGpuConfig)
     return Prober(
         runner,
         clock=clock,
@@ -266,11 +268,11 @@ def tick_settings(settings: Settings) -> TickSettings:
         lookback=lookback_for(rules),
         sample_retention=settings.watchdog.sample_retention,
         raw_sample_retention=settings.watchdog.raw_sample_retention,
-        budget_timezone=settings.rules.budget.timezone,
+        budget_timezone=settings.rules.of(BudgetConfig).timezone,
         continuity=2 * settings.watchdog.poll_interval + timedelta(seconds=30),
         notify_backoff=Backoff(settings.notify.retry_initial, settings.notify.retry_max),
         evidence=settings.evidence(),
-        threshold_percent=settings.rules.idle_gpu.threshold_percent,
+        threshold_percent=settings.rules.of(IdleGpuConfig).threshold_percent,
     )
 
 

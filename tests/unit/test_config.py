@@ -21,6 +21,8 @@ from watchdog_gpu.config import (
     find_config_file,
     load_settings,
 )
+from watchdog_gpu.rules.hygiene import HygieneConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "config"
 EXAMPLE = Path(__file__).parent.parent.parent / "config.example.toml"
@@ -221,12 +223,14 @@ def test_environment_variables_override_nested_values_of_the_file(tmp_path: Path
         "WATCHDOG_GPU_WATCHDOG__MODE": "enforce",
         "watchdog_gpu_metrics__port": "19108",
         "WATCHDOG_GPU_SAFETY__PROTECT_NAMES": '["*keep*"]',
+        "WATCHDOG_GPU_RULES__HYGIENE__RISKY_PORTS": "[22, 3389]",
     }
 
     settings = load_settings(path, environ)
 
-    assert settings.rules.idle_gpu.idle_minutes == 45
-    assert settings.rules.idle_gpu.arm_after == timedelta(minutes=5)  # the file's, kept
+    assert settings.rules.of(IdleGpuConfig).idle_minutes == 45
+    assert settings.rules.of(HygieneConfig).risky_ports == [22, 3389]  # JSON, per the model
+    assert settings.rules.of(IdleGpuConfig).arm_after == timedelta(minutes=5)  # the file's, kept
     assert settings.watchdog.mode == "enforce"
     assert settings.metrics.port == 19108
     assert settings.safety.protect_names == ["*keep*"]

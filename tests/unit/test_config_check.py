@@ -299,7 +299,8 @@ def test_json_of_a_valid_configuration(
     ]
     assert {"path", "message"} <= set(report["warnings"][0])
     assert any(w["path"] == "rules.idle_gpu.idle_minutes" for w in report["warnings"])
-    assert report["rules"][0]["name"] == "idle_gpu"
+    # In the registry's order (the money layer first), as the rules are evaluated.
+    assert [rule["name"] for rule in report["rules"]][:2] == ["budget", "idle_gpu"]
 
 
 def test_json_of_an_invalid_configuration_lists_the_problems_and_exits_2(

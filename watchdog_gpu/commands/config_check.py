@@ -48,9 +48,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "config",
         help=summary("config"),
         description="Inspect the configuration: `config check` validates it, lists every "
-        "problem by its dotted path and summarises what it configures.",
+        "problem by its dotted path and summarises what it configures; `config example` prints "
+        "a commented file with every option and its default.",
     )
-    actions = config.add_subparsers(dest="config_action", metavar="{check}", required=True)
+    actions = config.add_subparsers(dest="config_action", metavar="{check,example}", required=True)
     check = actions.add_parser(
         "check",
         help="validate the configuration and summarise it",
@@ -71,6 +72,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(exit 1 when the daemon could not use it)",
     )
     check.set_defaults(handler=run_check)
+    example = actions.add_parser(
+        "example",
+        help="print a commented configuration file with every option and its default",
+        description="Print config.example.toml: every option of the configuration with its "
+        "default and what it does, generated from the configuration's models (docs/"
+        "configuration.md is the same as a reference). Redirect it to a file, edit the "
+        "[[accounts]] tables, then run `config check`.",
+    )
+    example.set_defaults(handler=run_example)
+
+
+def run_example(args: argparse.Namespace) -> int:
+    """Print the generated example configuration."""
+    from watchdog_gpu.config.generate import example
+
+    sys.stdout.write(example())
+    return EXIT_OK
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -131,7 +131,7 @@ def _effective_threshold(args: argparse.Namespace) -> float | None:
         for problem in error.problems:
             print(f"watchdog-gpu dmon parse: {args.config}: {problem}", file=sys.stderr)
         return None
-    return settings.rules.idle_gpu.threshold_percent
+    return settings.rules.of(IdleGpuConfig).threshold_percent
 
 
 def _json_result(table: DmonTable, summaries: dict[int, GpuSummary]) -> dict[str, Any]:

@@ -108,8 +108,8 @@ def _url(settings: Settings, environ: Mapping[str, str]) -> str:
 def monitor_only(settings: Settings) -> Settings:
     """``settings`` with the global mode and every rule's own mode set to monitor (a rule with
     ``mode = "enforce"`` would otherwise act despite a global monitor)."""
-    rules = settings.rules.model_copy(
-        update={
+    rules = type(settings.rules)(
+        **{
             name: rule.model_copy(update={"mode": "monitor"})
             for name, rule in settings.rules.by_name().items()
         }

@@ -6,9 +6,8 @@ Modules:
     settings   the top-level :class:`Settings` and its sources (file, environment)
     load       finding and loading the file; every problem by its dotted path
     checks     cross-field checks, secret availability (:func:`resolve_secrets`), warnings
-
-``config.example.toml`` at the top of the repository documents every option; a test keeps it
-and these models in step.
+    generate   ``config.example.toml`` and ``docs/configuration.md`` from the models' field
+               descriptions, defaults and examples (a test fails when they drift)
 
 The names below are loaded on first use (module ``__getattr__``): importing this package, or one
 of its sections, does not import pydantic-settings and the loader (a fifth of a second of a

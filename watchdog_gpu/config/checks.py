@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from watchdog_gpu.capabilities import CAPABILITIES
 from watchdog_gpu.durations import format_duration
 from watchdog_gpu.errors import ConfigProblem
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.secrets import SecretReference, warn_if_exposed
 
 if TYPE_CHECKING:
@@ -68,7 +70,7 @@ def cross_check(settings: Settings) -> list[ConfigProblem]:
         )
     if settings.notify.retry_initial > settings.notify.retry_max:
         problems.append(ConfigProblem("notify.retry_initial", "must not exceed retry_max"))
-    idle_window = settings.rules.idle_gpu.idle
+    idle_window = settings.rules.of(IdleGpuConfig).idle
     if settings.watchdog.sample_retention < idle_window:
         problems.append(
             ConfigProblem(
@@ -89,7 +91,7 @@ def actions_providers_cannot_take(settings: Settings) -> list[ConfigProblem]:
     if not cannot_stop:
         return []
     problems = []
-    for rule_name, rule in settings.rules:
+    for rule_name, rule in settings.rules.by_name().items():
         if getattr(rule, "action", None) != "stop" or not getattr(rule, "enabled", True):
             continue
         names = ", ".join(repr(account.name) for account in cannot_stop)
@@ -109,7 +111,7 @@ def _unknown_account_references(settings: Settings) -> list[ConfigProblem]:
     known = {account.name for account in settings.accounts}
     problems = [
         ConfigProblem(f"rules.budget.accounts.{name}", f"no account is named {name!r}")
-        for name in settings.rules.budget.accounts
+        for name in settings.rules.of(BudgetConfig).accounts
         if name not in known
     ]
     for index, name in enumerate(settings.safety.protect_accounts):
@@ -133,8 +135,8 @@ def iter_secret_references(
     model: BaseModel, prefix: str = ""
 ) -> Iterator[tuple[str, SecretReference]]:
     """Every secret reference in ``model`` (recursively) with its dotted path."""
-    for name in type(model).model_fields:
-        yield from _walk(getattr(model, name), f"{prefix}.{name}" if prefix else name)
+    for name, value in model:  # fields and extras (the rule tables of [rules])
+        yield from _walk(value, f"{prefix}.{name}" if prefix else name)
 
 
 def _walk(value: object, path: str) -> Iterator[tuple[str, SecretReference]]:
@@ -256,7 +258,7 @@ def defeating_settings(settings: Settings) -> list[ConfigProblem]:
         for index, pattern in enumerate(settings.safety.protect_names)
         if glob_protects_everything(pattern)
     ]
-    idle = settings.rules.idle_gpu
+    idle = settings.rules.of(IdleGpuConfig)
     interval = settings.watchdog.probe_interval
     if idle.enabled and idle.max_sample_gap < interval:
         warnings.append(
@@ -291,8 +293,7 @@ def deprecated_keys(settings: Settings) -> list[ConfigProblem]:
                         "a unit everywhere); the old key still works",
                     )
                 )
-        for name in type(model).model_fields:
-            child = getattr(model, name)
+        for name, child in model:  # fields and extras (the rule tables of [rules])
             if isinstance(child, BaseModel):
                 walk(child, f"{path}.{name}" if path else name)
 

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from watchdog_gpu.config.sections import RulesConfig
 from watchdog_gpu.config.settings import (
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
@@ -297,14 +298,20 @@ def _options_at(loc: tuple[int | str, ...]) -> list[str]:
         if annotation is None:
             return []
     model = _model_in(annotation)
-    return list(model.model_fields) if model is not None else []
+    return list(_options_of(model)) if model is not None else []
+
+
+def _options_of(model: type[BaseModel]) -> dict[str, Any]:
+    """Each option of ``model`` and its type: its fields, or the registry's rule tables."""
+    if issubclass(model, RulesConfig):
+        return dict(RulesConfig.tables())
+    return {name: field.annotation for name, field in model.model_fields.items()}
 
 
 def _step(annotation: Any, part: int | str) -> Any:
     model = _model_in(annotation)
     if model is not None:
-        field = model.model_fields.get(str(part))
-        return None if field is None else field.annotation
+        return _options_of(model).get(str(part))
     for arg in _type_args(annotation):
         origin = typing.get_origin(arg)
         if origin is list and isinstance(part, int):

@@ -13,24 +13,24 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from watchdog_gpu.durations import Duration, PositiveDuration
-from watchdog_gpu.rules.account_health import AccountHealthConfig
-from watchdog_gpu.rules.base import RuleConfig, StrictModel
-from watchdog_gpu.rules.budget import BudgetConfig
-from watchdog_gpu.rules.hygiene import HygieneConfig
-from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
-from watchdog_gpu.rules.low_balance import LowBalanceConfig
-from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
-from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
-from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
-from watchdog_gpu.rules.stuck_starting import StuckStartingConfig
-from watchdog_gpu.rules.unobserved import UnobservedConfig
-from watchdog_gpu.rules.volume_storage import VolumeStorageConfig
+from watchdog_gpu.rules import registry
+from watchdog_gpu.rules.base import RuleConfig, StrictModel, line_errors
 from watchdog_gpu.secrets import SecretReference, current_config_directory, resolve_config_path
 
 Mode = Literal["monitor", "enforce"]
@@ -103,54 +103,113 @@ class WatchdogSection(StrictModel):
 
     mode: Mode = Field(
         default="monitor",
-        description="monitor: decide, record and notify but change nothing; enforce: act",
+        description=(
+            '"monitor": every rule is evaluated, recorded, notified and exported exactly '
+            "as in enforce mode, marked dry-run, and nothing is stopped or destroyed. "
+            'Watch what it would do for a few days, then switch to "enforce" (here, or '
+            "per rule with [rules.<name>] mode)."
+        ),
     )
     poll_interval: PositiveDuration = Field(
-        default=timedelta(seconds=60), description="how often every account is listed"
+        default=timedelta(seconds=60),
+        description="How often every account is listed (instances, volumes, balance).",
     )
     probe_interval: PositiveDuration = Field(
-        default=timedelta(seconds=60), description="how often running instances are probed"
+        default=timedelta(seconds=60),
+        description="How often running instances are probed over SSH (nvidia-smi dmon).",
     )
     database_url: str | None = Field(
         default=None,
         repr=False,  # may carry a database password
-        description="SQLAlchemy URL; unset = sqlite file watchdog-gpu.db in the state directory",
+        description=(
+            "SQLAlchemy database URL. Not set: an SQLite file watchdog-gpu.db in "
+            "$STATE_DIRECTORY (systemd StateDirectory=), else in /var/lib/watchdog-gpu/ "
+            "when this file is /etc/watchdog-gpu/config.toml (the system unit's database, "
+            "so `sudo watchdog-gpu status` reads it too), else "
+            "$XDG_STATE_HOME/watchdog-gpu/, else ~/.local/state/watchdog-gpu/.\nA team's "
+            "shared PostgreSQL (pip install 'watchdog-gpu[postgresql]'; "
+            "docs/postgresql.md) is a URL like "
+            '"postgresql+psycopg://watchdog@db.example.internal/watchdog".'
+        ),
+        examples=["sqlite:////var/lib/watchdog-gpu/watchdog-gpu.db"],
     )
     node_name: str | None = Field(
         default=None,
         min_length=1,
         max_length=200,
-        description="this daemon's name among watchdogs sharing a PostgreSQL database, and in "
-        "every phone message (unset = the host name)",
+        description=(
+            "This daemon's name among watchdogs that share one PostgreSQL database (one "
+            "leads, the others stand by); shown by `status` and the watchdog_gpu_leader "
+            'metric, and every phone message ends "Sent by watchdog-gpu on <node_name>". '
+            "Not set: the host name."
+        ),
+        examples=["vps-1"],
     )
     leader_lease: PositiveDuration = Field(
         default=timedelta(seconds=30),  # store/rows.DEFAULT_LEADER_LEASE_SECONDS
         ge=timedelta(seconds=2),
         le=timedelta(minutes=10),
-        description="a team's leader whose lock session stays silent this long (a frozen "
-        "process, a host cut off from the database) is replaced by a standby",
+        description=(
+            "A team's leader whose database session stays silent this long (a frozen "
+            "process, a host cut off from the database) is replaced by a standby; a live "
+            "leader renews every 5 s at most."
+        ),
     )
     database_password: SecretReference | None = Field(
         default=None,
-        description="the database password (PostgreSQL), kept out of database_url",
+        description=(
+            "The database password (PostgreSQL), kept out of database_url: a secret "
+            "reference, like the API keys."
+        ),
+        examples=[{"credential": "database-password"}],
     )
     sample_retention: PositiveDuration = Field(
-        default=timedelta(days=7), description="GPU samples older than this are deleted"
+        default=timedelta(days=7),
+        description=(
+            "GPU samples, probe outcomes and hourly GPU summaries older than this are "
+            "deleted (must cover the longest idle window)."
+        ),
     )
     # The same default as store/rollup.RAW_SAMPLES_FOR (a test keeps them equal).
     raw_sample_retention: PositiveDuration = Field(
         default=timedelta(hours=2),
-        description="raw GPU samples older than this (and than the rules' lookback) are kept "
-        "as hourly busy/idle/unknown counts per GPU",
+        description=(
+            "Raw GPU samples older than this (and than the rules' lookback, 73 minutes by "
+            "default) are kept as hourly busy/idle/unknown counts per GPU: about 14 MiB a "
+            "day for 1,000 instances of 2 GPUs, where their raw samples take about 21 MiB "
+            "an hour (a whole day of them ≈ 500 MiB)."
+        ),
     )
     log_format: Literal["text", "json"] = Field(
-        default="text", description="text: key=value lines; json: one JSON object per line"
+        default="text",
+        description=(
+            'Log lines on stderr: "text" (logfmt, journald friendly) or "json" (one '
+            "object per line). Either way msg is a short phrase and every fact is a field "
+            "of its own (instance=, account=, state=, rule=, action=...), for Loki's `| "
+            "logfmt` or `| json`.\nUnder systemd each line starts with its priority (<4> "
+            "warning ...), so `journalctl -p warning` works; on a terminal the lines are "
+            "plain. A probe is logged once per host per state change (at most 60 such "
+            "lines a minute, and a summary every 10 minutes while hosts fail)."
+        ),
     )
-    log_level: LogLevel = Field(default="info", description="debug, info, warning, error")
+    log_level: LogLevel = Field(
+        default="info",
+        description=(
+            "One of debug, info, warning, error, critical. Libraries that see URLs or "
+            "secrets (urllib3, httpx, apprise, paramiko, alembic ...) stay at warning "
+            "even at debug, and every secret and notification-URL token is masked in "
+            "every line."
+        ),
+    )
     dead_mans_switch_url: SecretReference | None = Field(
         default=None,
-        description="URL pinged (GET) after every healthy tick, e.g. healthchecks.io; "
-        "URL + /fail gets the reason (POST) after an unhealthy one",
+        description=(
+            "A URL pinged (HTTP GET) after every healthy tick, for a dead man's switch "
+            "such as healthchecks.io: if the pings stop, that service alerts you. After "
+            'an unhealthy tick the daemon POSTs the reason to the URL + "/fail" '
+            "(healthchecks.io alerts at once). A secret reference or a URL."
+        ),
+        examples=[{"env": "WATCHDOG_DMS_URL"}],
     )
 
     # The directory of the configuration file this section was read from (None when built in
@@ -224,12 +283,24 @@ class WatchdogSection(StrictModel):
 class MetricsSection(StrictModel):
     """``[metrics]``: the Prometheus endpoint."""
 
-    enabled: bool = Field(default=True, description="serve /metrics")
+    enabled: bool = Field(
+        default=True, description="Serve Prometheus metrics at http://LISTEN_ADDRESS:PORT/metrics."
+    )
     listen_address: str = Field(
-        default="127.0.0.1", description="address to bind; the endpoint has no authentication"
+        default="127.0.0.1",
+        description=(
+            "The address to bind. The endpoint has no authentication: keep it on loopback "
+            "unless a firewall protects it."
+        ),
     )
     port: int = Field(
-        default=DEFAULT_METRICS_PORT, ge=0, le=65535, description="TCP port (0 = any free port)"
+        default=DEFAULT_METRICS_PORT,
+        ge=0,
+        le=65535,
+        description=(
+            "9841 is not taken by any exporter in Prometheus' port allocation list. 0 "
+            "picks a free port."
+        ),
     )
 
     @field_validator("listen_address")
@@ -246,17 +317,35 @@ class MetricsSection(StrictModel):
 class AccountSshConfig(StrictModel):
     """``[accounts.ssh]``: how the GPU probe logs in to this account's instances."""
 
-    user: str = Field(default="root", description="login user on the instances")
+    user: str = Field(default="root", description="Login user on the instances.")
     key_file: Path | None = Field(
-        default=None, description="private key file (relative to the config file's directory)"
+        default=None,
+        description=(
+            "A private key file (relative paths are taken from this file's directory; ~ "
+            "is expanded), for the user unit or a shell (the system unit cannot read a "
+            "home directory). Use either key_file or private_key, not both."
+        ),
+        examples=["~/.ssh/id_ed25519"],
     )
     private_key: SecretReference | None = Field(
-        default=None, description="private key contents, e.g. { credential = 'ssh_key' }"
+        default=None,
+        description=(
+            "The private key's contents as a secret reference. Under the system unit:\n  "
+            "LoadCredential=ssh_private_key:/etc/watchdog-gpu/credentials/id_ed25519"
+        ),
+        examples=[{"credential": "ssh_private_key"}],
     )
     key_passphrase: SecretReference | None = Field(
-        default=None, description="passphrase of an encrypted private key"
+        default=None,
+        description="Passphrase of an encrypted private key (a secret reference).",
+        examples=[{"credential": "ssh_key_passphrase"}],
     )
-    use_agent: bool = Field(default=False, description="also offer keys from $SSH_AUTH_SOCK")
+    use_agent: bool = Field(
+        default=False,
+        description=(
+            "Also offer keys from a running ssh-agent ($SSH_AUTH_SOCK; not under the system unit)."
+        ),
+    )
 
     @field_validator("user")
     @classmethod
@@ -284,29 +373,68 @@ class AccountSshConfig(StrictModel):
 class AccountConfig(StrictModel):
     """``[[accounts]]``: one provider account."""
 
-    name: str = Field(description="unique; letters, digits, '_', '.', '-'")
-    provider: Provider = Field(description="vast, runpod or lambda")
-    api_key: SecretReference = Field(description="the API key (a secret reference)")
+    name: str = Field(
+        description=(
+            'Unique; letters, digits, "_", "." and "-" (it appears in file names and '
+            "metric labels)."
+        ),
+        examples=["vast-main"],
+    )
+    provider: Provider = Field(description='One of "vast", "runpod", "lambda".', examples=["vast"])
+    api_key: SecretReference = Field(
+        description=(
+            "The API key (required), a secret reference. Under the system unit:\n"
+            "  LoadCredential=vast_api_key:/etc/watchdog-gpu/credentials/vast_api_key\n"
+            "From a shell:\n"
+            '  api_key = { env = "VAST_API_KEY" }\n'
+            "Under the user unit, a file only you can read:\n"
+            '  api_key = { file = "credentials/runpod_api_key" }'
+        ),
+        examples=[{"credential": "vast_api_key"}],
+    )
     api_url: str | None = Field(
-        default=None, description="API base URL; unset = the provider's public endpoint"
+        default=None,
+        description=(
+            "API base URL; not set means the provider's public endpoint. Useful for a "
+            "proxy or to point the daemon at `watchdog-gpu sim serve`."
+        ),
+        examples=["http://127.0.0.1:8081"],
     )
     request_timeout: PositiveDuration = Field(
-        default=timedelta(seconds=30), description="timeout of one API request"
+        default=timedelta(seconds=30), description="Timeout of one API request."
     )
     retry_budget: Duration = Field(
         default=timedelta(seconds=60),
-        description="total time retries of one call may take (429/5xx/timeouts)",
+        description=(
+            "Total time the retries of one call may take (429, 5xx and timeouts are "
+            "retried with exponential backoff and jitter, honouring Retry-After)."
+        ),
     )
     protect: bool = Field(
-        default=False, description="never stop or destroy anything in this account"
+        default=False,
+        description=(
+            "true: nothing in this account is ever stopped or destroyed (still watched "
+            "and reported)."
+        ),
     )
-    ssh: AccountSshConfig = Field(default_factory=AccountSshConfig)
+    ssh: AccountSshConfig = Field(
+        default_factory=AccountSshConfig,
+        description=(
+            "How the GPU probe logs in to this account's instances (key authentication only)."
+        ),
+    )
     idle_evidence: Literal["ssh", "provider_api"] = Field(
         default="ssh",
         description=(
-            "what may prove this account's GPUs idle: ssh (the probe's dmon rows only) or "
-            "provider_api (RunPod's per-poll utilisation figure too: a GPU busy in short bursts "
-            "between polls can be judged idle and destroyed; docs/safety.md)"
+            "What may prove this account's GPUs idle (docs/safety.md, \"Evidence "
+            'strength"):\n  "ssh" (default): only the probe\'s nvidia-smi dmon rows. '
+            "RunPod's utilisation figure (one\n    reading per poll) still proves a GPU "
+            "busy, never idle: a pod the probe cannot see is never\n    destroyed as "
+            'idle, only alerted ("looks idle per the provider, not destroyed").\n  '
+            '"provider_api": RunPod\'s figure may prove idle too, for pods the probe '
+            "cannot reach. It can\n    misjudge: a GPU busy in short bursts between polls "
+            "reads 0 % and is destroyed as idle.\n    No effect on Vast.ai and Lambda "
+            "(their APIs report no GPU utilisation)."
         ),
     )
 
@@ -343,45 +471,73 @@ class ProbeSection(StrictModel):
         "sample_interval_seconds": ("sample_interval", "s")
     }
 
-    enabled: bool = Field(default=True, description="probe running instances over SSH")
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Probe running instances over SSH. Without probes no instance is ever judged "
+            'idle (it is "unobserved"; RunPod\'s utilisation figure proves busy only, '
+            "unless the account opts in with its idle_evidence); the time-limit and "
+            "budget rules still protect the money."
+        ),
+    )
     mode: Literal["stream", "burst"] = Field(
         default="stream",
         description=(
-            "stream: one long-lived nvidia-smi dmon per host, every second observed (a host that "
-            "does not allow it falls back to burst); burst: dmon -c N once per probe_interval"
+            '"stream": one long-lived nvidia-smi dmon per host on the kept SSH '
+            "connection, read every second (docs/probe.md); a host that does not allow a "
+            'long-running command falls back to "burst": nvidia-smi dmon -c '
+            "samples_per_probe once per probe_interval (the settings below)."
         ),
     )
     stall_after: PositiveDuration = Field(
         default=timedelta(seconds=10),
         description=(
-            "a stream without a row for this long beyond its 6 s batch interval is reconnected"
-            " (the gap is blind)"
+            "A stream without a row for this long beyond its batch interval (the host "
+            "sends its rows every 5 s, so +6 s) is closed (its remote processes die with "
+            "it) and the host reconnected with backoff; the gap is blind time, never "
+            "idle."
         ),
     )
     # Probes mostly wait (10 s of dmon sampling each): ~instances x 10 s / probe_interval
     # sessions are needed to probe every instance each interval (bench/README.md, "Burst SSH
     # probe").
     workers: int = Field(
-        default=32, ge=1, le=256, description="parallel burst-mode SSH sessions at most"
+        default=32,
+        ge=1,
+        le=256,
+        description=(
+            "Burst mode: parallel SSH sessions at most. A probe spends samples_per_probe "
+            "x sample_interval (10 s by default) mostly waiting, so to probe every "
+            "instance once per probe_interval you need about instances x 10 s / 60 s "
+            "workers: 32 covers ~190 instances; raise it for larger fleets."
+        ),
     )
     connect_timeout: PositiveDuration = Field(
-        default=timedelta(seconds=10), description="TCP connect timeout"
+        default=timedelta(seconds=10), description="TCP connect timeout."
     )
     banner_timeout: PositiveDuration = Field(
-        default=timedelta(seconds=10), description="wait this long for the SSH banner"
+        default=timedelta(seconds=10), description="Wait this long for the SSH server's banner."
     )
     auth_timeout: PositiveDuration = Field(
-        default=timedelta(seconds=10), description="SSH authentication timeout"
+        default=timedelta(seconds=10), description="SSH authentication timeout."
     )
     command_deadline: PositiveDuration = Field(
-        default=timedelta(seconds=45), description="the whole remote command must finish by this"
+        default=timedelta(seconds=45),
+        description=(
+            "The whole remote command must have finished by this deadline (longer than "
+            "samples_per_probe x sample_interval)."
+        ),
     )
     samples_per_probe: int = Field(
-        default=10, ge=1, le=600, description="dmon samples per probe (dmon -c)"
+        default=10, ge=1, le=600, description="Samples per probe (nvidia-smi dmon -c)."
     )
     sample_interval: PositiveDuration = Field(
         default=timedelta(seconds=1),
-        description="between dmon samples (dmon -d): whole seconds, 1s to 60s",
+        description=(
+            "Time between samples (nvidia-smi dmon -d): whole seconds, 1s to 60s.\n"
+            "(Formerly sample_interval_seconds = 1, still read, with a deprecation note "
+            "in `config check`.)"
+        ),
     )
 
     @field_validator("sample_interval")
@@ -398,38 +554,74 @@ class ProbeSection(StrictModel):
         return int(self.sample_interval.total_seconds())
 
 
-class RulesConfig(StrictModel):
-    """``[rules.*]``: one table per rule; defaults are each rule's defaults."""
+ConfigT = TypeVar("ConfigT", bound=RuleConfig)
 
-    idle_gpu: IdleGpuConfig = Field(default_factory=IdleGpuConfig)
-    paused_interruptible: PausedInterruptibleConfig = Field(
-        default_factory=PausedInterruptibleConfig
-    )
-    stopped_disk: StoppedDiskConfig = Field(default_factory=StoppedDiskConfig)
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    max_runtime: MaxRuntimeConfig = Field(default_factory=MaxRuntimeConfig)
-    low_balance: LowBalanceConfig = Field(default_factory=LowBalanceConfig)
-    unobserved: UnobservedConfig = Field(default_factory=UnobservedConfig)
-    stuck_starting: StuckStartingConfig = Field(default_factory=StuckStartingConfig)
-    account_health: AccountHealthConfig = Field(default_factory=AccountHealthConfig)
-    volume_storage: VolumeStorageConfig = Field(default_factory=VolumeStorageConfig)
-    hygiene: HygieneConfig = Field(default_factory=HygieneConfig)
+
+class RulesConfig(BaseModel):
+    """``[rules.*]``: one table per rule of the registry (``rules.registry.RULES``), validated
+    by that rule's config model; a rule not written runs with its defaults."""
+
+    # Tables are known only from the registry, so they live as extras, each a rule's model.
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, RuleConfig] = Field(init=False)
+
+    @classmethod
+    def tables(cls) -> dict[str, type[RuleConfig]]:
+        """Every rule's table name and config model, in the registry's order."""
+        return {name: rule.config_model for name, rule in registry.RULES.items()}
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _by_registry(cls, data: Any, handler: ModelWrapValidatorHandler[RulesConfig]) -> Any:
+        if isinstance(data, RulesConfig) or not isinstance(data, Mapping):
+            return handler(data)  # not a table: pydantic says so
+        errors: list[InitErrorDetails] = [
+            {"type": "extra_forbidden", "loc": (str(name),), "input": None}
+            for name in data
+            if name not in registry.RULES
+        ]
+        tables: dict[str, RuleConfig] = {}
+        for name, model in cls.tables().items():
+            value = data.get(name, {})
+            try:
+                tables[name] = value if isinstance(value, model) else model.model_validate(value)
+            except ValidationError as error:
+                for item in line_errors(error):
+                    item["loc"] = (name, *item["loc"])
+                    errors.append(item)
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return handler(tables)
+
+    def of(self, model: type[ConfigT]) -> ConfigT:
+        """The configuration of the rule whose config model is ``model`` (typed)."""
+        for config in self.by_name().values():
+            if isinstance(config, model) and type(config) is model:
+                return config
+        raise KeyError(model.__name__)
 
     def by_name(self) -> dict[str, RuleConfig]:
-        """Every rule's config keyed by rule name, in the order above."""
-        return {name: getattr(self, name) for name in type(self).model_fields}
+        """Every rule's config keyed by rule name, in the registry's order."""
+        return dict(self.__pydantic_extra__ or {})
 
 
 class NotifyRoute(StrictModel):
     """``[[notify.routes]]``: one Apprise URL and the severities it receives."""
 
     url: SecretReference = Field(
-        description="Apprise URL; it embeds tokens, so prefer a reference { env = ... }"
+        description=(
+            "An Apprise URL (https://github.com/caronc/apprise) such as "
+            '"ntfys://ntfy.sh/TOPIC", "tgram://BOT_TOKEN/CHAT_ID" or "mailtos://...". '
+            "URLs embed tokens, so give them by reference. Under the system unit:\n  "
+            "LoadCredential=notify_url:/etc/watchdog-gpu/credentials/notify_url\n(the "
+            "OnFailure= notifier watchdog-gpu-failed@.service reads the same file)."
+        ),
+        examples=[{"credential": "notify_url"}],
     )
     severities: list[SeverityName] = Field(
         default_factory=lambda: list(ALL_SEVERITIES),
         min_length=1,
-        description="which messages go to this route",
+        description='Which messages go here: "info", "warning", "critical".',
     )
 
     @field_validator("severities")
@@ -443,21 +635,42 @@ class NotifyRoute(StrictModel):
 class NotifySection(StrictModel):
     """``[notify]``: delivery of notifications through Apprise."""
 
-    routes: list[NotifyRoute] = Field(default_factory=list, description="where messages go")
+    routes: list[NotifyRoute] = Field(
+        default_factory=list,
+        description=(
+            "One [[notify.routes]] table per destination: an Apprise URL and the "
+            "severities it receives."
+        ),
+        examples=[[{"url": {"credential": "notify_url"}}]],
+    )
     config: SecretReference | None = Field(
         default=None,
-        description="an Apprise config file (YAML or text) whose services are tagged with the "
-        "severities they receive (info, warning, critical, or always): a path, or a secret "
-        "reference to its contents; beside or instead of routes",
+        description=(
+            "An Apprise config file (YAML or text, "
+            "https://github.com/caronc/apprise/wiki/config) beside or instead of the "
+            "routes: a path, or a secret reference to its contents (it holds the "
+            'services\' tokens; under the system unit { credential = "apprise_config" }). '
+            "Tag each service with the severities it receives: info, warning, critical, "
+            "or always (all of them); a service with none of these tags is a "
+            "configuration error. YAML:\n  version: 1\n  urls:\n    - "
+            "tgram://BOT_TOKEN/CHAT_ID:\n        tag: warning, critical\n    - "
+            "mailtos://user:pass@example.com:\n        tag: always\nor text, one "
+            '"tags=URL" per line:  warning,critical=tgram://BOT_TOKEN/CHAT_ID'
+        ),
+        examples=["/etc/watchdog-gpu/apprise.yml"],
     )
     retry_initial: PositiveDuration = Field(
-        default=timedelta(seconds=30), description="first retry delay of a failed delivery"
+        default=timedelta(seconds=30),
+        description=(
+            "First retry delay of a failed delivery; delays double up to retry_max. "
+            "Failed deliveries stay in the outbox and never block actions."
+        ),
     )
     retry_max: PositiveDuration = Field(
-        default=timedelta(minutes=30), description="retry delays double up to this"
+        default=timedelta(minutes=30), description="Retry delays double up to this."
     )
     timeout: PositiveDuration = Field(
-        default=timedelta(seconds=15), description="timeout of one delivery attempt"
+        default=timedelta(seconds=15), description="Timeout of one delivery attempt."
     )
 
     @field_validator("config", mode="before")

@@ -62,6 +62,17 @@ current_load: ContextVar[LoadContext | None] = ContextVar("watchdog_gpu_load", d
 class _EnvironmentSource(EnvSettingsSource):
     """``WATCHDOG_GPU_*`` variables from the load's environment mapping instead of os.environ."""
 
+    def next_field(
+        self, field: FieldInfo | Any | None, key: str, case_sensitive: bool | None = None
+    ) -> FieldInfo | None:
+        # [rules] has no field per rule (its tables come from the registry): the rule's model
+        # tells how to read a value under it (a JSON list for risky_ports, ...). A type, as the
+        # base class returns for a dict's values.
+        annotation = field.annotation if isinstance(field, FieldInfo) else field
+        if annotation is RulesConfig:
+            return RulesConfig.tables().get(key.lower())  # type: ignore[return-value]
+        return super().next_field(field, key, case_sensitive)
+
     def _load_env_vars(self) -> Mapping[str, str | None]:
         context = current_load.get()
         if context is None:
@@ -92,13 +103,57 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    watchdog: WatchdogSection = Field(default_factory=WatchdogSection)
-    metrics: MetricsSection = Field(default_factory=MetricsSection)
-    accounts: list[AccountConfig] = Field(default_factory=list)
-    probe: ProbeSection = Field(default_factory=ProbeSection)
-    rules: RulesConfig = Field(default_factory=RulesConfig)
-    safety: SafetyConfig = Field(default_factory=SafetyConfig)
-    notify: NotifySection = Field(default_factory=NotifySection)
+    watchdog: WatchdogSection = Field(
+        default_factory=WatchdogSection,
+        description="The daemon itself: its mode, intervals, database and logs.",
+    )
+    metrics: MetricsSection = Field(
+        default_factory=MetricsSection, description="The Prometheus endpoint."
+    )
+    accounts: list[AccountConfig] = Field(
+        default_factory=list,
+        description=(
+            "One [[accounts]] table per provider account. Names are unique and made of "
+            'letters, digits, "_", "." and "-" (they appear in file names and metric '
+            "labels)."
+        ),
+        examples=[
+            [
+                {
+                    "name": "vast-main",
+                    "provider": "vast",
+                    "api_key": {"credential": "vast_api_key"},
+                    "ssh": {"private_key": {"credential": "ssh_private_key"}},
+                },
+                {
+                    "name": "runpod-lab",
+                    "provider": "runpod",
+                    "api_key": {"file": "credentials/runpod_api_key"},
+                    "idle_evidence": "ssh",
+                    "ssh": {"user": "root", "key_file": "~/.ssh/id_ed25519"},
+                },
+            ]
+        ],
+    )
+    probe: ProbeSection = Field(
+        default_factory=ProbeSection, description="The GPU probe over SSH (nvidia-smi dmon)."
+    )
+    rules: RulesConfig = Field(
+        default_factory=RulesConfig,
+        description=(
+            "The rules, one [rules.<name>] table each; a rule not written runs with the "
+            "defaults shown. Every rule has enabled and mode; rules that stop or destroy "
+            "instances also have action, warn_before and salvage (each described at its "
+            "first use below)."
+        ),
+    )
+    safety: SafetyConfig = Field(
+        default_factory=SafetyConfig,
+        description="What no rule may touch, and the limits on how much the rules may do at once.",
+    )
+    notify: NotifySection = Field(
+        default_factory=NotifySection, description="Delivery of notifications through Apprise."
+    )
 
     _config_file: Path | None = PrivateAttr(default=None)
 

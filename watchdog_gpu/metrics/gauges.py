@@ -75,9 +75,9 @@ class MetricsConfig:
         rules = settings.rules
         return cls(
             accounts={account.name: account.provider for account in settings.accounts},
-            budget=rules.budget,
-            idle=rules.idle_gpu,
-            unobserved=rules.unobserved,
+            budget=rules.of(BudgetConfig),
+            idle=rules.of(IdleGpuConfig),
+            unobserved=rules.of(UnobservedConfig),
             rules=rules.by_name(),
             job_intervals=dict(job_intervals or {}),
             evidence=settings.evidence(),

@@ -1,7 +1,7 @@
 """The rules: one module each, registered by name in :mod:`watchdog_gpu.rules.registry`.
 
-Adding a rule is one module (config model with a TOML example in its docstring, a pure
-``evaluate``, ``RULE = RuleSpec(NAME, Config, evaluate)``) plus one line in ``registry.RULES``.
+Adding a rule is one module (config model, a pure ``evaluate``,
+``RULE = RuleSpec(NAME, Config, evaluate)``) plus its entry in ``registry.RULES``.
 
 The registry's names are loaded on first use (PEP 562): the rules' configuration models are
 pydantic models, ≈ 0.3 s of CPU to build, and a reader of one pure helper module

@@ -31,9 +31,17 @@ OUTAGE = "outage"
 
 
 class AccountHealthConfig(RuleConfig):
+    """Notify when a provider account cannot be read: a rejected API key (HTTP 401/403) at once and
+    critically; any other failure (5xx, timeouts, a listing that cannot be read) once no poll
+    has worked for "outage_after", with the instances and $/h it cannot protect meanwhile. One
+    message when it starts, one when the account can be listed again.
+    """
+
     outage_after: Duration = Field(
         default=timedelta(minutes=10),
-        description="an account that cannot be listed this long is told (a rejected key: at once)",
+        description=(
+            "An account that cannot be listed this long is told (a rejected key: at once)."
+        ),
     )
 
 

@@ -64,7 +64,7 @@ class StrictModel(BaseModel):
             try:
                 handler(data)
             except ValidationError as error:
-                refused += _line_errors(error)
+                refused += line_errors(error)
             raise ValidationError.from_exception_data(cls.__name__, refused)
         model = handler(data)
         if used:
@@ -81,7 +81,7 @@ def _value_error(key: str, error: ValueError) -> InitErrorDetails:
     return {"type": "value_error", "loc": (key,), "input": None, "ctx": {"error": error}}
 
 
-def _line_errors(error: ValidationError) -> list[InitErrorDetails]:
+def line_errors(error: ValidationError) -> list[InitErrorDetails]:
     """``error``'s errors in the form a new ``ValidationError`` is built from."""
     found: list[InitErrorDetails] = []
     for detail in error.errors(include_url=False):
@@ -132,24 +132,30 @@ class SalvageConfig(StrictModel):
     """
 
     command: list[str] = Field(
-        default_factory=list, description="argument list; empty = no salvage step"
+        default_factory=list,
+        description=(
+            "An argument list (no shell) that may use {ssh_host} {ssh_port} {ssh_user} "
+            '{instance_id} {account} {provider}, e.g.\n  ["rsync", "-a", "-e", "ssh -p '
+            '{ssh_port}", "{ssh_user}@{ssh_host}:/workspace/results/", '
+            '"/srv/results/{instance_id}/"]\nEmpty: no salvage step.'
+        ),
     )
     timeout: Duration = Field(
-        default=timedelta(minutes=10), description="the command is killed after this"
+        default=timedelta(minutes=10), description="The command is killed after this."
     )
     on_failure: Literal["hold", "destroy"] = Field(
         default="hold",
-        description="hold: keep the instance and alert; destroy: destroy anyway",
+        description='"hold" keeps the instance and alerts, "destroy" destroys anyway.',
     )
 
 
 class RuleConfig(StrictModel):
     """Fields every rule has."""
 
-    enabled: bool = Field(default=True, description="false: the rule does not run at all")
+    enabled: bool = Field(default=True, description="false switches the rule off.")
     mode: RuleMode = Field(
         default="inherit",
-        description="inherit the global [watchdog] mode, or force monitor/enforce for this rule",
+        description='"inherit" the [watchdog] mode, or force "monitor" / "enforce" for this rule.',
     )
 
 
@@ -157,14 +163,25 @@ class DestructiveRuleConfig(RuleConfig):
     """Fields of a rule that can stop or destroy an instance."""
 
     action: DestructiveAction = Field(
-        default="destroy", description="what to do when the limit is reached"
+        default="destroy",
+        description=(
+            '"destroy", "stop" (keeps the disk, which keeps billing) or "notify"; "stop" '
+            "is refused (`config check`) while a Lambda account is configured: Lambda "
+            "instances can only be terminated."
+        ),
     )
     warn_before: Duration = Field(
         default=timedelta(minutes=10),
-        description="the warning goes out this long before the action",
+        description=(
+            "The warning (with the command to snooze or protect) goes out this long "
+            "before the action."
+        ),
     )
     salvage: SalvageConfig = Field(
-        default_factory=SalvageConfig, description="optional command run before a destroy"
+        default_factory=SalvageConfig,
+        description=(
+            "An optional command run before a destroy (e.g. rsync results off the instance)."
+        ),
     )
 
 

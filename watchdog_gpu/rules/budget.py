@@ -55,30 +55,54 @@ NAME = "budget"
 
 class BudgetLimits(StrictModel):
     daily_usd: float | None = Field(
-        default=None, gt=0, description="ceiling on spend in the current day"
+        default=None, gt=0, description="Ceiling on spend in the current day.", examples=[50.0]
     )
     monthly_usd: float | None = Field(
-        default=None, gt=0, description="ceiling on spend in the current month"
+        default=None, gt=0, description="Ceiling on spend in the current month.", examples=[500.0]
     )
     max_usd_per_hour: float | None = Field(
-        default=None, gt=0, description="ceiling on the current spend rate"
+        default=None, gt=0, description="Ceiling on the current spend rate.", examples=[10.0]
     )
     min_balance_usd: float | None = Field(
-        default=None, ge=0, description="destroy when the balance is at or under this floor"
+        default=None,
+        ge=0,
+        description=(
+            "A balance floor destroys only where the provider documents the balance as "
+            "spendable (RunPod's clientBalance); on Vast it alerts critically and acts on "
+            "nothing (docs/providers.md, Balances)."
+        ),
+        examples=[1.0],
     )
 
 
 class BudgetConfig(DestructiveRuleConfig, BudgetLimits):
-    timezone: str = Field(default="UTC", description="days and months are counted in this zone")
+    """Spend ceilings (across every provider, days and months counted in "timezone"). No ceiling is
+    set unless configured; when one is reached every billing, unprotected instance of the scope
+    is destroyed at once (skip_grace) and protected ones that keep billing are reported
+    critically.
+    """
+
+    timezone: str = Field(default="UTC", description="Days and months are counted in this zone.")
     skip_grace: bool = Field(
-        default=True, description="a budget emergency acts at once, without the warning grace"
+        default=True, description="A budget emergency acts at once, without the warning grace."
     )
     warn_before: Duration = Field(
         default=timedelta(0),
-        description="the warning goes out this long before the action (when grace applies)",
+        description="The warning goes out this long before the action (when grace applies).",
     )
     accounts: dict[str, BudgetLimits] = Field(
-        default_factory=dict, description="per-account ceilings, keyed by account name"
+        default_factory=dict,
+        description="Per-account ceilings (same four options), keyed by account name:",
+        examples=[
+            {
+                "vast-main": {
+                    "daily_usd": 20.0,
+                    "monthly_usd": 200.0,
+                    "max_usd_per_hour": 4.0,
+                    "min_balance_usd": 2.0,
+                }
+            }
+        ],
     )
 
     @field_validator("timezone")

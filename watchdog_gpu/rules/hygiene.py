@@ -55,16 +55,26 @@ EXPOSED_STATES = (InstanceState.STARTING, InstanceState.RUNNING)
 
 
 class HygieneConfig(RuleConfig):
-    check_ssh_keys: bool = Field(default=True, description="flag registered keys that are not keys")
+    """Notify about account-level risks the API shows."""
+
+    check_ssh_keys: bool = Field(
+        default=True,
+        description=(
+            'A registered SSH "public key" that is not a key (e.g. a file path pasted in).'
+        ),
+    )
     check_public_ports: bool = Field(
-        default=True, description="flag instances publishing risky ports"
+        default=True, description="Instances publishing the risky ports below to the internet."
     )
     risky_ports: list[int] = Field(
         default_factory=lambda: [8888, 8080, 6006, 80],
-        description="ports that should not face the internet (Jupyter, TensorBoard, HTTP)",
+        description="Ports that should not face the internet (Jupyter, TensorBoard, HTTP).",
     )
     check_autopay: bool = Field(
-        default=True, description="flag auto-pay that defeats a prepaid balance cap"
+        default=True,
+        description=(
+            "Auto-pay or a saved card defeating a prepaid balance cap (where the API tells)."
+        ),
     )
 
 

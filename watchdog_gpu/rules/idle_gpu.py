@@ -59,35 +59,48 @@ MAX_THRESHOLD_PERCENT = 50.0
 
 
 class IdleGpuConfig(DestructiveRuleConfig):
+    """Every GPU of a running instance idle for "idle", the window covered by real samples."""
+
     LEGACY_DURATIONS: ClassVar[Mapping[str, tuple[str, str]]] = {"idle_minutes": ("idle", "m")}
 
     idle: PositiveDuration = Field(
-        default=timedelta(minutes=30), description="every GPU idle this long before the action"
+        default=timedelta(minutes=30),
+        description=(
+            "Every GPU idle this long before the action.\n(Formerly idle_minutes = 30, "
+            "still read, with a deprecation note in `config check`.)"
+        ),
     )
     arm_after: Duration = Field(
         default=timedelta(minutes=20),
-        description="arm this long after the instance started running, even without activity",
+        description=(
+            "The rule arms once the instance showed GPU activity, or this long after it "
+            "started running."
+        ),
     )
     threshold_percent: float = Field(
         default=5.0,
         ge=0,
-        description="a GPU is busy when sm/enc/dec/jpg/ofa exceed this percentage "
-        f"(at most {MAX_THRESHOLD_PERCENT:g})",
+        description="A GPU is busy when sm, enc, dec, jpg or ofa exceed this percentage. At "
+        f"most {MAX_THRESHOLD_PERCENT:g} (`config check` refuses more: a GPU working at half its "
+        "capacity would count as idle and be destroyed).",
     )
     min_coverage: float = Field(
         default=0.8,
         gt=0,
         le=1,
         description=(
-            "blind time never counts as idle; a blind stretch longer than "
-            "idle x (1 - min_coverage) restarts the idle clock"
+            "Fraction of the idle window real samples must cover; less is blind time, "
+            "never idle (a blind stretch longer than idle x (1 - min_coverage) restarts "
+            "the idle clock)."
         ),
     )
     max_sample_gap: Duration = Field(
         default=timedelta(minutes=3),
         description=(
-            "two samples further apart than this leave blind time between them "
-            "(about twice the probe interval)"
+            "Two samples further apart than this leave blind time between them. Longer "
+            "than 0s (an error); shorter than [watchdog] probe_interval is warned about: "
+            "the burst probe's and the provider's samples come that far apart, so "
+            "idle_gpu would never find those GPUs idle."
         ),
     )
 

@@ -30,15 +30,21 @@ CRITICAL_RUNWAY_HOURS = 1.0
 
 
 class LowBalanceConfig(RuleConfig):
+    """Notify when the balance is low or the runway (balance / spend rate) is short."""
+
     min_balance_usd: float | None = Field(
-        default=5.0, ge=0, description="warn when the balance is at or under this"
+        default=5.0, ge=0, description="Warn when the balance is at or under this."
     )
     LEGACY_DURATIONS: ClassVar[Mapping[str, tuple[str, str]]] = {
         "min_runway_hours": ("min_runway", "h")
     }
 
     min_runway: PositiveDuration | None = Field(
-        default=timedelta(hours=6), description="warn when balance ÷ spend rate is under this"
+        default=timedelta(hours=6),
+        description=(
+            "Warn when balance / spend rate is under this.\n(Formerly min_runway_hours = "
+            "6.0, still read, with a deprecation note in `config check`.)"
+        ),
     )
 
     @property

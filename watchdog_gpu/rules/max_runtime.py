@@ -35,11 +35,17 @@ NAME = "max_runtime"
 
 
 class MaxRuntimeConfig(DestructiveRuleConfig):
+    """A hard limit on running time, busy or not. Off unless "limit" is set (it can kill a busy
+    job).
+    """
+
     limit: Duration | None = Field(
-        default=None, description="maximum running time; unset = the rule does nothing"
+        default=None,
+        description="Maximum running time; not set: the rule does nothing.",
+        examples=["48h"],
     )
     warn_before: Duration = Field(
-        default=timedelta(hours=1), description="the warning goes out this long before the action"
+        default=timedelta(hours=1), description="The warning goes out this long before the action."
     )
 
 

@@ -28,8 +28,14 @@ NAME = "paused_interruptible"
 
 
 class PausedInterruptibleConfig(DestructiveRuleConfig):
+    """An interruptible (bid/spot) instance paused (outbid, preempted) for longer than "after".
+    Only where the provider shows it lost its GPU against its user's wish (a Vast bid instance
+    that loads is starting; a stop Vast or RunPod cannot tell from an outbid, or one Vast made
+    itself at a zero balance or a host fault, is a stopped disk: docs/providers.md).
+    """
+
     after: Duration = Field(
-        default=timedelta(minutes=30), description="how long an instance may stay paused"
+        default=timedelta(minutes=30), description="How long an instance may stay paused."
     )
 
 

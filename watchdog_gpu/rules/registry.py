@@ -1,8 +1,11 @@
 """The rules' registry: one module each, registered here by name (the TOML table name under
 ``[rules]``); the package ``watchdog_gpu.rules`` exports these names.
 
-Adding a rule is one module (config model with a TOML example in its docstring, a pure
-``evaluate``, ``RULE = RuleSpec(NAME, Config, evaluate)``) plus one line in ``RULES`` below.
+Adding a rule is one module (a config model whose docstring and field descriptions document
+its ``[rules.<name>]`` table, a pure ``evaluate``, ``RULE = RuleSpec(NAME, Config, evaluate)``)
+plus its entry in ``RULES`` below: the configuration's ``[rules]`` (``config.RulesConfig``),
+``config check`` and the generated example and reference read this registry
+(``python -m watchdog_gpu.config.generate`` rewrites the files).
 
 :func:`evaluate_all` runs every enabled rule over one fleet view. A rule that raises is logged
 and skipped — the others still run: one bug must not switch off the budget layer too.

@@ -28,12 +28,16 @@ NAME = "stopped_disk"
 
 
 class StoppedDiskConfig(DestructiveRuleConfig):
+    """A stopped instance whose disk keeps billing for longer than "after". action is "destroy" or
+    "notify": "stop" is refused (the instance is stopped already; its disk would keep billing).
+    """
+
     after: Duration = Field(
         default=timedelta(hours=24),
-        description="how long a stopped instance may keep billing its disk",
+        description="How long a stopped instance may keep billing its disk.",
     )
     warn_before: Duration = Field(
-        default=timedelta(hours=1), description="the warning goes out this long before the action"
+        default=timedelta(hours=1), description="The warning goes out this long before the action."
     )
 
     @field_validator("action")

@@ -32,9 +32,15 @@ NAME = "stuck_starting"
 
 
 class StuckStartingConfig(RuleConfig):
+    """Notify when an instance bills compute without running for longer than "after": a RunPod pod
+    RUNNING whose container never comes up (or stuck RESTARTING), a Vast instance stuck
+    rebooting. States whose compute does not bill yet (Vast loading, Lambda booting) are left
+    alone.
+    """
+
     after: Duration = Field(
         default=timedelta(minutes=15),
-        description="how long an instance may bill compute while not running before alerting",
+        description="How long an instance may bill compute while not running before alerting.",
     )
 
 

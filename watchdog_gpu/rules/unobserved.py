@@ -33,8 +33,10 @@ DETAIL_LIMIT = 160
 
 
 class UnobservedConfig(RuleConfig):
+    """Notify when a running instance had no usable GPU data for "after" (blind time)."""
+
     after: Duration = Field(
-        default=timedelta(minutes=30), description="blind time before the alert"
+        default=timedelta(minutes=30), description="Blind time before the alert."
     )
 
 

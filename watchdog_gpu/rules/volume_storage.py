@@ -26,8 +26,11 @@ NAME = "volume_storage"
 
 
 class VolumeStorageConfig(RuleConfig):
+    """Notify when a detached volume or filesystem has billed for longer than "after"."""
+
     after: Duration = Field(
-        default=timedelta(days=7), description="how long a detached volume may bill before alerting"
+        default=timedelta(days=7),
+        description="How long a detached volume may bill before alerting.",
     )
 
 

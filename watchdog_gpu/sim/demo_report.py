@@ -13,6 +13,10 @@ from typing import TextIO
 from watchdog_gpu.config import Settings
 from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
+from watchdog_gpu.rules.paused_interruptible import PausedInterruptibleConfig
+from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
 from watchdog_gpu.sim.phone import PhoneMessage
 from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.story import clock_text, short_id
@@ -140,20 +144,22 @@ def print_header(
             f"{instance.gpu_name}{bid}, ${instance.compute_usd_per_hour:.2f}/h{disk}\n"
         )
     rules = settings.rules
+    idle, paused = rules.of(IdleGpuConfig), rules.of(PausedInterruptibleConfig)
+    stopped = rules.of(StoppedDiskConfig)
     budgets = ", ".join(
         f"{name} ${limits.daily_usd:.2f}/day"
-        for name, limits in rules.budget.accounts.items()
+        for name, limits in rules.of(BudgetConfig).accounts.items()
         if limits.daily_usd is not None
     )
     out.write(
         "\nRules (watchdog_gpu/sim/demo_config.toml, the rest are the documented defaults):\n"
-        f"  idle_gpu: destroy after {format_duration(rules.idle_gpu.idle)} with every GPU idle, "
-        f"warned {format_duration(rules.idle_gpu.warn_before)} before\n"
+        f"  idle_gpu: destroy after {format_duration(idle.idle)} with every GPU idle, "
+        f"warned {format_duration(idle.warn_before)} before\n"
         "  paused_interruptible: destroy after "
-        f"{format_duration(rules.paused_interruptible.after)} paused, warned "
-        f"{format_duration(rules.paused_interruptible.warn_before)} before\n"
-        f"  stopped_disk: destroy after {format_duration(rules.stopped_disk.after)} stopped "
-        f"(24 h by default), warned {format_duration(rules.stopped_disk.warn_before)} before\n"
+        f"{format_duration(paused.after)} paused, warned "
+        f"{format_duration(paused.warn_before)} before\n"
+        f"  stopped_disk: destroy after {format_duration(stopped.after)} stopped "
+        f"(24 h by default), warned {format_duration(stopped.warn_before)} before\n"
         f"  budget: {budgets or 'no ceiling'}; when reached, destroy every billing, "
         "unprotected instance at once\n"
         "  protected: instances named *keep* (watchdog-gpu protect --name '*keep*')\n"

@@ -30,6 +30,7 @@ from watchdog_gpu.probe.stream_buffer import (
 )
 from watchdog_gpu.probe.stream_command import StreamCommandSpec
 from watchdog_gpu.probe.stream_reader import StreamReader
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.sim.dmon_render import (
     dmon_stamp,
     render_compute_apps,
@@ -219,5 +220,5 @@ def simulated_streams(
     if settings.probe.mode != "stream":
         return None
     return SimulatedStreams(
-        world, threshold_percent=settings.rules.idle_gpu.threshold_percent, keyless=keyless
+        world, threshold_percent=settings.rules.of(IdleGpuConfig).threshold_percent, keyless=keyless
     )

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.rules.budget import BudgetConfig
+from watchdog_gpu.rules.stopped_disk import StoppedDiskConfig
 from watchdog_gpu.sim.demo import demo_scenario, demo_settings, upcoming
 from watchdog_gpu.sim.night_clock import NightClock
 from watchdog_gpu.sim.scenario import InstanceEvent, ScenarioInstance
@@ -98,8 +100,8 @@ def test_the_shipped_night_and_rules_make_a_valid_enforcing_configuration(
     assert settings.watchdog.mode == "enforce"
     assert settings.watchdog.poll_interval == scenario.tick
     assert settings.watchdog.probe_interval == scenario.tick
-    assert settings.rules.stopped_disk.after == timedelta(hours=2)
-    assert settings.rules.budget.accounts["runpod-lab"].daily_usd == 12.0
+    assert settings.rules.of(StoppedDiskConfig).after == timedelta(hours=2)
+    assert settings.rules.of(BudgetConfig).accounts["runpod-lab"].daily_usd == 12.0
     assert settings.metrics.listen_address == "127.0.0.1"
     assert {a.name for a in settings.accounts} == {a.name for a in scenario.accounts}
     assert all((a.api_url or "").startswith("http://127.0.0.1:") for a in settings.accounts)
