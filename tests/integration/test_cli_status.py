@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
+import struct
 import subprocess
 import sys
+import termios
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -479,10 +482,13 @@ def test_a_busy_gpu_whose_probe_then_fails_is_unknown_never_busy(
     assert gpu["last_seen"] == "busy"
 
 
-def on_a_terminal(argv: list[str], environ: dict[str, str]) -> str:
-    """What ``watchdog-gpu ARGV`` writes to a pseudo-terminal (a real pty, a real process)."""
+def on_a_terminal(argv: list[str], environ: dict[str, str], columns: int | None = None) -> str:
+    """What ``watchdog-gpu ARGV`` writes to a pseudo-terminal (a real pty, a real process;
+    ``columns`` wide when given)."""
     main_fd, child_fd = pty.openpty()
     try:
+        if columns is not None:
+            fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
         done = subprocess.run(
             [sys.executable, "-m", "watchdog_gpu", *argv],
             stdin=subprocess.DEVNULL,

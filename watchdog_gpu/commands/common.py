@@ -14,7 +14,8 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -380,21 +381,95 @@ def table(
     rows: Sequence[Sequence[str]],
     indent: str = "",
     paint: Callable[[int, int, str], str] | None = None,
+    width: int | None = None,
 ) -> list[str]:
     """Fixed-width columns (two spaces apart), a header line, no trailing spaces. ``paint(row,
-    column, text)`` may colour a body cell; widths are measured on the plain text."""
+    column, text)`` may colour a body cell; widths are measured on the plain text. With
+    ``width``, a table wider than that narrows its widest columns and wraps their cells onto
+    more lines (nothing is cut; a row's first line holds its first cell)."""
     widths = [len(header) for header in headers]
     for row in rows:
         for column, cell in enumerate(row):
             widths[column] = max(widths[column], len(cell))
+    if width is not None:
+        widths = _narrowed(widths, headers, width - len(indent) - 2 * (len(headers) - 1))
     lines = []
     for index, row in enumerate((headers, *rows)):
-        cells = []
-        for column, (cell, width) in enumerate(zip(row, widths, strict=True)):
-            shown = paint(index - 1, column, cell) if paint is not None and index > 0 else cell
-            cells.append(shown + " " * (width - len(cell)))
-        lines.append((indent + "  ".join(cells)).rstrip())
+        wrapped = [_wrapped(cell, size) for cell, size in zip(row, widths, strict=True)]
+        for part in range(max(len(cell) for cell in wrapped)):
+            cells = []
+            for column, (pieces, column_width) in enumerate(zip(wrapped, widths, strict=True)):
+                cell = pieces[part] if part < len(pieces) else ""
+                shown = paint(index - 1, column, cell) if paint is not None and index > 0 else cell
+                cells.append(shown + " " * (column_width - len(cell)))
+            lines.append((indent + "  ".join(cells)).rstrip())
     return lines
+
+
+# The narrowest a column is made before its cells wrap (a header is never split mid-word).
+_MIN_COLUMN = 6
+
+
+def _narrowed(widths: list[int], headers: Sequence[str], budget: int) -> list[int]:
+    """``widths`` with the widest columns narrowed, one character at a time, until they fit in
+    ``budget`` or every column is at its minimum. The first column (what the row is about: an
+    instance, an account) is narrowed last."""
+    floors = [
+        min(width, max(_MIN_COLUMN, *(len(word) for word in header.split())))
+        for width, header in zip(widths, headers, strict=True)
+    ]
+    widths = list(widths)
+    while sum(widths) > budget:
+        narrowable = [column for column, width in enumerate(widths) if width > floors[column]]
+        if not narrowable:
+            break
+        others = [column for column in narrowable if column > 0]
+        widest = max(others or narrowable, key=lambda column: widths[column])
+        widths[widest] -= 1
+    return widths
+
+
+def _wrapped(cell: str, width: int) -> list[str]:
+    if len(cell) <= width:
+        return [cell]
+    return textwrap.wrap(cell, width, break_on_hyphens=False) or [cell[:width]]
+
+
+def output_width(stream: TextIO, environ: Mapping[str, str] | None = None) -> int | None:
+    """How many columns text written to ``stream`` may take: ``$COLUMNS`` when it is set (a
+    positive number), else the terminal's width when ``stream`` is a terminal; ``None`` — no
+    limit — for a pipe or a file, so ``… | grep`` and scripts get whole lines."""
+    env = os.environ if environ is None else environ
+    columns = env.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):  # closed, not a real file, no size
+        return None
+    return None
+
+
+def fitted(lines: Iterable[str], width: int | None) -> list[str]:
+    """``lines`` of prose wrapped to ``width`` (continuations indented two spaces more than the
+    line they continue); unchanged without a width."""
+    if width is None:
+        return list(lines)
+    shown: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            shown.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        shown += textwrap.wrap(
+            line.strip(),
+            width,
+            initial_indent=lead,
+            subsequent_indent=lead + "  ",
+            break_on_hyphens=False,
+        )
+    return shown
 
 
 def print_lines(lines: Sequence[str], out: TextIO | None = None) -> None:

@@ -14,7 +14,10 @@ in the outbox, stops/destroys due (``destroy due 22:30 UTC (idle_gpu)``, when th
 act: ``plan.action_due``; none once the action — in monitor mode its dry run; with ``--db``
 alone, either — is recorded),
 snoozes and protections (the planner's own check, configuration included when one was read).
-Then the fuse, and the protections kept in the database.
+Then the fuse, and the protections kept in the database. Every line fits the terminal's width
+(``$COLUMNS`` when set): a narrow one gets names cut short with snoozes and protections in one
+``NEXT`` column with the actions, then no names, then wrapped cells; a pipe gets whole lines
+unless ``$COLUMNS`` is set.
 
 The database is the one the daemon resolves from the same configuration: ``database_url``, else
 ``watchdog-gpu.db`` in ``$STATE_DIRECTORY``, in ``/var/lib/watchdog-gpu`` for a configuration in
@@ -70,8 +73,10 @@ from watchdog_gpu.commands.common import (
     Source,
     add_source_arguments,
     current_time,
+    fitted,
     json_time,
     opened_reader,
+    output_width,
     print_json,
     print_lines,
     ref,
@@ -231,7 +236,10 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(status_json(status))
     else:
-        print_lines(status_lines(status, colour=colour_enabled(sys.stdout)))
+        lines = status_lines(
+            status, colour=colour_enabled(sys.stdout), width=output_width(sys.stdout)
+        )
+        print_lines(lines)
     return EXIT_OK
 
 
@@ -425,10 +433,15 @@ def _due(
 _GPU_COLOURS = {"busy": "green", "idle": "yellow", "unknown": "red", "no_samples": "red"}
 
 
-def status_lines(status: FleetStatus, *, colour: bool = False) -> list[str]:
-    """The human tables (``colour``: the GPU state coloured, for a terminal)."""
+def status_lines(
+    status: FleetStatus, *, colour: bool = False, width: int | None = None
+) -> list[str]:
+    """The human tables (``colour``: the GPU state coloured, for a terminal; ``width``: every
+    line fits in that many columns — see :func:`_instance_table`)."""
     if not status.accounts:
-        return [f"no accounts recorded yet (database {status.database})", _mode_line(status)]
+        return fitted(
+            [f"no accounts recorded yet (database {status.database})", _mode_line(status)], width
+        )
     now = status.as_of
     lines = [f"as of {timestamp(now)}; database {status.database}", _mode_line(status)]
     if status.clock_note:
@@ -436,35 +449,98 @@ def status_lines(status: FleetStatus, *, colour: bool = False) -> list[str]:
     lines.append(_fuse_line(status))
     if status.leader is not None:
         lines.append(_leader_line(status.leader, now))
+    lines = fitted(lines, width)
     lines.append("")
     lines += table(
         ("ACCOUNT", "PROVIDER", "BALANCE", "SPEND", "RUNWAY", "LAST POLL"),
         [_account_row(account, now) for account in status.accounts],
+        width=width,
     )
-    lines += [
-        f"  {account.view.account} GPU evidence: {account.gpu_evidence}"
-        for account in status.accounts
-        if account.gpu_evidence is not None
-    ]
+    lines += fitted(
+        (
+            f"  {account.view.account} GPU evidence: {account.gpu_evidence}"
+            for account in status.accounts
+            if account.gpu_evidence is not None
+        ),
+        width,
+    )
     lines.append("")
     if status.instances:
-        instances = status.instances
-
-        def gpu_colour(row: int, column: int, text: str) -> str:
-            return paint(text, _GPU_COLOURS.get(instances[row].gpu.status), colour and column == 4)
-
-        lines += table(
-            ("INSTANCE", "NAME", "STATE", "$/H", "GPU", "PENDING", "SNOOZED", "PROTECTED"),
-            [_instance_row(instance, now) for instance in instances],
-            paint=gpu_colour,
-        )
+        lines += _instance_table(status.instances, now, colour=colour, width=width)
     else:
         lines.append("no instances")
     if status.protections:
         lines.append("")
-        lines.append("protections (database; `watchdog-gpu unprotect` removes them):")
-        lines += [f"  {_protection_text(p)}" for p in status.protections]
+        lines += fitted(
+            [
+                "protections (database; `watchdog-gpu unprotect` removes them):",
+                *(f"  {_protection_text(p)}" for p in status.protections),
+            ],
+            width,
+        )
     return lines
+
+
+# How long a name may be in the narrower layouts before it is cut with an ellipsis.
+_SHORT_NAME = 16
+
+
+def _instance_table(
+    instances: Sequence[InstanceStatus], now: datetime, *, colour: bool, width: int | None
+) -> list[str]:
+    """The instances table, in the first layout whose lines fit in ``width``: every column;
+    then names cut to 16 characters with snoozes and protections moved into one ``NEXT``
+    column with the pending and due actions; then without names. The last one wraps its
+    widest cells if it still does not fit. The essential facts — instance, state and since
+    when, $/h, GPU activity (idle since), next action — are in every layout."""
+
+    def painter(headers: Sequence[str]) -> Callable[[int, int, str], str]:
+        gpu = headers.index("GPU")
+
+        def gpu_colour(row: int, column: int, text: str) -> str:
+            shown = colour and column == gpu
+            return paint(text, _GPU_COLOURS.get(instances[row].gpu.status), shown)
+
+        return gpu_colour
+
+    headers: tuple[str, ...] = (
+        "INSTANCE",
+        "NAME",
+        "STATE",
+        "$/H",
+        "GPU",
+        "PENDING",
+        "SNOOZED",
+        "PROTECTED",
+    )
+    rows = [_instance_row(instance, now) for instance in instances]
+    if width is None or max(len(line) for line in table(headers, rows)) <= width:
+        return table(headers, rows, paint=painter(headers))
+    rows = [_compact_row(instance, now) for instance in instances]
+    headers = ("INSTANCE", "NAME", "STATE", "$/H", "GPU", "NEXT")
+    if max(len(line) for line in table(headers, rows)) <= width:
+        return table(headers, rows, paint=painter(headers))
+    headers = ("INSTANCE", "STATE", "$/H", "GPU", "NEXT")
+    rows = [row[:1] + row[2:] for row in rows]
+    return table(headers, rows, paint=painter(headers), width=width)
+
+
+def _compact_row(instance: InstanceStatus, now: datetime) -> list[str]:
+    """:func:`_instance_row` in six columns: the name cut short, then one ``NEXT`` cell with
+    the pending and due actions, the snooze and the protection."""
+    full = _instance_row(instance, now)
+    name = full[1] if len(full[1]) <= _SHORT_NAME else full[1][: _SHORT_NAME - 1] + "…"
+    following = [text for text in _next_texts(instance, now) if text]
+    return [full[0], name, full[2], full[3], full[4], "; ".join(following) or "-"]
+
+
+def _next_texts(instance: InstanceStatus, now: datetime) -> list[str]:
+    snoozed = instance.snoozed_until
+    return [
+        *_pending_texts(instance, now),
+        f"snoozed until {format_clock(snoozed, now)}" if snoozed else "",
+        f"protected: {instance.protected}" if instance.protected else "",
+    ]
 
 
 def _mode_line(status: FleetStatus) -> str:
@@ -549,12 +625,6 @@ def _instance_row(instance: InstanceStatus, now: datetime) -> list[str]:
     state = latest.state.value
     if latest.state is InstanceState.UNKNOWN:
         state += f" ({latest.raw_state})"
-    pending = [
-        f"{a.kind.value} {a.status}" + (" (dry run)" if a.dry_run else "") for a in instance.pending
-    ]
-    pending += [
-        f"{f.action.value} due {format_clock(f.due_at, now)} ({f.rule})" for f in instance.due
-    ]
     snoozed = instance.snoozed_until
     return [
         ref(latest.account, latest.instance_id),
@@ -562,10 +632,21 @@ def _instance_row(instance: InstanceStatus, now: datetime) -> list[str]:
         f"{state} since {format_clock(instance.since, now)}",
         format_rate(instance.usd_per_hour),
         instance.gpu.text,
-        "; ".join(pending) or "-",
+        "; ".join(_pending_texts(instance, now)) or "-",
         f"until {format_clock(snoozed, now)}" if snoozed else "-",
         instance.protected or "-",
     ]
+
+
+def _pending_texts(instance: InstanceStatus, now: datetime) -> list[str]:
+    """The instance's actions in the outbox, then the stops/destroys due and when."""
+    pending = [
+        f"{a.kind.value} {a.status}" + (" (dry run)" if a.dry_run else "") for a in instance.pending
+    ]
+    pending += [
+        f"{f.action.value} due {format_clock(f.due_at, now)} ({f.rule})" for f in instance.due
+    ]
+    return pending
 
 
 def _protection_text(protection: Protection) -> str:
