@@ -1,6 +1,7 @@
 """``watchdog-gpu doctor`` in the default stream probe mode against real sshds on 127.0.0.1:
 it waits for each stream's first outcome, says why a probe failed (connection refused,
-permission denied), and a failed probe makes the report DEGRADED (exit 1) as ``once`` does.
+permission denied, host key changed against the daemon's pinned keys), and a failed probe makes
+the report DEGRADED (exit 1) as ``once`` does.
 A failing API holds it for its capped retry budget, not the daemon's 60 s."""
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import pytest
 from tests.integration.cli_support import freeze_clock, isolate, run
 from tests.integration.conftest import FakeGpu, serving_sshd
 from tests.integration.sshd import SshServer, free_port
+from tests.integration.store_builders import T0
 from tests.support.sim_world import ServedWorld, served_world
 from watchdog_gpu.doctor.check import DOCTOR_RETRY_BUDGET
+from watchdog_gpu.store import sqlite_url
+from watchdog_gpu.wiring import open_store
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
@@ -131,3 +135,39 @@ def test_a_failing_api_holds_doctor_for_the_capped_retry_budget_only(
     assert json.loads(result.out)["accounts"][0]["key"]["status"] == "unreachable"
     waited = clock.monotonic() - started
     assert 0 < waited <= DOCTOR_RETRY_BUDGET.total_seconds()
+
+
+def test_doctor_says_host_key_changed_when_the_host_differs_from_the_daemons_pin(
+    ssh_server: SshServer,
+    fake_gpu: FakeGpu,
+    other_sshd: SshServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The daemon's database (the configuration's) pinned 1001 to another host's key — the
+    # watchdog's known_hosts, per instance — and 1002 to the key its sshd really offers.
+    fake_gpu.replay("dmon", text=ONE_BUSY_GPU, pace_seconds=0.5, forever=0)
+    daemon = open_store(sqlite_url(tmp_path / "wd.db"))
+    daemon.pin_host_key("vast-a", "1001", "ssh-ed25519", other_sshd.host_key_base64, T0)
+    daemon.pin_host_key("vast-a", "1002", "ssh-ed25519", ssh_server.host_key_base64, T0)
+    pinned = daemon.pinned_host_keys()
+    ports = {"1001": ssh_server.port, "1002": ssh_server.port, "1003": ssh_server.port}
+    with served_world(scenario(tmp_path, ports)) as served:
+        path = config(tmp_path, served, ssh_server.client.path)
+        as_json = run(capsys, "doctor", "--config", str(path), "--json")
+        text = run(capsys, "doctor", "--config", str(path))
+
+    assert as_json.code == 1, as_json.err
+    report = json.loads(as_json.out)
+    probes = {i["instance_id"]: i["probe"] for i in report["accounts"][0]["instances"]}
+    assert probes["1001"]["status"] == "host_key_changed"
+    assert probes["1001"]["reason"].startswith("host key changed: ")
+    assert (probes["1002"]["status"], probes["1002"]["verdict"]) == ("ok", "busy")
+    assert (probes["1003"]["status"], probes["1003"]["verdict"]) == ("ok", "busy")  # first use
+    assert "SSH host keys: checked against the 2 the daemon pinned in " in as_json.out
+    assert text.code == 1
+    assert "host key changed: " in text.out
+    assert text.out.splitlines()[-1].startswith("result: DEGRADED: 1 probe(s) failed")
+    # Read only: the daemon's pins are as they were, 1003's first use was not pinned there.
+    assert daemon.pinned_host_keys() == pinned
+    daemon.engine.dispose()

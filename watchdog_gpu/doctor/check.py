@@ -1,9 +1,12 @@
 """Run the doctor: read every account once, probe once, evaluate the real rules — read-only.
 
 Only listing calls reach the providers, the executor and delivery never run, and the user's
-database is never opened: the observation goes into a throw-away SQLite file and the real rules
-and planner run over it, so every time-based clock starts now. Each API call is retried for at
-most ``DOCTOR_RETRY_BUDGET``. ``docs/doctor.md``, "Read-only, by construction".
+database is never written: the observation goes into a throw-away SQLite file and the real rules
+and planner run over it, so every time-based clock starts now. Only the SSH host keys the daemon
+pinned are read from the user's database (never created or migrated), so a host offering another
+key says "host key changed" as in the daemon; an instance without a pin is trusted on first use
+for this run. Each API call is retried for at most ``DOCTOR_RETRY_BUDGET``. ``docs/doctor.md``,
+"Read-only, by construction".
 """
 
 from __future__ import annotations
@@ -11,18 +14,20 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.config import Settings
 from watchdog_gpu.doctor.report import DoctorReport, account_report, rule_verdicts
-from watchdog_gpu.errors import ProviderError
+from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.model import AccountObservation, ProbeOutcome
 from watchdog_gpu.probe.runner import CommandRunner, StreamSource
 from watchdog_gpu.probe.stream_buffer import StreamState
 from watchdog_gpu.reports import TickReport
-from watchdog_gpu.store import sqlite_url
+from watchdog_gpu.store import Store, create_engine_for, display_url, sqlite_url
+from watchdog_gpu.store.urls import sqlite_file
 from watchdog_gpu.wiring import Assembly, TransportFactory, assemble, open_store
 
 log = logging.getLogger(__name__)
@@ -51,9 +56,12 @@ def run_doctor(
     unusable SSH key or notification URL found while building, StoreError when the temporary
     database cannot be made."""
     settings = with_capped_retries(settings)
+    pins, pins_note = daemon_host_keys(settings.watchdog.effective_database_url(environ))
     with tempfile.TemporaryDirectory(prefix="watchdog-gpu-doctor-") as directory:
         store = open_store(sqlite_url(Path(directory) / "doctor.db"))
         try:
+            for (account, instance_id), (key_type, key_base64) in pins.items():
+                store.pin_host_key(account, instance_id, key_type, key_base64, clock.now())
             assembly = assemble(
                 settings,
                 clock,
@@ -64,11 +72,32 @@ def run_doctor(
                 claimer="doctor",
             )
             try:
-                return _examine(settings, assembly, clock, given_runner=runner is not None)
+                report = _examine(settings, assembly, clock, given_runner=runner is not None)
+                return replace(report, notes=(*report.notes, pins_note))
             finally:
                 assembly.close()
         finally:
             store.engine.dispose()
+
+
+def daemon_host_keys(url: str) -> tuple[dict[tuple[str, str], tuple[str, str]], str]:
+    """The SSH host keys the daemon pinned in its database at ``url`` — read only: never
+    created or migrated — and a note saying what the probes were checked against. A database
+    that is missing or cannot be read leaves no pins (each host then trusted on first use for
+    this run), which the note says."""
+    shown = display_url(url)
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():  # the engine would create it
+        return {}, f"SSH host keys: trusted on first use (no database {shown} yet)"
+    try:
+        engine = create_engine_for(url)
+        try:
+            pins = Store(engine).pinned_host_keys()
+        finally:
+            engine.dispose()
+    except (StoreError, OSError) as error:
+        return {}, f"SSH host keys: trusted on first use (the daemon's pins unreadable: {error})"
+    return pins, f"SSH host keys: checked against the {len(pins)} the daemon pinned in {shown}"
 
 
 def _examine(

@@ -565,6 +565,12 @@ class Store:
             row = _find_host_key(session, account, instance_id)
             return (row.key_type, row.key_base64) if row is not None else None
 
+    def pinned_host_keys(self) -> dict[tuple[str, str], tuple[str, str]]:
+        """Every pinned key: ``(account, instance_id)`` → ``(key_type, key_base64)``."""
+        with self._transaction(write=False) as session:
+            rows = session.scalars(select(PinnedHostKey))
+            return {(r.account, r.instance_id): (r.key_type, r.key_base64) for r in rows}
+
     def pin_host_key(
         self, account: str, instance_id: str, key_type: str, key_base64: str, now: datetime
     ) -> None:
