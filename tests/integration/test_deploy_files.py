@@ -180,7 +180,7 @@ def test_the_alert_rules_use_only_metric_names_from_the_contract() -> None:
     # a histogram is read through its _sum/_count/_bucket series
     used = {re.sub(r"_seconds_(sum|count|bucket)$", "_seconds", name) for name in named}
 
-    assert len(contract) == 22  # the fuse's own count, watchdog_gpu_fuse_actions_last_hour, joined
+    assert len(contract) == 23  # what idle instances bill, watchdog_gpu_idle_usd_per_hour, joined
     assert used - contract == set()
     assert {
         "watchdog_gpu_up",

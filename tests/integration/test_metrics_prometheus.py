@@ -232,7 +232,7 @@ def test_the_dashboard_takes_its_data_source_from_a_variable_and_marks_threshold
     # as is kept the placeholder and every panel failed. A datasource variable works for both.
     text = DASHBOARD.read_text()
     dashboard = json.loads(text)
-    panels = list(dashboard_panels(dashboard["panels"]))
+    panels = [p for p in dashboard_panels(dashboard["panels"]) if p["type"] != "row"]
 
     assert "__inputs" not in dashboard
     assert "${DS_" not in text
@@ -301,6 +301,7 @@ ACCOUNT_METRICS = (
     "watchdog_gpu_balance_usd",
     "watchdog_gpu_instance_state_seconds",
     "watchdog_gpu_last_successful_poll_timestamp_seconds",
+    "watchdog_gpu_idle_usd_per_hour",
 )
 
 
@@ -309,6 +310,36 @@ def test_every_query_of_a_metric_with_an_account_label_honours_the_account_varia
         for metric in ACCOUNT_METRICS:
             for match in re.finditer(rf"{metric}(\{{[^}}]*\}})?", expression):
                 assert 'account=~".*"' in (match.group(1) or ""), (title, expression)
+
+
+def test_the_spend_row_shows_spend_and_idle_dollars_per_account() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    [row] = [p for p in panels if p["type"] == "row" and p["title"] == "Spend"]
+    below = [p for p in panels if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    expressions = {p["title"]: p["targets"][0]["expr"] for p in below}
+
+    assert all(p["type"] != "row" for p in below)  # the row's panels are the last ones
+    assert [p["fieldConfig"]["defaults"]["unit"] for p in below] == ["currencyUSD"] * 3
+    spend = expressions["Spend per account, today and this month"]
+    assert spend.startswith("sum by (scope, period) (watchdog_gpu_period_spend_usd{")
+    assert 'scope!="global"' in spend
+    assert expressions["Idle $/h per account"].startswith(
+        "sum by (account) (watchdog_gpu_idle_usd_per_hour{"
+    )
+    # Dollars from the rate: 15 s steps of $/h, each worth 15/3600 of an hour.
+    assert expressions["Idle dollars per account, last 24 h (≈)"].endswith(
+        "[24h:15s])) * 15 / 3600"
+    )
+
+
+def test_the_idle_dollars_panels_read_what_the_daemon_computed(
+    prometheus: PrometheusServer,
+) -> None:
+    # 101 is busy, 102 paused, 103 never probed: nothing is idle, and the account has its 0.
+    rate = wait_for("the idle gauge", lambda: prometheus.query("watchdog_gpu_idle_usd_per_hour"))
+
+    assert [(r["metric"]["account"], r["value"][1]) for r in rate] == [(ACCOUNT, "0")]
 
 
 def test_the_dashboard_account_variable_lists_the_accounts(prometheus: PrometheusServer) -> None:

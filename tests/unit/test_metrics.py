@@ -413,6 +413,41 @@ def test_paused_stopped_and_idle_time_is_exposed_per_instance_and_busy_or_gone_o
     }
 
 
+def test_the_idle_rate_is_what_the_instances_on_the_idle_clock_bill_per_account(
+    fleet_registry: CollectorRegistry,
+) -> None:
+    series = {
+        (labels["account"], labels["provider"]): sample_value
+        for family in fleet_registry.collect()
+        if family.name == "watchdog_gpu_idle_usd_per_hour"
+        for _, labels, sample_value, *_ in family.samples
+    }
+
+    # 101 ($1/h) is the one instance the idle clock runs for; 102 is busy, 103 paused (its
+    # storage is not idle GPU money), 104 blind; every other account has its 0.
+    assert series == {(VAST, "vast"): 1.0, (RUNPOD, "runpod"): 0.0, ("lambda-new", "lambda"): 0.0}
+
+
+def test_an_idle_instance_at_an_unknown_rate_adds_nothing_to_the_idle_rate(store: Store) -> None:
+    for minute in range(0, 31, 10):
+        poll(store, minute, VAST, snapshot("101", InstanceState.RUNNING, minute, compute=None))
+    for minute in range(0, 31, 2):
+        probed(store, "101", minute, 0.0)
+    registry = CollectorRegistry()
+    Metrics(
+        registry, MetricsConfig(accounts={VAST: "vast"}), store=store, clock=VirtualClock(at(30))
+    )
+
+    assert value(
+        registry,
+        "watchdog_gpu_instance_state_seconds",
+        account=VAST,
+        instance_id="101",
+        state="idle",
+    )
+    assert value(registry, "watchdog_gpu_idle_usd_per_hour", account=VAST, provider="vast") == 0.0
+
+
 def test_an_instance_whose_newest_sample_is_stale_is_not_called_idle(store: Store) -> None:
     poll(store, 0, VAST, snapshot("101", InstanceState.RUNNING, 0))
     for minute in range(0, 21, 2):

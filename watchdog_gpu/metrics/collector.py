@@ -159,9 +159,14 @@ def _fill_fleet(
         )
         if row.ceiling_usd is not None:
             families["watchdog_gpu_period_ceiling_usd"].add_metric(labels, row.ceiling_usd)
-    for time_row in gauges.state_times(view, now, config.idle):
+    times = gauges.state_times(view, now, config.idle)
+    for time_row in times:
         labels = [time_row.account, time_row.instance_id, time_row.state]
         families["watchdog_gpu_instance_state_seconds"].add_metric(labels, time_row.seconds)
+    for idle in gauges.idle_rates(view, times):
+        families["watchdog_gpu_idle_usd_per_hour"].add_metric(
+            [idle.account, idle.provider], idle.usd_per_hour
+        )
     blind = gauges.blind_instances(view, now, config.unobserved)
     families["watchdog_gpu_blind_instances"].add_metric([], blind)
     for unwatched in gauges.unwatched_rates(view):
@@ -233,6 +238,12 @@ def _empty_families() -> dict[str, Family]:
             "watchdog_gpu_instance_state_seconds",
             "how long an instance has been idle, paused or stopped",
             labels=["account", "instance_id", "state"],
+        ),
+        GaugeMetricFamily(
+            "watchdog_gpu_idle_usd_per_hour",
+            "what the account's instances idle by the idle rule's clock bill per hour now "
+            "(known rates only)",
+            labels=account,
         ),
         GaugeMetricFamily(
             "watchdog_gpu_fuse_actions_last_hour",

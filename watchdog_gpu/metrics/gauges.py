@@ -8,7 +8,7 @@ apart, never added as $0, and an instance is "idle" only while its newest GPU da
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -16,14 +16,14 @@ from watchdog_gpu.config import Settings
 from watchdog_gpu.config.sections import RESERVED_ACCOUNT_NAME
 from watchdog_gpu.evidence import AccountEvidence
 from watchdog_gpu.fleet import FleetView
-from watchdog_gpu.model import InstanceState
+from watchdog_gpu.model import InstanceRef, InstanceState
 from watchdog_gpu.rules import unobserved
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_clock import current_idle
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.unobserved import UnobservedConfig
-from watchdog_gpu.rules.windows import state_since
+from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.spend import (
     SpendFigure,
     current_rate,
@@ -217,6 +217,32 @@ def state_times(view: FleetView, now: datetime, idle: IdleGpuConfig) -> list[Sta
             seconds = max(0.0, (now - since).total_seconds())
             rows.append(StateTimeRow(latest.account, latest.instance_id, label, seconds))
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class IdleRateRow:
+    """What an account's idle instances bill per hour now (known rates only)."""
+
+    account: str
+    provider: str
+    usd_per_hour: float
+
+
+def idle_rates(view: FleetView, times: Sequence[StateTimeRow]) -> list[IdleRateRow]:
+    """Per account (0 for one with none), what the instances :func:`state_times` calls idle —
+    the idle rule's clock runs for them — bill per hour in their current state (an unknown rate
+    adds nothing: the spend-rate gauges count those apart)."""
+    providers = account_providers(view)
+    totals = dict.fromkeys(providers, 0.0)
+    for row in times:
+        instance = view.instances.get(InstanceRef(row.account, row.instance_id).key)
+        rate = billed_rate(instance) if instance is not None and row.state == "idle" else None
+        if rate is not None:
+            totals[row.account] = totals.get(row.account, 0.0) + rate
+    return [
+        IdleRateRow(account, providers.get(account, ""), usd)
+        for account, usd in sorted(totals.items())
+    ]
 
 
 def blind_instances(view: FleetView, now: datetime, config: UnobservedConfig) -> int:
