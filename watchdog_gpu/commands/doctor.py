@@ -4,9 +4,9 @@ For each account: checks the API key (and says what the provider tells about its
 lists instances, volumes and balance, shows how each instance maps (state, $/h split, SSH
 endpoint, interruptible), probes each running instance once over SSH, names every field it could
 not read, and prints what the rules would do now. It never calls a stop or destroy endpoint,
-never writes to the watchdog's database (a throw-away copy of the observation is evaluated) and
-sends no notification, so it is safe on real accounts, beside a running daemon, before
-switching to enforce. See docs/doctor.md.
+never writes to the watchdog's database (a throw-away copy of the observation is evaluated; only
+the SSH host keys the daemon pinned are read from it) and sends no notification, so it is safe
+on real accounts, beside a running daemon, before switching to enforce. See docs/doctor.md.
 
 In stream mode it waits, bounded, for each stream's first outcome, so a failed probe says why.
 Read-only guarantees, exit codes and ``--json``: ``docs/doctor.md``.
