@@ -39,6 +39,7 @@ ACT = "act"
 DELIVER = "deliver"
 PRUNE = "prune"
 WAKE = "wake"  # a one-shot probe + evaluate between two ticks (wake.py)
+DIGEST = "digest"  # the spend digest, when [notify.digest] is on (digest.py)
 
 # A poll result older than this many poll intervals no longer counts as "polled" for health.
 STALE_POLL_INTERVALS = 3
@@ -449,6 +450,17 @@ class Jobs:
             return report
 
         return self._run(DELIVER, body)
+
+    def digest(self) -> bool | None:
+        """Enqueue the spend digest when a period fell due (digest.py), then wake delivery."""
+
+        def body(now: datetime) -> bool:
+            enqueued = self.watchdog.enqueue_digest(now)
+            if enqueued:
+                self._wake(self.wake_deliver, DELIVER)
+            return enqueued
+
+        return self._run(DIGEST, body)
 
     def prune(self) -> int | None:
         """Delete samples and snapshots older than the retention."""

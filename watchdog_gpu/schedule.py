@@ -18,11 +18,14 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from watchdog_gpu.config import Settings
-from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PROBE, PRUNE, Jobs, poll_job_id
+from watchdog_gpu.jobs import ACT, DELIVER, DIGEST, EVALUATE, PROBE, PRUNE, Jobs, poll_job_id
 
 DELIVER_INTERVAL = timedelta(seconds=15)
 PRUNE_INTERVAL = timedelta(hours=1)
 PRUNE_FIRST_DELAY = timedelta(minutes=5)
+# The digest job only compares the clock with the digest's time (the outbox remembers what was
+# sent), so a minute's check is cheap and sends a digest at most a minute late.
+DIGEST_INTERVAL = timedelta(minutes=1)
 MAX_POLL_WORKERS = 8
 
 
@@ -109,6 +112,8 @@ def job_specs(
             "default",
         ),
     ]
+    if settings.notify.digest.enabled:
+        specs.append(JobSpec(DIGEST, jobs.digest, (), wall(DIGEST_INTERVAL), start, "notify"))
     return specs
 
 

@@ -18,6 +18,14 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from watchdog_gpu.digest import (
+    DIGEST_RULE,
+    DigestConfig,
+    digest_key,
+    digest_notification,
+    digest_window,
+    latest_due,
+)
 from watchdog_gpu.episodes import stitch_episodes
 from watchdog_gpu.errors import ProviderError, StoreError
 from watchdog_gpu.evidence import AccountEvidence
@@ -56,6 +64,7 @@ from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.registry import earliest
+from watchdog_gpu.spend_report import build_report
 from watchdog_gpu.store import Store
 from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR
 from watchdog_gpu.store.values import ACTIONS_DEFERRED
@@ -89,6 +98,8 @@ class TickSettings:
     evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
     # The busy threshold a provider's utilisation reading is judged with (idle_gpu's).
     threshold_percent: float = 5.0
+    # [notify.digest]: the spend digest (digest.py); off by default.
+    digest: DigestConfig = field(default_factory=DigestConfig)
 
     @property
     def rules(self) -> Mapping[str, RuleConfig]:
@@ -146,6 +157,7 @@ class Watchdog:
         # held then (see executor.Executor).
         self.last_evaluated_at: datetime | None = None
         self._tick_started: datetime | None = None  # the last evaluation that was no wake
+        self._digest_enqueued: datetime | None = None  # the due instant last found in the outbox
 
     # -- the whole tick ---------------------------------------------------------------------
 
@@ -513,6 +525,35 @@ class Watchdog:
         except StoreError:
             log.exception("notification delivery pass failed")
             return None
+
+    def enqueue_digest(self, now: datetime) -> bool:
+        """Enqueue the spend digest of the latest period due by ``now`` unless the outbox has it
+        already (digest.py: once per period, also after a restart); the delivery job sends it.
+        Returns True when it was enqueued now."""
+        config = self.settings.digest
+        due = latest_due(config, now)
+        if due is None or due == self._digest_enqueued:
+            return False
+        key = digest_key(due)
+        enqueued = False
+        if self.store.get_notification(key) is None:
+            start, end = digest_window(config, due)
+            view = self.store.load_fleet_view(end, timedelta(0), start)
+            actions = [row.to_report() for row in self.store.list_actions(since=start)]
+            report = build_report(view, actions, start, end, "account")
+            note = digest_notification(report, config, due, created_at=now)
+            enqueued = self.store.enqueue_notification(note)
+            if enqueued:
+                self.store.add_audit_event(
+                    "digest",
+                    now,
+                    rule=DIGEST_RULE,
+                    message=note.title,
+                    data={"key": key, "start": start.isoformat(), "end": end.isoformat()},
+                )
+                log.info("spend digest enqueued key=%s", key)
+        self._digest_enqueued = due
+        return enqueued
 
     def prune(self, now: datetime) -> int:
         # Raw samples stay while the rules may read them (a long unobserved.after), and at least

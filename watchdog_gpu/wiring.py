@@ -273,6 +273,7 @@ def tick_settings(settings: Settings) -> TickSettings:
         notify_backoff=Backoff(settings.notify.retry_initial, settings.notify.retry_max),
         evidence=settings.evidence(),
         threshold_percent=settings.rules.of(IdleGpuConfig).threshold_percent,
+        digest=settings.notify.digest,
     )
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import pytest
 
 from watchdog_gpu.clock import VirtualClock
+from watchdog_gpu.digest import DigestConfig
 from watchdog_gpu.errors import StoreError
-from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PRUNE, Jobs, Progress, poll_job_id
+from watchdog_gpu.jobs import ACT, DELIVER, DIGEST, EVALUATE, PRUNE, Jobs, Progress, poll_job_id
 from watchdog_gpu.model import (
     AccountObservation,
     ActionKind,
@@ -395,6 +396,33 @@ def test_the_deliver_job_sends_due_notifications_from_the_outbox(harness: Harnes
     assert harness.sim.store.notification_backlog() == 0
     assert harness.observer.deliveries == [report]
     assert harness.jobs.progress.stats(DELIVER).successes == 1
+
+
+def test_the_digest_job_enqueues_each_due_digest_once_and_wakes_the_delivery_job(
+    harness: Harness,
+) -> None:
+    woken: list[str] = []
+    harness.jobs.wake_deliver = lambda: woken.append(DELIVER)
+    watchdog = harness.sim.assembly.watchdog
+    daily = DigestConfig(every="daily", at="20:01")  # the scenario starts at 20:00 UTC
+    watchdog.settings = replace(watchdog.settings, digest=daily)
+    harness.jobs.poll("vast-ok")
+
+    assert harness.jobs.digest() is True  # yesterday's, never sent: late, once
+    assert harness.jobs.digest() is False
+    harness.clock.advance(timedelta(minutes=1))
+    assert harness.jobs.digest() is True  # today's
+    harness.clock.advance(timedelta(minutes=1))
+    assert harness.jobs.digest() is False
+
+    assert woken == [DELIVER, DELIVER]
+    assert harness.jobs.deliver() is not None
+    sent = [note for _, note in harness.sim.capture.sent if note.rule == "digest"]
+    assert [note.idempotency_key for note in sent] == [
+        "digest:2026-03-01T20:01:00+00:00",
+        "digest:2026-03-02T20:01:00+00:00",
+    ]
+    assert harness.jobs.progress.stats(DIGEST).successes == 4
 
 
 def test_the_prune_job_runs_the_retention(harness: Harness) -> None:

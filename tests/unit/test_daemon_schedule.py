@@ -12,10 +12,12 @@ from apscheduler.events import EVENT_JOB_MISSED
 from apscheduler.triggers.interval import IntervalTrigger
 
 from watchdog_gpu.clock import SystemClock
-from watchdog_gpu.config import AccountConfig, Settings, WatchdogSection
-from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, PROBE, PRUNE, Jobs, Progress
+from watchdog_gpu.config import AccountConfig, NotifySection, Settings, WatchdogSection
+from watchdog_gpu.digest import DigestConfig
+from watchdog_gpu.jobs import ACT, DELIVER, DIGEST, EVALUATE, PROBE, PRUNE, Jobs, Progress
 from watchdog_gpu.schedule import (
     DELIVER_INTERVAL,
+    DIGEST_INTERVAL,
     PRUNE_INTERVAL,
     JobSpec,
     add_jobs,
@@ -68,6 +70,23 @@ def test_one_poll_job_per_account_and_one_of_each_other_job(jobs: Jobs) -> None:
         PRUNE,
     ]
     assert [spec.args for spec in specs[:2]] == [("vast-a",), ("runpod-b",)]
+
+
+def test_the_digest_job_runs_every_minute_on_the_notify_pool_only_when_the_digest_is_on(
+    jobs: Jobs,
+) -> None:
+    off = _settings(jobs)
+    on = off.model_copy(
+        update={"notify": NotifySection(digest=DigestConfig(every="daily", at="08:00"))}
+    )
+
+    assert DIGEST not in [spec.job_id for spec in job_specs(jobs, off, START)]
+    [digest] = [spec for spec in job_specs(jobs, on, START) if spec.job_id == DIGEST]
+    assert (digest.interval, digest.executor, digest.first_run) == (
+        DIGEST_INTERVAL,
+        "notify",
+        START,
+    )
 
 
 def test_slow_kinds_of_work_run_in_separate_thread_pools(jobs: Jobs) -> None:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,27 +44,11 @@ from watchdog_gpu.commands.common import (
     reports_errors,
     table,
 )
-from watchdog_gpu.fleet import FleetView, InstanceView
-from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
 from watchdog_gpu.notify.render import format_rate, format_usd
-from watchdog_gpu.spend import (
-    SECONDS_PER_HOUR,
-    BillingPiece,
-    SpendFigure,
-    day_start,
-    ledger_pieces,
-    next_day_start,
-    period_spend,
-    pieces_spend,
-    view_billing_pieces,
-    volume_billing_pieces,
-)
-from watchdog_gpu.store.rows import ActionRow
+from watchdog_gpu.spend import SECONDS_PER_HOUR, SpendFigure
+from watchdog_gpu.spend_report import GROUPINGS, ActionLine, Report, build_report
 
 DEFAULT_SINCE = "7d"
-GROUPINGS = ("account", "instance", "day", "rule")
-# Actions whose call the provider accepted and a re-listing confirmed: only these stopped billing.
-DONE = frozenset({ActionStatus.VERIFIED})
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,42 +79,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     output.add_argument("--csv", action="store_true", help="the table as CSV (one header row)")
     add_source_arguments(parser)
     parser.set_defaults(handler=run_report)
-
-
-# -- what the report holds --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SpendRow:
-    """One line of spend: its key columns (provider, account, instance/volume or day) and figure."""
-
-    key: dict[str, str]
-    spend: SpendFigure
-
-
-@dataclass(frozen=True)
-class ActionLine:
-    """One stop/destroy of the window and what it stopped billing."""
-
-    action: ActionRow
-    provider: str
-    usd_per_hour_at_call: float | None
-    stopped_usd_per_hour: float | None
-    estimated_saving_usd: float | None
-
-
-@dataclass(frozen=True)
-class Report:
-    start: datetime
-    end: datetime
-    by: str
-    total: SpendFigure
-    rows: tuple[SpendRow, ...]
-    actions: tuple[ActionLine, ...]
-
-    @property
-    def estimated_saving_usd(self) -> float:
-        return sum(line.estimated_saving_usd or 0.0 for line in self.actions)
 
 
 @reports_errors
@@ -177,100 +123,8 @@ def _latest_record(source: ReadSource) -> datetime | None:
 def collect(source: ReadSource, start: datetime, end: datetime, by: str) -> Report:
     """The report of ``[start, end]`` from the recorded ledger and actions."""
     view = source.store.load_fleet_view(end, timedelta(0), start)
-    total = period_spend(view, start, end)
-    rows = tuple(_rows(view, start, end, by)) if by != "rule" else ()
-    actions = tuple(
-        _action_line(action, view, end)
-        for action in source.store.list_actions(since=start)
-        if action.kind is not ActionKind.NOTIFY and action.created_at <= end
-    )
-    return Report(start, end, by, total, rows, actions)
-
-
-def _provider(view: FleetView, account: str) -> str:
-    known = view.accounts.get(account)
-    if known is not None:
-        return known.provider
-    for instance in view.instances.values():
-        if instance.latest.account == account:
-            return instance.latest.provider
-    return ""
-
-
-def _rows(view: FleetView, start: datetime, end: datetime, by: str) -> Iterable[SpendRow]:
-    if by == "day":
-        pieces = ledger_pieces(view, until=end)
-        day = start
-        while day < end:
-            upto = min(next_day_start(day, "UTC"), end)
-            key = {"day": day_start(day, "UTC").date().isoformat()}
-            yield SpendRow(key, pieces_spend(pieces, day, upto))
-            day = upto
-        return
-    per: dict[tuple[str, ...], list[BillingPiece]] = {}
-    for instance in view.instances.values():
-        latest = instance.latest
-        per.setdefault((latest.account, "instance", latest.instance_id), []).extend(
-            view_billing_pieces(instance, until=end)
-        )
-    for volume in view.volume_ledgers:
-        per.setdefault((volume.account, "volume", volume.volume_id), []).extend(
-            volume_billing_pieces(volume, until=end)
-        )
-    figures: dict[tuple[str, ...], SpendFigure] = {}
-    for (account, kind, ident), pieces in per.items():
-        spent = pieces_spend(pieces, start, end)
-        if spent == SpendFigure():
-            continue
-        group: tuple[str, ...] = (account,) if by == "account" else (account, kind, ident)
-        figures[group] = figures.get(group, SpendFigure()) + spent
-    for group in sorted(figures):
-        key = {"provider": _provider(view, group[0]), "account": group[0]}
-        if by == "instance":
-            key.update(kind=group[1], id=group[2])
-        yield SpendRow(key, figures[group])
-
-
-def _action_line(action: ActionRow, view: FleetView, end: datetime) -> ActionLine:
-    provider = _provider(view, action.account)
-    instance = next(
-        (
-            i
-            for i in view.instances.values()
-            if (i.latest.account, i.latest.instance_id) == (action.account, action.instance_id)
-        ),
-        None,
-    )
-    at_call, after = _rates_around(instance, action.created_at)
-    if at_call is None:
-        at_call = action.usd_per_hour_at_stake
-    stopped = None
-    if at_call is not None and after is not None:
-        stopped = max(0.0, at_call - after)
-    saving = None
-    if action.status in DONE and not action.dry_run and stopped is not None:
-        saving = stopped * max(0.0, (end - action.created_at).total_seconds()) / SECONDS_PER_HOUR
-    return ActionLine(action, provider, at_call, stopped, saving)
-
-
-def _rates_around(
-    instance: InstanceView | None, moment: datetime
-) -> tuple[float | None, float | None]:
-    """The billed rate of the span covering ``moment`` and of the first later span in another
-    state (``None`` when nothing was recorded after it; a gone instance bills 0)."""
-    if instance is None or not instance.spans:
-        return None, None
-    spans = instance.spans
-    index = 0
-    for position, span in enumerate(spans):
-        if span.first_seen <= moment:
-            index = position
-    current = spans[index]
-    for later in spans[index + 1 :]:
-        if later.state is not current.state:
-            rate = 0.0 if later.state is InstanceState.GONE else later.billed_usd_per_hour
-            return current.billed_usd_per_hour, rate
-    return current.billed_usd_per_hour, None
+    actions = [row.to_report() for row in source.store.list_actions(since=start)]
+    return build_report(view, actions, start, end, by)
 
 
 # -- output -----------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
+from watchdog_gpu.digest import DigestConfig
 from watchdog_gpu.durations import Duration, PositiveDuration
 from watchdog_gpu.rules import registry
 from watchdog_gpu.rules.base import RuleConfig, StrictModel, line_errors
@@ -671,6 +672,10 @@ class NotifySection(StrictModel):
     )
     timeout: PositiveDuration = Field(
         default=timedelta(seconds=15), description="Timeout of one delivery attempt."
+    )
+    digest: DigestConfig = Field(
+        default_factory=DigestConfig,
+        description="a short spend report pushed daily or weekly at a local time (opt-in)",
     )
 
     @field_validator("config", mode="before")

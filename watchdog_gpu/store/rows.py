@@ -16,6 +16,7 @@ from watchdog_gpu.model import (
     PlannedNotification,
     Severity,
 )
+from watchdog_gpu.spend_report import ReportAction
 from watchdog_gpu.store.values import JsonScalar, JsonValue
 
 
@@ -61,6 +62,19 @@ class ActionRow:
             dry_run=self.dry_run,
             created_at=self.created_at,
             episode_key=self.episode_key,
+        )
+
+    def to_report(self) -> ReportAction:
+        """The spend report's view of this action."""
+        return ReportAction(
+            account=self.account,
+            instance_id=self.instance_id,
+            rule=self.rule,
+            kind=self.kind,
+            status=ActionStatus(self.status),
+            dry_run=self.dry_run,
+            created_at=self.created_at,
+            usd_per_hour_at_stake=self.usd_per_hour_at_stake,
         )
 
     def to_planned(self) -> PlannedAction:
