@@ -228,9 +228,10 @@ def test_report_reads_the_spend_and_the_destroys_from_the_database_the_demo_leav
     assert report["estimated_saving_usd"] == pytest.approx(
         sum(a["estimated_saving_usd"] for a in destroys.values()), abs=1e-3
     )
-    # The ledger starts an instance at its first listing when the provider gives no start time
-    # (the runaway launched between two polls), so it may bill a few minutes less than the
-    # simulated provider did; never more than those minutes, never a different order of money.
+    # The night plays in accelerated real time: the ledger sees each change (a destroy completed,
+    # an outbid, the runaway's launch) at the next listing, up to a poll interval after the
+    # simulator billed it, and each listing is recorded seconds of virtual time off the
+    # simulator's clock (docs/safety.md, "Period spend"): close, never a different order of money.
     totals = [m for line in night.stdout.splitlines() if (m := TOTAL.match(line))]
     spent = float(totals[0].group(1))
     assert report["total"]["usd"] == pytest.approx(spent, rel=0.05)

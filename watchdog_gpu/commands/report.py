@@ -19,6 +19,7 @@ and starts ``--since`` before it (a duration, default 7d, or an ISO time; UTC wh
 offset). The database is chosen as ``status`` chooses it. ``--json`` prints one object (times ISO
 8601 UTC, money in US dollars); ``--csv`` the table as CSV: one header row, ISO 8601 times, plain
 numbers (no ``$`` or units). Exit codes: 0; 1 database failure; 2 bad usage or a missing database.
+The daemon pushes a short version of this report daily or weekly when ``[notify.digest]`` is set.
 """
 
 from __future__ import annotations
