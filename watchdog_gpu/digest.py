@@ -71,6 +71,13 @@ class DigestConfig(StrictModel):
     def enabled(self) -> bool:
         return self.every != "off"
 
+    def describe(self) -> str:
+        """``off``, ``daily at 08:00 UTC`` or ``weekly on monday at 08:00 Europe/Berlin``."""
+        if not self.enabled:
+            return "off"
+        day = f" on {self.weekday}" if self.every == "weekly" else ""
+        return f"{self.every}{day} at {self.at} {self.timezone} ({self.severity})"
+
     @property
     def time_of_day(self) -> time:
         hours, minutes = self.at.split(":")

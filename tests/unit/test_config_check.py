@@ -51,6 +51,7 @@ def test_the_example_checks_out_without_any_api_key_set(
     assert "idle_gpu              destroy  monitor" in out
     assert "low_balance           notify   monitor" in out
     assert "notify: 1 route" in out
+    assert "spend digest: off" in out
     assert "refuses to start" in out
 
 
@@ -270,7 +271,12 @@ def test_json_of_a_valid_configuration(
 ) -> None:
     monkeypatch.setenv("WATCHDOG_GPU_WATCHDOG__MODE", "enforce")
     monkeypatch.setenv("VAST_API_KEY", CANARY)
-    config = write(tmp_path, ONE_ACCOUNT + "[rules.idle_gpu]\nidle_minutes = 45\n")
+    config = write(
+        tmp_path,
+        ONE_ACCOUNT
+        + "[rules.idle_gpu]\nidle_minutes = 45\n"
+        + '[notify.digest]\nevery = "weekly"\nweekday = "friday"\ntimezone = "Europe/Berlin"\n',
+    )
 
     code = main(["config", "check", "--config", str(config), "--json"])
 
@@ -301,6 +307,7 @@ def test_json_of_a_valid_configuration(
     assert any(w["path"] == "rules.idle_gpu.idle_minutes" for w in report["warnings"])
     # In the registry's order (the money layer first), as the rules are evaluated.
     assert [rule["name"] for rule in report["rules"]][:2] == ["budget", "idle_gpu"]
+    assert report["notify_digest"] == "weekly on friday at 08:00 Europe/Berlin (info)"
 
 
 def test_json_of_an_invalid_configuration_lists_the_problems_and_exits_2(

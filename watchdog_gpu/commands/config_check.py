@@ -208,6 +208,7 @@ def check_report(
         "notify_config": None
         if settings.notify.config is None
         else settings.notify.config.describe(environ),
+        "notify_digest": settings.notify.digest.describe(),
         "from_environment": [
             {"path": path, "variable": variable}
             for path, variable in _environment_sources(settings, environ)
@@ -251,6 +252,7 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
     if settings.notify.config is not None:
         notify += " and an Apprise config file (notify.config)"
     lines.append(notify)
+    lines.append(f"spend digest: {settings.notify.digest.describe()}")
     other = [
         [f"{path}:", reference.describe(environ)]
         for path, reference in iter_secret_references(settings)
