@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from watchdog_gpu.config import NotifyRoute
 from watchdog_gpu.digest import digest_key
 from watchdog_gpu.notify.render import format_usd
 from watchdog_gpu.secrets import SecretReference
+from watchdog_gpu.store import fleet_loader
 from watchdog_gpu.wiring import build_delivery
 
 # forgotten_idle runs 20:00-21:20 UTC and destroys its instance at 21:00; the digest of 21:10
@@ -96,3 +98,25 @@ def test_the_digest_reaches_a_phone_through_apprise(tmp_path: Path) -> None:
         assert payload["title"].startswith("Spend digest: $")
         assert "vast-main (vast): $" in payload["message"]
         assert payload["type"] == "info"
+
+
+def test_the_digest_reads_its_window_past_the_evaluations_warm_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's store keeps the evaluations' recent samples warm; a view of the digest's
+    # window through that cache would narrow it to the digest's instant, and every evaluation
+    # after it would read its lookback from the database again.
+    histories: list[object] = []
+    load = fleet_loader.load_fleet_view
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        histories.append(kwargs.get("history"))
+        return load(*args, **kwargs)
+
+    with simulating("forgotten_idle", tmp_path, DAILY_AT_2110) as sim:
+        finish(sim)
+        monkeypatch.setattr(fleet_loader, "load_fleet_view", spy)
+
+        assert sim.assembly.watchdog.enqueue_digest(sim.clock.now())
+
+    assert histories == [None]

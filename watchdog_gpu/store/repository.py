@@ -250,6 +250,7 @@ class Store:
         accounts: Mapping[str, str] | None = None,
         *,
         notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
+        cached: bool = True,
     ) -> FleetView:
         """The read-only view the rules and the planner decide from, as of ``now``.
 
@@ -260,6 +261,8 @@ class Store:
         the whole run of the current state; samples and probes cover ``[now - lookback, now]``.
         Also: present volumes, SSH keys, every protection, active snoozes, actions of the last
         24 hours and any still in flight, and the notification keys of ``notification_lookback``.
+        ``cached=False`` reads everything from the database and leaves the warm history of the
+        evaluations alone (a view of another window, e.g. the digest's, would narrow it).
         """
         with self._connection(write=False, own=True) as connection:
             return fleet_loader.load_fleet_view(
@@ -269,7 +272,7 @@ class Store:
                 spend_since=spend_since,
                 accounts=accounts,
                 notification_lookback=notification_lookback,
-                history=self._history,
+                history=self._history if cached else None,
             )
 
     def load_status_view(
