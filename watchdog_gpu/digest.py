@@ -42,13 +42,20 @@ class DigestConfig(StrictModel):
     """``[notify.digest]``: a short spend report pushed daily or weekly (off by default)."""
 
     every: Literal["off", "daily", "weekly"] = Field(
-        default="off", description='"daily" or "weekly" to push a spend digest; "off" for none'
+        default="off",
+        description=(
+            '"off", "daily" (the 24 hours before `at`) or "weekly" (the 7 days before `at` '
+            "on `weekday`)."
+        ),
     )
-    at: str = Field(default="08:00", description="local time of day it goes out (HH:MM)")
-    weekday: Weekday = Field(default="monday", description="the day a weekly digest goes out")
-    timezone: str = Field(default="UTC", description="the zone of at and weekday")
+    at: str = Field(default="08:00", description="Local time of day, HH:MM, in `timezone`.")
+    weekday: Weekday = Field(default="monday", description="The day a weekly digest goes out.")
+    timezone: str = Field(default="UTC", description="The zone of `at` and `weekday`.")
     severity: Literal["info", "warning", "critical"] = Field(
-        default="info", description="the severity it is sent with (routes filter on it)"
+        default="info",
+        description=(
+            "Sent with this severity: a route receives it when its severities include it."
+        ),
     )
 
     @field_validator("at")

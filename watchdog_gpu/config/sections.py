@@ -675,7 +675,12 @@ class NotifySection(StrictModel):
     )
     digest: DigestConfig = Field(
         default_factory=DigestConfig,
-        description="a short spend report pushed daily or weekly at a local time (opt-in)",
+        description=(
+            "A short spend report pushed to the routes (what `watchdog-gpu report` shows for "
+            "the period): spend per account, the stops and destroys and their estimated "
+            "saving. Off by default. One message per period, sent late (once) when the daemon "
+            "was not running at the time."
+        ),
     )
 
     @field_validator("config", mode="before")
