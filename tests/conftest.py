@@ -44,3 +44,11 @@ def restore_logging() -> Iterator[None]:
     root.setLevel(level)
     for name, previous in quiet.items():
         logging.getLogger(name).setLevel(previous)
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Commands fit their text to $COLUMNS (commands/common.output_width): a width left in the
+    # environment by the shell that started pytest, or by an earlier test in the same worker,
+    # must not wrap the lines a test reads. Tests about widths set it themselves.
+    monkeypatch.delenv("COLUMNS", raising=False)
