@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer
 
@@ -73,3 +74,15 @@ def _require_positive(value: timedelta) -> timedelta:
 
 PositiveDuration = Annotated[Duration, AfterValidator(_require_positive)]
 """A duration that must be longer than zero (a timeout or an interval of 0 makes no sense)."""
+
+
+def _known_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise ValueError(f"unknown time zone {value!r}") from error
+    return value
+
+
+TimeZoneName = Annotated[str, AfterValidator(_known_zone)]
+"""A pydantic field type: an IANA time zone name this machine knows (``"Europe/Berlin"``)."""

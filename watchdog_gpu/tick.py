@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
-from zoneinfo import ZoneInfo
 
 from watchdog_gpu.digest import (
     DIGEST_RULE,
@@ -64,6 +63,7 @@ from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
 from watchdog_gpu.rules.registry import earliest
+from watchdog_gpu.spend import month_start
 from watchdog_gpu.spend_report import build_report
 from watchdog_gpu.store import Store
 from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR
@@ -121,12 +121,6 @@ def _condensed(outcome: ProbeOutcome) -> ProbeOutcome:
     ):
         return outcome
     return replace(outcome, samples=samples)
-
-
-def month_start(now: datetime, zone: str) -> datetime:
-    """The first instant of the current month in ``zone`` (spend history starts there)."""
-    local = now.astimezone(ZoneInfo(zone))
-    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 class Watchdog:
