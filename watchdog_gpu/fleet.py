@@ -149,7 +149,7 @@ class Snooze:
 
 @dataclass(frozen=True, slots=True)
 class ActionRecord:
-    """An action already in the outbox (any status), as the planner needs to see it."""
+    """An action already in the outbox (any status), as the planner and the spend report see it."""
 
     idempotency_key: str
     account: str
@@ -160,6 +160,7 @@ class ActionRecord:
     dry_run: bool
     created_at: datetime
     episode_key: str  # the finding's episode this action belongs to (a column of its row)
+    usd_per_hour_at_stake: float | None = None  # what the instance billed when it was decided
 
 
 @dataclass(frozen=True, slots=True)

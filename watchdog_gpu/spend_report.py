@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from watchdog_gpu.fleet import FleetView, InstanceView
+from watchdog_gpu.fleet import ActionRecord, FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
 from watchdog_gpu.spend import (
     SECONDS_PER_HOUR,
@@ -34,21 +34,6 @@ GROUPINGS = ("account", "instance", "day", "rule")
 DONE = frozenset({ActionStatus.VERIFIED})
 
 
-@dataclass(frozen=True, slots=True)
-class ReportAction:
-    """One recorded action, as the report reads it (the store's action row, without its
-    delivery bookkeeping)."""
-
-    account: str
-    instance_id: str
-    rule: str
-    kind: ActionKind
-    status: ActionStatus
-    dry_run: bool
-    created_at: datetime
-    usd_per_hour_at_stake: float | None = None
-
-
 @dataclass(frozen=True)
 class SpendRow:
     """One line of spend: its key columns (provider, account, instance/volume or day) and figure."""
@@ -61,7 +46,7 @@ class SpendRow:
 class ActionLine:
     """One stop/destroy of the window and what it stopped billing."""
 
-    action: ReportAction
+    action: ActionRecord
     provider: str
     usd_per_hour_at_call: float | None
     stopped_usd_per_hour: float | None
@@ -84,7 +69,7 @@ class Report:
 
 def build_report(
     view: FleetView,
-    actions: Iterable[ReportAction],
+    actions: Iterable[ActionRecord],
     start: datetime,
     end: datetime,
     by: str = "account",
@@ -146,7 +131,7 @@ def _rows(view: FleetView, start: datetime, end: datetime, by: str) -> Iterable[
         yield SpendRow(key, figures[group])
 
 
-def _action_line(action: ReportAction, view: FleetView, end: datetime) -> ActionLine:
+def _action_line(action: ActionRecord, view: FleetView, end: datetime) -> ActionLine:
     provider = _provider(view, action.account)
     instance = next(
         (

@@ -533,7 +533,7 @@ class Watchdog:
         if self.store.get_notification(key) is None:
             start, end = digest_window(config, due)
             view = self.store.load_fleet_view(end, timedelta(0), start, cached=False)
-            actions = [row.to_report() for row in self.store.list_actions(since=start)]
+            actions = [row.to_record() for row in self.store.list_actions(since=start)]
             report = build_report(view, actions, start, end, "account")
             note = digest_notification(report, config, due, created_at=now)
             enqueued = self.store.enqueue_notification(note)

@@ -124,7 +124,7 @@ def _latest_record(source: ReadSource) -> datetime | None:
 def collect(source: ReadSource, start: datetime, end: datetime, by: str) -> Report:
     """The report of ``[start, end]`` from the recorded ledger and actions."""
     view = source.store.load_fleet_view(end, timedelta(0), start)
-    actions = [row.to_report() for row in source.store.list_actions(since=start)]
+    actions = [row.to_record() for row in source.store.list_actions(since=start)]
     return build_report(view, actions, start, end, by)
 
 

@@ -16,7 +16,6 @@ from watchdog_gpu.model import (
     PlannedNotification,
     Severity,
 )
-from watchdog_gpu.spend_report import ReportAction
 from watchdog_gpu.store.values import JsonScalar, JsonValue
 
 
@@ -51,7 +50,7 @@ class ActionRow:
     last_error: str | None = None
 
     def to_record(self) -> ActionRecord:
-        """The planner's view of this action."""
+        """The planner's and the spend report's view of this action."""
         return ActionRecord(
             idempotency_key=self.idempotency_key,
             account=self.account,
@@ -62,18 +61,6 @@ class ActionRow:
             dry_run=self.dry_run,
             created_at=self.created_at,
             episode_key=self.episode_key,
-        )
-
-    def to_report(self) -> ReportAction:
-        """The spend report's view of this action."""
-        return ReportAction(
-            account=self.account,
-            instance_id=self.instance_id,
-            rule=self.rule,
-            kind=self.kind,
-            status=ActionStatus(self.status),
-            dry_run=self.dry_run,
-            created_at=self.created_at,
             usd_per_hour_at_stake=self.usd_per_hour_at_stake,
         )
 
