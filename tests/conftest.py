@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from tests.support.databases import fresh_database_url
+from tests.support.databases import migrated_database_url
 from watchdog_gpu.log import QUIET_LOGGERS
-from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.store import Store, create_engine_for
 
 
 @pytest.fixture
 def store_engine(tmp_path: Path) -> Iterator[Engine]:
     """An engine on a real SQLite file in ``tmp_path`` (a new PostgreSQL database when the tests
-    run on PostgreSQL: ``tests/support/databases.py``), migrated with the real migrations."""
-    engine = create_engine_for(fresh_database_url(tmp_path))
-    upgrade_to_head(engine)
+    run on PostgreSQL: ``tests/support/databases.py``), at the schema the real migrations build."""
+    engine = create_engine_for(migrated_database_url(tmp_path))
     yield engine
     engine.dispose()
 

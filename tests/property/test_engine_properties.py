@@ -40,6 +40,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from tests.support.databases import copy_migrated_sqlite
 from watchdog_gpu.config import Settings, load_settings
 from watchdog_gpu.errors import TransientError
 from watchdog_gpu.executor import Executor
@@ -59,7 +60,7 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.notices import WARNING, ActionKey, NoticeKey
 from watchdog_gpu.notify.delivery import DeliveryResult
-from watchdog_gpu.store import Store, create_engine_for, upgrade_to_head
+from watchdog_gpu.store import Store, create_engine_for
 from watchdog_gpu.store.engine import sqlite_url
 from watchdog_gpu.tick import Watchdog
 from watchdog_gpu.wiring import action_guard, plan_context, tick_settings
@@ -227,8 +228,8 @@ class EngineMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.directory = Path(tempfile.mkdtemp(prefix="watchdog-gpu-prop-"))
+        copy_migrated_sqlite(self.directory / "prop.db")
         self.engine = create_engine_for(sqlite_url(self.directory / "prop.db"))
-        upgrade_to_head(self.engine)
         self.store = Store(self.engine)
         self.settings = _settings(self.directory, self.extra_config)
         self.account = FakeAccount(now=self.start)

@@ -14,17 +14,14 @@ first sighting at the first listing's rate, from the provider's start time at th
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.databases import copy_migrated_sqlite
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -34,7 +31,7 @@ from watchdog_gpu.model import (
     billed_usd_per_hour,
 )
 from watchdog_gpu.spend import day_start, period_spend
-from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
+from watchdog_gpu.store import Store, create_engine_for, sqlite_url
 
 DAY = datetime(2026, 3, 2, tzinfo=UTC)
 ACCOUNT = "acct"
@@ -76,17 +73,6 @@ polls = st.builds(
 )
 
 
-@pytest.fixture(scope="module")
-def template() -> Iterator[Path]:
-    """A migrated database file, copied for each example (migrating is the slow part)."""
-    directory = Path(tempfile.mkdtemp(prefix="watchdog-gpu-spend-"))
-    engine = create_engine_for(sqlite_url(directory / "template.db"))
-    upgrade_to_head(engine)
-    engine.dispose()
-    yield directory / "template.db"
-    shutil.rmtree(directory, ignore_errors=True)
-
-
 @dataclass
 class Oracle:
     """The integral of the listed rates up to a moment (see the module docstring)."""
@@ -119,13 +105,12 @@ class Oracle:
     sequence=st.lists(polls, min_size=1, max_size=25),
 )
 def test_period_spend_never_decreases_and_is_the_integral_of_the_billed_rates(
-    template: Path,
     tmp_path_factory: pytest.TempPathFactory,
     launched_minutes_before: int,
     sequence: list[Poll],
 ) -> None:
     path = tmp_path_factory.mktemp("spend") / "spend.db"
-    shutil.copy(template, path)
+    copy_migrated_sqlite(path)
     engine = create_engine_for(sqlite_url(path))
     try:
         check(Store(engine), launched_minutes_before, sequence)

@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.support.databases import backend, fresh_database_url
+from tests.support.databases import migrated_database_url
 from watchdog_gpu.config import Settings, load_settings
 from watchdog_gpu.durations import parse_duration
 from watchdog_gpu.model import PlannedNotification
@@ -92,8 +92,7 @@ def simulating(
     with simulation(
         load(scenario),
         settings_from(config, tmp_path),
-        database=_fresh_db(tmp_path),
-        database_url=fresh_database_url(tmp_path) if backend() == "postgresql" else None,
+        database_url=migrated_database_url(tmp_path, "simulate"),
     ) as sim:
         yield sim
 
@@ -142,10 +141,3 @@ def assert_within_tick(actual: int, expected: int, tick: int) -> None:
         f"offset {actual}s is not within one tick ({tick}s) of {expected}s "
         f"({timedelta(seconds=actual)} vs {timedelta(seconds=expected)})"
     )
-
-
-def _fresh_db(tmp_path: Path) -> Path:
-    index = 0
-    while (tmp_path / f"simulate-{index}.db").exists():
-        index += 1
-    return tmp_path / f"simulate-{index}.db"

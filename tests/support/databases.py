@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,10 +21,13 @@ from sqlalchemy import Engine
 
 from tests.support.postgres import PostgresServer, require_postgres
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
+from watchdog_gpu.store.urls import sqlite_file
 
 BACKEND_VARIABLE = "WATCHDOG_GPU_TEST_DATABASE"
 
 _server: PostgresServer | None = None
+_sqlite_template: Path | None = None
+_postgres_template_name: str | None = None
 
 
 def backend() -> str:
@@ -60,6 +64,51 @@ def fresh_database_url(directory: Path, stem: str = "watchdog-gpu") -> str:
     return sqlite_url(path)
 
 
+def migrated_database_url(directory: Path, stem: str = "watchdog-gpu") -> str:
+    """A URL of a new database at the newest schema (named as :func:`fresh_database_url` names
+    it): a copy of one database the real migrations built once in this test process. Running
+    the migrations for every test cost about 0.2 s each on SQLite and more on PostgreSQL;
+    ``test_migrations.py`` and the tests that open an empty database still run them."""
+    if backend() == "postgresql":
+        return postgres_server().create_database(template=_postgres_template())
+    url = fresh_database_url(directory, stem)
+    path = sqlite_file(url)
+    assert path is not None
+    copy_migrated_sqlite(path)
+    return url
+
+
+def copy_migrated_sqlite(path: Path) -> None:
+    """Write a SQLite database at the newest schema to ``path`` (see
+    :func:`migrated_database_url`)."""
+    global _sqlite_template  # noqa: PLW0603 - built once per test process, on first use
+    if _sqlite_template is None:
+        directory = Path(tempfile.mkdtemp(prefix="watchdog-gpu-template-"))
+        atexit.register(shutil.rmtree, directory, True)
+        _migrate(sqlite_url(directory / "template.db"))
+        _sqlite_template = directory / "template.db"
+    shutil.copyfile(_sqlite_template, path)
+
+
+def _postgres_template() -> str:
+    """The name of this process's migrated PostgreSQL database to copy (never connected to
+    after it is built: PostgreSQL copies only a database nobody is connected to)."""
+    global _postgres_template_name  # noqa: PLW0603 - built once per test process
+    if _postgres_template_name is None:
+        url = postgres_server().create_database()
+        _migrate(url)
+        _postgres_template_name = url.rsplit("/", 1)[1]
+    return _postgres_template_name
+
+
+def _migrate(url: str) -> None:
+    engine = create_engine_for(url)
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()  # closes the last connection: SQLite folds its WAL into the file
+
+
 @contextmanager
 def migrated_engines(directory: Path, *stems: str) -> Iterator[list[Engine]]:
     """One engine per stem on a new database migrated to head (see :func:`fresh_database_url`),
@@ -67,9 +116,7 @@ def migrated_engines(directory: Path, *stems: str) -> Iterator[list[Engine]]:
     engines = []
     try:
         for stem in stems:
-            engine = create_engine_for(fresh_database_url(directory, stem))
-            engines.append(engine)
-            upgrade_to_head(engine)
+            engines.append(create_engine_for(migrated_database_url(directory, stem)))
         yield engines
     finally:
         for engine in engines:

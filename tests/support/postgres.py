@@ -125,15 +125,17 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
-    def create_database(self) -> str:
-        """A new empty database; returns its SQLAlchemy URL."""
+    def create_database(self, template: str | None = None) -> str:
+        """A new database, empty or a copy of the database ``template`` (which nobody may be
+        connected to); returns its SQLAlchemy URL."""
         import psycopg
 
         name = f"t_{uuid.uuid4().hex[:16]}"
+        copy = f' TEMPLATE "{template}"' if template is not None else ""
         with psycopg.connect(
             host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
         ) as connection:
-            connection.execute(f'CREATE DATABASE "{name}"')
+            connection.execute(f'CREATE DATABASE "{name}"{copy}')
         return self.url(name)
 
     def drop_database(self, url: str) -> None:
