@@ -1,6 +1,6 @@
 """Two real ``watchdog-gpu run`` daemons on one PostgreSQL server, under the faults that are not
 crashes: a frozen leader, a leader cut off from the database (its connections blackholed or cut),
-a database restarted and a database stopped for two minutes.
+a database restarted and a database stopped for longer than any stall limit of the supervisor.
 
 Each node reaches PostgreSQL through a TCP proxy the test controls, and its provider (Vast's API,
 answered by a recording server of the test) on a port of its own, so every provider request is
@@ -41,13 +41,17 @@ from tests.integration.test_postgres_daemons import environment
 from tests.support.postgres import PostgresServer, running_postgres
 from tests.support.tcp_proxy import TcpProxy
 from watchdog_gpu.clock import SystemClock
+from watchdog_gpu.config import load_settings
+from watchdog_gpu.supervisor import stall_limits
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 POLL_SECONDS = 2
 LEASE_SECONDS = 3
 WAIT_SECONDS = 90.0
-OUTAGE_SECONDS = 120
+# Past the supervisor's stall limits (STALL_MARGIN_SECONDS more than the longest): a node that
+# counted waiting for the database as a stalled job would exit inside the outage.
+STALL_MARGIN_SECONDS = 3 * POLL_SECONDS
 _pause = threading.Event().wait
 _LEADING = re.compile(r"time=(\S+) level=info logger=\S+ msg=leading node=(\S+) epoch=(\d+)")
 
@@ -305,6 +309,14 @@ def test_a_silent_or_cut_off_leader_is_replaced_and_never_calls_a_provider_after
     assert max(takeovers) < bound + 2, takeovers
 
 
+def _outage_seconds(crew: Team) -> float:
+    """Seconds a stopped database stays down: every stall limit of the nodes' supervisor, plus
+    a margin (waiting out the database's outage is not a stall)."""
+    limits = [stall_limits(load_settings(node.config, {})) for node in crew.nodes.values()]
+    longest = max(max(limit.poll, limit.evaluate) for limit in limits)
+    return longest.total_seconds() + STALL_MARGIN_SECONDS
+
+
 @pytest.mark.parametrize("outage", ["restart", "stop"])
 def test_a_database_outage_kills_no_node_and_one_node_leads_after_it(
     outage: str, capsys: pytest.CaptureFixture[str]
@@ -312,7 +324,7 @@ def test_a_database_outage_kills_no_node_and_one_node_leads_after_it(
     with team() as (crew, server):
         _, epoch = crew.current()
         server.stop()
-        _pause(2 if outage == "restart" else OUTAGE_SECONDS)
+        _pause(2 if outage == "restart" else _outage_seconds(crew))
         crew.assert_everyone_alive()
         server.start_again()
         back = time.monotonic()
