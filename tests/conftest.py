@@ -51,3 +51,11 @@ def _no_ambient_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
     # environment by the shell that started pytest, or by an earlier test in the same worker,
     # must not wrap the lines a test reads. Tests about widths set it themselves.
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the modules with ``slow`` tests first (each module kept whole, so its module fixtures
+    start once; order otherwise unchanged): the parallel workers then end on short tests
+    together instead of one waiting while the other runs a long test it drew last."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
