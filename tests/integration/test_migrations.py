@@ -12,6 +12,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, Table, inspect
 
+from tests.support.databases import fresh_database_url
 from tests.support.interpreter import run_fresh
 from watchdog_gpu.cli import main
 from watchdog_gpu.errors import SchemaTooNewError
@@ -330,3 +331,32 @@ def test_the_episode_column_of_existing_actions_is_filled_in_from_their_keys(
     with store_engine.connect() as connection:
         column = Table("actions", MetaData(), autoload_with=connection).c.episode_key
         assert not column.nullable
+
+
+def _schema(engine: Engine) -> dict[str, object]:
+    inspector = inspect(engine)
+    return {
+        table: (
+            [(column["name"], str(column["type"]), column["nullable"]) for column in columns],
+            sorted(str(index) for index in inspector.get_indexes(table)),
+            sorted(str(key) for key in inspector.get_foreign_keys(table)),
+        )
+        for table in inspector.get_table_names()
+        for columns in [inspector.get_columns(table)]
+    }
+
+
+def test_the_tests_database_copies_are_what_the_migrations_build(
+    tmp_path: Path, store_engine: Engine
+) -> None:
+    """The store fixture copies one migrated template (tests/support/databases.py): each copy
+    is a new database with the schema and revision a fresh migration builds, and no rows."""
+    fresh = create_engine_for(fresh_database_url(tmp_path, "migrated-here"))
+    try:
+        upgrade_to_head(fresh)
+        assert store_engine.url != fresh.url
+        assert current_revision(store_engine) == current_revision(fresh) == head_revision()
+        assert _schema(store_engine) == _schema(fresh)
+        assert Store(store_engine).list_actions() == []
+    finally:
+        fresh.dispose()
