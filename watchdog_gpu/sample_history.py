@@ -457,11 +457,12 @@ class SampleHistory(Sequence[GpuSample]):
         for row in rows:
             yield c.at[row], c.gpu[row], VERDICTS[self.verdict(row, threshold_percent)]
 
-    def observation(self, row: int) -> tuple[int, int, int, SampleSource]:
+    def coded_observation(self, row: int) -> tuple[int, int, int, int]:
         """Row ``row``'s GPU, instant, ``covers_from`` (:data:`NO_TIME` for a point sample)
-        and source."""
+        and source code (:data:`SOURCE_CODES`: cheaper than the enum to compare and hash in a
+        loop over every sample)."""
         c = self._columns
-        return c.gpu[row], c.at[row], c.covers_from[row], SOURCES[c.source[row]]
+        return c.gpu[row], c.at[row], c.covers_from[row], c.source[row]
 
 
 def sample_history(samples: Sequence[GpuSample]) -> SampleHistory:

@@ -20,7 +20,14 @@ from watchdog_gpu.model import GpuSample, SampleSource
 from watchdog_gpu.probe.condense import CONTIGUOUS_GAP
 from watchdog_gpu.rules.windows import expected_gpus
 from watchdog_gpu.runs import current_run
-from watchdog_gpu.sample_history import NO_TIME, instant, micros, sample_history
+from watchdog_gpu.sample_history import (
+    NO_TIME,
+    SOURCE_CODES,
+    SOURCES,
+    instant,
+    micros,
+    sample_history,
+)
 
 Span = tuple[datetime, datetime]
 __all__ = [
@@ -276,22 +283,23 @@ def idle_episodes(
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
     first = micros(start)
-    # A reading that cannot prove idle observes nothing (it still proves busy).
-    refused = frozenset(s for s in SampleSource if proves_idle is not None and not proves_idle(s))
+    # A reading that cannot prove idle observes nothing (it still proves busy). Sources as
+    # their integer codes: this loop runs once per idle sample of every instance each tick.
+    refused = frozenset(
+        SOURCE_CODES[s] for s in SampleSource if proves_idle is not None and not proves_idle(s)
+    )
     proven = _Observed(gpus)
     every = _Observed(gpus) if every_source and refused else None
-    points, runs, sources = proven.points, proven.runs, proven.sources
-    # Inline, not proven.add: this loop runs once per idle sample of every instance each tick.
+    points, runs, codes = proven.points, proven.runs, proven.codes
     for row in idle_rows:
-        gpu, at, covers_from, source = history.observation(row)
+        gpu, at, covers_from, code = history.coded_observation(row)
         if at < first or gpu not in points:
             continue
         if every is not None:
-            every.add(gpu, at, covers_from, source)
-        if source in refused:
+            every.add(gpu, at, covers_from, code)
+        if code in refused:
             continue
-        proven.count += 1
-        sources.add(source)
+        codes.add(code)
         if covers_from == NO_TIME:
             points[gpu].append(instant(at))
         else:
@@ -312,15 +320,14 @@ def idle_episodes(
         # in view: keep the stable date (the onset seen would move with the view every tick).
         cut = history.starts_after(first) and not clock.restarted
         onset = start if cut else clock.onset
-        return IdleEpisode(
-            onset, armed_by, last_activity, clock, len(gpus), frozenset(observed.sources)
-        )
+        sources = frozenset(SOURCES[code] for code in observed.codes)
+        return IdleEpisode(onset, armed_by, last_activity, clock, len(gpus), sources)
 
     mine = episode(proven)
     if every is None:
         return mine, (mine if every_source else None)
     # Nothing refused: every source saw what the accepted ones saw.
-    return mine, (mine if every.count == proven.count else episode(every))
+    return mine, (mine if every.size() == proven.size() else episode(every))
 
 
 def _last_activity(
@@ -337,21 +344,23 @@ def _last_activity(
 class _Observed:
     """One episode's idle observations per GPU, gathered in the pass over the samples."""
 
-    __slots__ = ("count", "points", "runs", "sources")
+    __slots__ = ("codes", "points", "runs")
 
     def __init__(self, gpus: Iterable[int]) -> None:
         self.points: dict[int, list[datetime]] = {gpu: [] for gpu in gpus}
         self.runs: dict[int, list[Span]] = {gpu: [] for gpu in self.points}
-        self.sources: set[SampleSource] = set()
-        self.count = 0
+        self.codes: set[int] = set()  # the samples' sources (sample_history.SOURCE_CODES)
 
-    def add(self, gpu: int, at: int, covers_from: int, source: SampleSource) -> None:
-        self.count += 1
-        self.sources.add(source)
+    def add(self, gpu: int, at: int, covers_from: int, code: int) -> None:
+        self.codes.add(code)
         if covers_from == NO_TIME:
             self.points[gpu].append(instant(at))
         else:
             self.runs[gpu].append((instant(covers_from), instant(at)))
+
+    def size(self) -> int:
+        """How many samples were gathered."""
+        return sum(map(len, self.points.values())) + sum(map(len, self.runs.values()))
 
 
 def union_spans(spans: Iterable[Span]) -> list[Span]:
