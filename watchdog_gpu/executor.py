@@ -1,11 +1,12 @@
 """The executor: carries out the stop/destroy actions the planner wrote to the outbox.
 
-Each pass verifies the calls that went out (by re-listing, never by a timer, escalating while an
-instance still bills) and executes the due actions (dry run in monitor mode; salvage, then the
-provider call on the state a fresh listing shows). Every step is one store transaction with its
-audit event and notification, and an action marked ``calling`` before a crash is verified before
-it is ever called again. Exact semantics: ``docs/safety.md``, "Unverified kills and failed
-calls", "A call interrupted by a restart" and "The listing at the call".
+Each pass verifies the calls that went out (re-listing the account, escalating a kill that is
+not confirmed) and executes the pending actions that are due (salvage, then the provider call).
+What to do at each step is decided in ``call_policy.py``: the executor asks, carries the answer
+out and records it, each step one store transaction with its audit event and notification.
+Record first, act second: an action is marked ``calling`` right before the provider call, and a
+process that finds the mark verifies before it calls again (docs/safety.md, "Unverified kills
+and failed calls", "The listing at the call").
 """
 
 from __future__ import annotations
@@ -16,16 +17,31 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
+from watchdog_gpu.call_policy import (
+    MAX_ACCOUNT_WAIT,
+    MAX_RETRY_BACKOFF,
+    RETRY_BASE,
+    AfterError,
+    CallOrders,
+    CallPolicy,
+    CallTimes,
+    Listing,
+    SalvageSpec,
+    after_call_error,
+    at_the_call,
+    done,
+    escalation_number,
+    retry_at,
+    verify_at,
+)
+from watchdog_gpu.errors import PermanentError, ProviderError
 from watchdog_gpu.model import (
     ActionKind,
     ActionResult,
     ActionStatus,
     InstanceSnapshot,
-    InstanceState,
     PlannedAction,
     PlannedNotification,
-    stop_took_effect,
 )
 from watchdog_gpu.notices import RESOLUTION, ActionKey, next_notice_key
 from watchdog_gpu.notify.render import (
@@ -36,31 +52,13 @@ from watchdog_gpu.notify.render import (
 )
 from watchdog_gpu.providers.base import Provider
 from watchdog_gpu.reports import ExecutorReport, StepOutcome
-from watchdog_gpu.rules.base import SalvageConfig
-from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.salvage import CommandRunner, SalvageResult, run_local_command, salvage
 from watchdog_gpu.store.rows import ActionRow
 
 log = logging.getLogger(__name__)
 
 CALLING = ActionResult.CALLING  # the ``result`` mark written right before a provider call
-# Rules that judge an instance by what the provider lists: a listing that fails at the call
-# holds their call (the state they decided on cannot be confirmed). Every action waits when a
-# fresh listing shows the instance changed (``_listing_moved_on``).
-LISTED_STATE_RULES = frozenset({"max_runtime", "paused_interruptible", "stopped_disk"})
-MAX_VERIFY_BACKOFF = timedelta(minutes=10)
-MAX_RETRY_BACKOFF = timedelta(minutes=15)
-RETRY_BASE = timedelta(seconds=30)
-# Providers give a start as "up for N minutes" (Vast.ai, RunPod: ``now - uptime``), so two
-# listings of one run differ by a minute or so; a restart moves it by the whole runtime.
-RESTART_TOLERANCE = timedelta(minutes=5)
-# A call the provider refuses for a reason that does not clear by waiting (a 4xx other than a
-# refused key) is tried this many times, then given up (FAILED).
-MAX_REFUSED_CALLS = 3
-# A call refused for the account's key waits for the account to be listed again: the listing is
-# tried with backoff up to this (the key may be fixed any minute; one listing per pass).
-MAX_ACCOUNT_WAIT = timedelta(minutes=2)
-# The ``result`` of an action waiting for that listing.
+# The ``result`` of an action whose call waits for its account to be listed again.
 AWAITING_ACCOUNT = ActionResult.AWAITING_ACCOUNT
 DEFAULT_LEASE = timedelta(minutes=5)
 
@@ -118,7 +116,7 @@ class _Pass:
     now: datetime
     evaluated_at: datetime | None = None
     current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
-    listings: dict[str, tuple[InstanceSnapshot, ...] | ProviderError] = field(default_factory=dict)
+    listings: dict[str, Listing] = field(default_factory=dict)
     outcomes: list[StepOutcome] = field(default_factory=list)
 
 
@@ -129,8 +127,8 @@ class Executor:
         self,
         store: ActionStore,
         providers: Mapping[str, Provider],
-        safety: SafetyConfig,
-        salvage_configs: Mapping[str, SalvageConfig] | None = None,
+        safety: CallTimes,
+        salvage_configs: Mapping[str, SalvageSpec] | None = None,
         *,
         claimer: str = "executor",
         salvage_runner: CommandRunner = run_local_command,
@@ -149,7 +147,7 @@ class Executor:
         self.store = store
         self.providers = providers
         self.safety = safety
-        self.salvage_configs = dict(salvage_configs or {})
+        self.policy = CallPolicy(dict(salvage_configs or {}))
         self.claimer = claimer
         self.salvage_runner = salvage_runner
         self.on_forget_instance = on_forget_instance
@@ -298,11 +296,12 @@ class Executor:
             return
         if self._cancelled_by_guard(row, state):
             return
-        if self._listing_moved_on(row, state):
+        orders = self.policy.orders(row.rule, row.kind)
+        if self._held_at_the_call(row, state, orders):
             return
         if row.result == AWAITING_ACCOUNT and self._account_unreadable(row, state):
             return
-        if not resumed and row.kind is ActionKind.DESTROY and not self._salvage_allows(row, state):
+        if not resumed and not self._salvage_allows(row, state, orders):
             return
         provider = self.providers.get(row.account)
         if provider is None:
@@ -318,28 +317,9 @@ class Executor:
         )
         try:
             _call(provider, row)
-        except NotFoundError:
-            pass  # already gone: verification will confirm it
-        except (AuthError, PermanentError) as error:
-            if not _accepted(error):
-                self._refused(row, state, error)
-                return
-            # A 2xx answer that cannot be read: the provider carried the call out (or may
-            # have), so the outcome is unknown, not failed — verification re-lists and tells.
         except ProviderError as error:
-            # Transient: the call may not have reached the provider; it is repeated later
-            # while the condition holds (destroying something already gone is success, so a
-            # repeat is harmless), and escalated once it has taken too long.
-            note = self._escalation(row, state, f"the {row.kind.value} call keeps failing")
-            self._retry_later(
-                row,
-                state,
-                error,
-                back_to=ActionStatus.PENDING,
-                result=ActionResult.CALL_FAILED,
-                notification=note,
-            )
-            return
+            if self._call_failed(row, state, error):
+                return
         again = "called again after an interrupted call, " if resumed else ""
         self._step(
             row,
@@ -375,54 +355,37 @@ class Executor:
             self._cancel(row, state, "the condition no longer held at the latest check")
         return holds
 
-    def _listing_moved_on(self, row: ActionRow, state: _Pass) -> bool:
-        """Does the action wait (True) because the instance is no longer what its evaluation
-        saw? The act job runs up to a poll interval
-        after the listing its evaluation read (module doc, "The listing at the call"): the
-        account is listed again now, and an instance in another state, or started again, waits
-        for an evaluation of a new listing — which drops the finding if its condition cleared.
-        A recorded listing newer than the latest evaluation waits likewise; a listing that
-        fails holds the call (its state is unknown) and is retried like a failed call."""
-        decided = self.store.instance_snapshot(row.account, row.instance_id)
-        if decided is None:
+    def _held_at_the_call(self, row: ActionRow, state: _Pass, orders: CallOrders) -> bool:
+        """Does the call wait (True) because the listing at the call does not let it go out
+        (``call_policy.at_the_call``)? A failing listing is retried like a failed call; a
+        changed one waits for an evaluation of a newer listing, escalated on the kill's clock
+        when that drags on (never silent)."""
+        held = at_the_call(
+            self.store.instance_snapshot(row.account, row.instance_id),
+            state.evaluated_at,
+            orders,
+            lambda: self._listing(row.account, state),
+        )
+        if held is None:
             return False
-        if state.evaluated_at is not None and decided.observed_at > state.evaluated_at:
-            reason = "a listing newer than the latest evaluation is recorded"
-        else:
-            listing = self._listing(row.account, state)
-            if isinstance(listing, ProviderError) and row.rule not in LISTED_STATE_RULES:
-                # No fresh listing to compare: an idle or budget action goes by its own
-                # evidence (re-checked above), as before; a refused or failed call is
-                # handled as such (``_refused``, ``_retry_later``).
-                return False
-            if isinstance(listing, ProviderError):
-                detail = (
-                    f"its state cannot be confirmed: listing the account fails ({listing.kind})"
-                )
-                note = self._escalation(row, state, detail, called=False)
-                self._retry_later(
-                    row,
-                    state,
-                    listing,
-                    back_to=ActionStatus.PENDING,
-                    result=ActionResult.LISTING_FAILED,
-                    notification=note,
-                )
-                return True
-            current = next((i for i in listing if i.instance_id == row.instance_id), None)
-            found = listed_change(decided, current)
-            if found is None:
-                return False
-            reason = found
-        # A wait that drags on (a listing that keeps changing) is escalated on the clock of
-        # any kill that is not done: never silent.
+        note = self._escalation(row, state, held.reason, called=False)
+        if held.error is not None:
+            self._retry_later(
+                row,
+                state,
+                held.error,
+                back_to=ActionStatus.PENDING,
+                result=ActionResult.LISTING_FAILED,
+                notification=note,
+            )
+            return True
         self._step(
             row,
             state,
             ActionStatus.PENDING,
             audit_kind="action_waits",
-            message=f"{reason}: decided again after the next listing",
-            notification=self._escalation(row, state, reason, called=False),
+            message=f"{held.reason}: decided again after the next listing",
+            notification=note,
             result=ActionResult.LISTING_CHANGED,
             next_attempt_at=state.now + RETRY_BASE,
         )
@@ -458,9 +421,9 @@ class Executor:
             result=ActionResult.CANCELLED,
         )
 
-    def _salvage_allows(self, row: ActionRow, state: _Pass) -> bool:
-        config = self.salvage_configs.get(row.rule)
-        if config is None or not config.command:
+    def _salvage_allows(self, row: ActionRow, state: _Pass, orders: CallOrders) -> bool:
+        config = orders.salvage
+        if config is None:
             return True
         snapshot = self.store.instance_snapshot(row.account, row.instance_id)
         if snapshot is None:
@@ -476,7 +439,7 @@ class Executor:
                 result=ActionResult.SALVAGED,
             )
             return True
-        if config.on_failure == "destroy":
+        if orders.destroy_if_salvage_fails:
             log.warning(
                 "salvage failed, destroying anyway account=%s instance=%s detail=%r",
                 row.account,
@@ -496,13 +459,17 @@ class Executor:
         )
         return False
 
-    def _refused(self, row: ActionRow, state: _Pass, error: ProviderError) -> None:
-        """The provider refused the call: told at once. A refused key can be fixed: the call
-        waits for the account to be listed again, then is repeated, for as long as the condition
-        holds (never given up while it bills). Any other refusal (a 4xx) is retried with backoff
-        while the condition holds and given up (FAILED, final) after ``MAX_REFUSED_CALLS``."""
+    def _call_failed(self, row: ActionRow, state: _Pass, error: ProviderError) -> bool:
+        """Carry out what ``call_policy.after_call_error`` decides for a call that raised; False:
+        it goes on to verification as if accepted (gone already, or a 2xx that cannot be
+        read)."""
         detail = f"{error.kind}: {error}"
-        if isinstance(error, AuthError):
+        verdict = after_call_error(error, row.attempts)
+        if verdict is AfterError.VERIFY:
+            return False
+        if verdict is AfterError.GIVE_UP:
+            self._fail(row, state, f"{detail} (given up after {row.attempts} attempts)")
+        elif verdict is AfterError.AWAIT_ACCOUNT:
             first = row.result != AWAITING_ACCOUNT
             self._retry_later(
                 row,
@@ -517,21 +484,32 @@ class Executor:
                 ),
                 cap=MAX_ACCOUNT_WAIT,
             )
-            return
-        if row.attempts >= MAX_REFUSED_CALLS:
-            self._fail(row, state, f"{detail} (given up after {row.attempts} attempts)")
-            return
-        note = None
-        if row.attempts <= 1:
-            note = _result_note(row, state, ActionOutcome.RETRYING, detail)
-        self._retry_later(
-            row,
-            state,
-            error,
-            back_to=ActionStatus.PENDING,
-            result=ActionResult.CALL_REFUSED,
-            notification=note or self._escalation(row, state, "the provider refuses the call"),
-        )
+        elif verdict is AfterError.RETRY_REFUSED:
+            note = None
+            if row.attempts <= 1:
+                note = _result_note(row, state, ActionOutcome.RETRYING, detail)
+            self._retry_later(
+                row,
+                state,
+                error,
+                back_to=ActionStatus.PENDING,
+                result=ActionResult.CALL_REFUSED,
+                notification=note or self._escalation(row, state, "the provider refuses the call"),
+            )
+        else:
+            # The call may not have reached the provider: repeated while the condition holds
+            # (destroying something already gone is success), escalated once it takes too long.
+            self._retry_later(
+                row,
+                state,
+                error,
+                back_to=ActionStatus.PENDING,
+                result=ActionResult.CALL_FAILED,
+                notification=self._escalation(
+                    row, state, f"the {row.kind.value} call keeps failing"
+                ),
+            )
+        return True
 
     def _account_unreadable(self, row: ActionRow, state: _Pass) -> bool:
         """For a call refused for the account's key: does it wait (True) because the account
@@ -599,7 +577,7 @@ class Executor:
         notification: PlannedNotification | None = None,
         cap: timedelta = MAX_RETRY_BACKOFF,
     ) -> None:
-        delay = min(RETRY_BASE * (2 ** min(max(row.attempts - 1, 0), 16)), cap)
+        after = self.safety.escalate_unverified_after
         self._step(
             row,
             state,
@@ -609,16 +587,8 @@ class Executor:
             notification=notification,
             result=result,
             last_error=f"{error.kind}: {error}",
-            next_attempt_at=min(state.now + delay, self._next_escalation(row, state)),
+            next_attempt_at=retry_at(state.now, row.attempts, row.created_at, after, cap),
         )
-
-    def _next_escalation(self, row: ActionRow, state: _Pass) -> datetime:
-        """When the next escalation of ``row`` is due: a backoff never makes one late."""
-        after = self.safety.escalate_unverified_after
-        if after <= timedelta(0):
-            return datetime.max.replace(tzinfo=state.now.tzinfo)
-        number = escalation_number(state.now - row.created_at, after)
-        return row.created_at + after * (1 << number)
 
     # -- verify -----------------------------------------------------------------------------
 
@@ -635,7 +605,7 @@ class Executor:
             self._retry_later(row, state, listing, back_to=_resume_status(row), notification=note)
             return
         current = next((i for i in listing if i.instance_id == row.instance_id), None)
-        if _done(row.kind, current):
+        if done(row.kind, current):
             self._verified(row, state)
             return
         if resumed and self._condition_holds(row, state) is not False:
@@ -677,33 +647,24 @@ class Executor:
                 self.on_forget_instance(row.account, row.instance_id)
 
     def _unverified(self, row: ActionRow, state: _Pass, current: InstanceSnapshot | None) -> None:
-        escalate_after = self.safety.escalate_unverified_after
-        elapsed = state.now - row.created_at
         seen = current.state.value if current is not None else "absent"
-        number = escalation_number(elapsed, escalate_after)
+        number = escalation_number(
+            state.now - row.created_at, self.safety.escalate_unverified_after
+        )
         note: PlannedNotification | None = None
-        if number >= 1 and self._cancelled_by_guard(row, state):
-            return
         if number >= 1:
+            if self._cancelled_by_guard(row, state):
+                return
             # Money may still burn: always escalate. Repeat the call only while its condition
             # still holds (a GPU busy again is never killed by a retry).
             holds = self._condition_holds(row, state) is True
             detail = f"provider lists it as {seen}"
             if not holds:
                 detail += "; the call is not repeated: its condition no longer holds"
-            note = render_escalation(
-                row_subject(row),
-                number=number,
-                acted_at=row.created_at,
-                now=state.now,
-                detail=detail,
-                episode_key=episode_key_of(row),
-            )
+            note = self._escalation(row, state, detail)
             if holds:
                 self._recall(row)
         checks = max(row.attempts - 1, 0)
-        delay = min(self.safety.verify_interval * (2 ** min(checks, 8)), MAX_VERIFY_BACKOFF)
-        delay = min(delay, self._next_escalation(row, state) - state.now)
         self._step(
             row,
             state,
@@ -712,7 +673,7 @@ class Executor:
             message=f"provider still lists it as {seen}",
             notification=note,
             result=ActionResult.UNVERIFIED,
-            next_attempt_at=state.now + delay,
+            next_attempt_at=verify_at(state.now, checks, row.created_at, self.safety),
             data={"seen_state": seen, "escalation": number},
         )
 
@@ -755,54 +716,11 @@ def _result_note(
     )
 
 
-def escalation_number(elapsed: timedelta, after: timedelta) -> int:
-    """Which escalation is due ``elapsed`` after the call: #1 after ``after``, then each time
-    the elapsed time doubles (#2 at 2×, #3 at 4×, …) — told at once, repeated, but a
-    90-minute outage is a handful of pages, not one every few minutes. 0: none yet."""
-    if after <= timedelta(0) or elapsed < after:
-        return 0
-    return int(elapsed / after).bit_length()
-
-
-def listed_change(decided: InstanceSnapshot, current: InstanceSnapshot | None) -> str | None:
-    """How the provider's listing of an instance now differs from the one an action was
-    decided on, or None: another state, or a start more than
-    :data:`RESTART_TOLERANCE` later (a restart: a new runtime, a new episode). An instance no
-    longer listed is no difference: the call finds it gone and verification confirms it."""
-    if current is None:
-        return None
-    if current.state is not decided.state:
-        return f"the provider lists it {current.raw_state}, not {decided.raw_state} as decided"
-    if (
-        current.started_at is not None
-        and decided.started_at is not None
-        and current.started_at - decided.started_at > RESTART_TOLERANCE
-    ):
-        return (
-            f"it was started again at {current.started_at.isoformat()} "
-            f"(decided on a start at {decided.started_at.isoformat()})"
-        )
-    return None
-
-
 def _call(provider: Provider, row: ActionRow) -> None:
     if row.kind is ActionKind.STOP:
         provider.stop(row.instance_id)
     else:
         provider.destroy(row.instance_id)
-
-
-def _accepted(error: ProviderError) -> bool:
-    """Whether the provider answered the call with a success status despite the error."""
-    return error.status_code is not None and 200 <= error.status_code < 300
-
-
-def _done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
-    if current is None or current.state is InstanceState.GONE:
-        return True
-    return kind is ActionKind.STOP and stop_took_effect(
-        current.state, interruptible=current.interruptible
-    )
 
 
 def episode_key_of(row: ActionRow) -> str:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from string import Formatter
 
+from watchdog_gpu.call_policy import SalvageSpec
 from watchdog_gpu.model import InstanceSnapshot
-from watchdog_gpu.rules.base import SalvageConfig
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def run_local_command(arguments: list[str], timeout_seconds: float) -> tuple[int
 
 
 def salvage(
-    config: SalvageConfig,
+    config: SalvageSpec,
     snapshot: InstanceSnapshot,
     runner: CommandRunner = run_local_command,
 ) -> SalvageResult:

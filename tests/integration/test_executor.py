@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support.cycles import cyclic_garbage
+from watchdog_gpu.call_policy import MAX_REFUSED_CALLS, listed_change
 from watchdog_gpu.errors import AuthError, PermanentError, ProviderError, TransientError
-from watchdog_gpu.executor import CALLING, MAX_REFUSED_CALLS, Executor, listed_change
+from watchdog_gpu.executor import CALLING, Executor
 from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.model import (
     AccountObservation,
