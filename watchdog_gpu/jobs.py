@@ -237,7 +237,6 @@ class Jobs:
         self._probe_lock = threading.Lock()
         # One listing of an account at a time: its poll job's and a wake's (wake.py, listing).
         self._poll_locks = {account: threading.Lock() for account in watchdog.providers}
-        self.last_probed_at: datetime | None = None  # the engine time of the last round
         self._poll_results: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self.summary = FleetSummary(len(watchdog.providers), 0, 0)
@@ -318,7 +317,6 @@ class Jobs:
 
         def body(now: datetime) -> list[ProbeOutcome]:
             outcomes = self.watchdog.probe(now)
-            self.last_probed_at = now
             self._observe(lambda: self.observer.on_probe(outcomes, now))
             return outcomes
 
@@ -407,7 +405,7 @@ class Jobs:
                 next_change=report.next_change,
                 next_due=report.next_due,
                 next_listed=report.next_listed,
-                probed_at=self.last_probed_at,
+                probed_at=report.probed_at,
                 next_tick=self.waker.next_evaluation(),
             )
             self.waker.wake_at(at)

@@ -48,7 +48,7 @@ class TickReport:
 
     now: datetime  # when the rules were evaluated
     polled: dict[str, str] = field(default_factory=dict)  # account → "ok" or error kind
-    probed_at: datetime | None = None  # when the probe round started
+    probed_at: datetime | None = None  # when the probe round the evaluation read started
     probes: list[ProbeOutcome] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     plan: Plan | None = None

@@ -12,6 +12,7 @@ accounts, hosts, rules and notifiers carry on.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -70,6 +71,14 @@ from watchdog_gpu.store.rollup import RAW_SAMPLES_FOR
 from watchdog_gpu.store.values import ACTIONS_DEFERRED
 
 log = logging.getLogger(__name__)
+
+# The job marks a Watchdog writes (``Store.mark``), each in its phase's transaction: the act job
+# acts only on conditions that held at the latest *committed* evaluation of this process; a wake
+# shares the fuse's allowance with the tick it follows; a wake is scheduled on the probe round
+# the evaluation's rows came from.
+EVALUATED = "evaluated"
+TICK_STARTED = "tick_started"
+PROBED = "probed"
 
 
 class ProbeRunner(Protocol):
@@ -136,7 +145,10 @@ class Watchdog:
         prober: ProbeRunner | None = None,
         delivery: Deliverer | None = None,
         on_tick: Callable[[TickReport], None] | None = None,
+        process: str | None = None,
     ) -> None:
+        """``process`` names this engine's job marks in the store (default: a new id, so a
+        restarted process waits for its own first evaluation before it acts)."""
         self.store = store
         self.providers = providers
         self.executor = executor
@@ -146,11 +158,7 @@ class Watchdog:
         self.on_tick = on_tick
         # A failing account is logged when its poll outcome changes, not at every poll.
         self._poll_log = StateChangeLog(log, what="poll")
-        self._planned_episodes: set[str] = set()
-        # When this process last ran the rules: the executor acts only on conditions that still
-        # held then (see executor.Executor).
-        self.last_evaluated_at: datetime | None = None
-        self._tick_started: datetime | None = None  # the last evaluation that was no wake
+        self.process = process or uuid.uuid4().hex
         self._digest_enqueued: datetime | None = None  # the due instant last found in the outbox
 
     # -- the whole tick ---------------------------------------------------------------------
@@ -273,8 +281,10 @@ class Watchdog:
             running, threshold_percent=self.settings.threshold_percent
         )
         if self.prober is None:
-            if api_samples:
-                self.store.record_samples(api_samples)
+            with self.store.batch():
+                if api_samples:
+                    self.store.record_samples(api_samples)
+                self.store.mark(self.process, PROBED, now)
             return []
 
         def left_meanwhile() -> set[InstanceRef]:
@@ -290,6 +300,7 @@ class Watchdog:
             self.store.record_probes(outcomes)
             if api_samples:
                 self.store.record_samples(api_samples)
+            self.store.mark(self.process, PROBED, now)
         return outcomes
 
     def _leaving(self, now: datetime) -> dict[tuple[str, str], datetime]:
@@ -334,27 +345,28 @@ class Watchdog:
             return self._evaluate(now, report, wake)
 
     def _evaluate(self, now: datetime, report: TickReport | None, wake: bool) -> Plan:
+        # Read before the view: the rows it reads are from this probe round or a newer one.
+        marks = self.store.marks(self.process)
         view = self.load_view(now)
         evaluation = evaluate_rules(view, now, self.settings.rules)
         recorded = self.store.list_findings(seen_since=now - self.settings.continuity)
         findings = stitch_episodes(evaluation.findings, recorded, now, self.settings.continuity)
         self.store.record_findings(findings, now)
-        self.last_evaluated_at = now
+        self.store.mark(self.process, EVALUATED, now)
         if not wake:
-            self._tick_started = now
-        tick_started = self._tick_started if wake else None
+            self.store.mark(self.process, TICK_STARTED, now)
+        tick_started = marks.get(TICK_STARTED) if wake else None
         result = plan(findings, view, now, self.settings.context, tick_started=tick_started)
-        self._planned_episodes = {
-            d.action.episode_key for d in result.decisions if d.action is not None
-        }
+        planned = {d.action.episode_key for d in result.decisions if d.action is not None}
         for decision in result.decisions:
             self._record(decision, now, view.notification_keys)
         if result.fuse_tripped:
             self._fuse_tripped(result, now)
         if result.deferred:
             self._deferred(result, now)
-        self._resolve_cleared(findings, view, now)
+        self._resolve_cleared(findings, view, planned, now)
         if report is not None:
+            report.probed_at = marks.get(PROBED)
             report.findings = findings
             report.plan = result
             report.failed_rules = evaluation.failed
@@ -484,10 +496,13 @@ class Watchdog:
         if note is not None:
             self.store.enqueue_notification(note)
 
-    def _resolve_cleared(self, findings: Sequence[Finding], view: FleetView, now: datetime) -> None:
-        """Write the resolutions of the episodes that cleared (``resolutions.py`` decides)."""
+    def _resolve_cleared(
+        self, findings: Sequence[Finding], view: FleetView, planned: set[str], now: datetime
+    ) -> None:
+        """Write the resolutions of the episodes that cleared (``resolutions.py`` decides);
+        ``planned``: the episodes this evaluation planned an action for."""
         recorded = self.store.list_findings(seen_since=now - self.settings.lookback)
-        for resolution in cleared_episodes(findings, recorded, view, self._planned_episodes, now):
+        for resolution in cleared_episodes(findings, recorded, view, planned, now):
             finding = resolution.finding
             self.store.record_decision(
                 now,
@@ -509,7 +524,9 @@ class Watchdog:
     # -- act and tell -----------------------------------------------------------------------
 
     def act(self, now: datetime) -> ExecutorReport:
-        return self.executor.run(now, evaluated_at=self.last_evaluated_at)
+        """Carry out due actions on the latest evaluation this process committed (read fresh:
+        the act job runs in its own thread, beside an evaluation that may not have committed)."""
+        return self.executor.run(now, evaluated_at=self.store.marks(self.process).get(EVALUATED))
 
     def deliver(self, now: datetime) -> DeliveryReport | None:
         if self.delivery is None:

@@ -151,7 +151,7 @@ def test_a_wake_job_takes_the_rows_evaluates_and_wakes_act_but_pings_nothing() -
     (finding,) = report.findings
     assert report.plan is not None
     assert [d.status for d in report.plan.decisions] == [PlanStatus.WARN]
-    assert jobs.last_probed_at == wake  # the rows covering the warning point were taken
+    assert report.probed_at == wake  # the rows covering the warning point were taken
     assert acted[-1] == wake  # the act job is woken as after any evaluation
     assert pinger.pings == 3  # the dead-man's switch hears from the ticks only
     assert finding.rule == "idle_gpu"

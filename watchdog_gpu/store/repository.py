@@ -37,6 +37,7 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox, rollup
 from watchdog_gpu.store import findings as findings_store
+from watchdog_gpu.store import marks as marks_store
 from watchdog_gpu.store.engine import writing
 from watchdog_gpu.store.history import FleetHistory
 from watchdog_gpu.store.leadership import Fence, check_fence, read_leader
@@ -498,6 +499,19 @@ class Store:
         """Recorded finding episodes (last seen at or after ``seen_since``), oldest first."""
         with self._connection(write=False) as connection:
             return fleet_loader.finding_records(connection, seen_since)
+
+    # -- job marks ------------------------------------------------------------------------
+
+    def mark(self, process: str, name: str, at: datetime) -> None:
+        """Record that engine ``process`` finished phase ``name`` at ``at`` (inside a batch: in
+        its transaction, so the mark is seen exactly when what the phase wrote is)."""
+        with self._connection(write=True) as connection:
+            marks_store.write_mark(connection, process, name, at)
+
+    def marks(self, process: str) -> dict[str, datetime]:
+        """``process``'s committed marks (its own uncommitted ones inside its batch), by name."""
+        with self._connection(write=False) as connection:
+            return marks_store.read_marks(connection, process)
 
     # -- protections and snoozes ----------------------------------------------------------
 

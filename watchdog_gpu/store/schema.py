@@ -448,3 +448,17 @@ class LeadershipRow(Base):
     node: Mapped[str] = mapped_column(String(ID_LENGTH))
     since: Mapped[datetime]
     renewed_at: Mapped[datetime]
+
+
+class JobMarkRow(Base):
+    """When an engine process last finished a phase (``name``: evaluated, tick started, probed),
+    written in the phase's own transaction: what one scheduled job tells another goes through
+    here, read fresh, never through an attribute set before the commit."""
+
+    __tablename__ = "job_marks"
+    __table_args__ = (UniqueConstraint("process", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    process: Mapped[str] = mapped_column(String(ID_LENGTH))
+    name: Mapped[str] = mapped_column(String(KIND_LENGTH))
+    at: Mapped[datetime]
