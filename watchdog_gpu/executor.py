@@ -12,14 +12,13 @@ and failed calls", "The listing at the call").
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
 
+from watchdog_gpu.action_steps import ActionRecorder, ActionStore
 from watchdog_gpu.call_policy import (
     MAX_ACCOUNT_WAIT,
-    MAX_RETRY_BACKOFF,
     RETRY_BASE,
     AfterError,
     CallOrders,
@@ -31,7 +30,6 @@ from watchdog_gpu.call_policy import (
     at_the_call,
     done,
     escalation_number,
-    retry_at,
     verify_at,
 )
 from watchdog_gpu.errors import PermanentError, ProviderError
@@ -40,18 +38,11 @@ from watchdog_gpu.model import (
     ActionResult,
     ActionStatus,
     InstanceSnapshot,
-    PlannedAction,
     PlannedNotification,
 )
-from watchdog_gpu.notices import RESOLUTION, ActionKey, next_notice_key
-from watchdog_gpu.notify.render import (
-    ActionOutcome,
-    render_action_result,
-    render_escalation,
-    render_resolution,
-)
+from watchdog_gpu.notify.render import ActionOutcome
 from watchdog_gpu.providers.base import Provider
-from watchdog_gpu.reports import ExecutorReport, StepOutcome
+from watchdog_gpu.reports import ExecutorReport
 from watchdog_gpu.salvage import CommandRunner, SalvageResult, run_local_command, salvage
 from watchdog_gpu.store.rows import ActionRow
 
@@ -63,61 +54,11 @@ AWAITING_ACCOUNT = ActionResult.AWAITING_ACCOUNT
 DEFAULT_LEASE = timedelta(minutes=5)
 
 
-class ActionStore(Protocol):
-    """The part of :class:`watchdog_gpu.store.Store` the executor uses."""
-
-    def claim_actions(
-        self,
-        now: datetime,
-        claimer: str,
-        limit: int = 10,
-        statuses: Sequence[str] = ...,
-        *,
-        reclaim_stale_after: timedelta | None = None,
-    ) -> list[ActionRow]: ...
-
-    def transition_action(
-        self,
-        key: str,
-        expected_status: str,
-        new_status: str,
-        now: datetime,
-        *,
-        result: ActionResult | None = None,
-        last_error: str | None = None,
-        next_attempt_at: datetime | None = None,
-    ) -> bool: ...
-
-    def record_action_step(
-        self,
-        key: str,
-        expected_status: str,
-        new_status: str,
-        now: datetime,
-        *,
-        audit_kind: str,
-        message: str,
-        data: Mapping[str, str | int | float | bool | None] | None = None,
-        notification: PlannedNotification | None = None,
-        result: ActionResult | None = None,
-        last_error: str | None = None,
-        next_attempt_at: datetime | None = None,
-    ) -> bool: ...
-
-    def instance_snapshot(self, account: str, instance_id: str) -> InstanceSnapshot | None: ...
-
-    def get_notification(self, key: str) -> object | None: ...
-
-    def forget_host_key(self, account: str, instance_id: str) -> None: ...
-
-
 @dataclass
-class _Pass:
-    now: datetime
+class _Pass(ActionRecorder):
     evaluated_at: datetime | None = None
     current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
     listings: dict[str, Listing] = field(default_factory=dict)
-    outcomes: list[StepOutcome] = field(default_factory=list)
 
 
 class Executor:
@@ -161,7 +102,7 @@ class Executor:
     ) -> ExecutorReport:
         """One pass: verify due actions, then execute due pending ones. ``evaluated_at`` is when
         the rules last ran in this process (None: not yet; pending actions then wait)."""
-        state = _Pass(now, evaluated_at)
+        state = _Pass(self.store, self.safety, now, evaluated_at=evaluated_at)
         # The first pass of a process takes over every claimed action at once: the process
         # that claimed them is gone (one executor per database; the scheduler never overlaps).
         reclaim = timedelta(0) if not self._recovered else self.lease
@@ -177,7 +118,7 @@ class Executor:
             try:
                 self._handle(row, state)
             except ProviderError as error:  # an unexpected provider failure: retry later
-                self._retry_later(row, state, error, back_to=_resume_status(row))
+                state.retry_later(row, error, back_to=_resume_status(row))
         return ExecutorReport(tuple(state.outcomes))
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -209,73 +150,6 @@ class Executor:
         else:
             self._execute(row, state)
 
-    def _step(
-        self,
-        row: ActionRow,
-        state: _Pass,
-        new_status: ActionStatus,
-        *,
-        audit_kind: str,
-        message: str,
-        notification: PlannedNotification | None = None,
-        result: ActionResult | None = None,
-        last_error: str | None = None,
-        next_attempt_at: datetime | None = None,
-        data: Mapping[str, str | int | float | bool | None] | None = None,
-    ) -> None:
-        moved = self.store.record_action_step(
-            row.idempotency_key,
-            ActionStatus.CLAIMED,
-            new_status,
-            state.now,
-            audit_kind=audit_kind,
-            message=message,
-            data={"action": row.kind.value, "dry_run": row.dry_run, **(data or {})},
-            notification=notification,
-            result=result,
-            last_error=last_error,
-            next_attempt_at=next_attempt_at,
-        )
-        if moved:
-            state.outcomes.append(
-                StepOutcome(row.idempotency_key, row.rule, new_status, row.account, row.kind)
-            )
-            log.info(
-                "action=%s account=%s instance=%s rule=%s status=%s dry_run=%s detail=%r",
-                row.kind.value,
-                row.account,
-                row.instance_id,
-                row.rule,
-                new_status,
-                str(row.dry_run).lower(),
-                message,
-            )
-
-    def _finish(
-        self,
-        row: ActionRow,
-        state: _Pass,
-        new_status: ActionStatus,
-        outcome: ActionOutcome,
-        *,
-        audit_kind: str,
-        message: str,
-        detail: str = "",
-        last_error: str | None = None,
-    ) -> None:
-        """A step that ends with the action's one result message."""
-        note = _result_note(row, state, outcome, detail)
-        self._step(
-            row,
-            state,
-            new_status,
-            audit_kind=audit_kind,
-            message=message,
-            notification=note,
-            result=ActionResult(outcome.value),
-            last_error=last_error,
-        )
-
     # -- execute ----------------------------------------------------------------------------
 
     def _execute(self, row: ActionRow, state: _Pass, *, resumed: bool = False) -> None:
@@ -285,9 +159,8 @@ class Executor:
         if not self._still_warranted(row, state):
             return
         if row.dry_run:
-            self._finish(
+            state.finish(
                 row,
-                state,
                 ActionStatus.DRY_RUN,
                 ActionOutcome.DRY_RUN,
                 audit_kind="action_dry_run",
@@ -305,7 +178,7 @@ class Executor:
             return
         provider = self.providers.get(row.account)
         if provider is None:
-            self._fail(row, state, f"no provider configured for account {row.account}")
+            state.fail(row, f"no provider configured for account {row.account}")
             return
         # Record the intent before acting: a crash from here on resumes by verifying.
         self.store.transition_action(
@@ -321,9 +194,8 @@ class Executor:
             if self._call_failed(row, state, error):
                 return
         again = "called again after an interrupted call, " if resumed else ""
-        self._step(
+        state.step(
             row,
-            state,
             ActionStatus.CALLED,
             audit_kind="provider_called",
             message=f"{row.kind.value} {again}accepted by the provider; verifying",
@@ -352,7 +224,7 @@ class Executor:
             )
             return False
         if not holds:
-            self._cancel(row, state, "the condition no longer held at the latest check")
+            state.cancel(row, "the condition no longer held at the latest check")
         return holds
 
     def _held_at_the_call(self, row: ActionRow, state: _Pass, orders: CallOrders) -> bool:
@@ -368,20 +240,18 @@ class Executor:
         )
         if held is None:
             return False
-        note = self._escalation(row, state, held.reason, called=False)
+        note = state.escalation(row, held.reason, called=False)
         if held.error is not None:
-            self._retry_later(
+            state.retry_later(
                 row,
-                state,
                 held.error,
                 back_to=ActionStatus.PENDING,
                 result=ActionResult.LISTING_FAILED,
                 notification=note,
             )
             return True
-        self._step(
+        state.step(
             row,
-            state,
             ActionStatus.PENDING,
             audit_kind="action_waits",
             message=f"{held.reason}: decided again after the next listing",
@@ -396,30 +266,8 @@ class Executor:
         reason = self.guard(row, state.now) if self.guard is not None else None
         if reason is None:
             return False
-        self._cancel(row, state, reason)
+        state.cancel(row, reason)
         return True
-
-    def _cancel(self, row: ActionRow, state: _Pass, reason: str) -> None:
-        """End the action before (another) provider call, with the episode's resolution."""
-        episode = episode_key_of(row)
-        note = render_resolution(
-            row_subject(row),
-            reason=reason,
-            now=state.now,
-            action_cancelled=True,
-            episode_key=episode,
-            # The warning is withdrawn: a second withdrawal of the episode needs its own key.
-            key=next_notice_key(episode, RESOLUTION, _OutboxKeys(self.store), state.now),
-        )
-        self._step(
-            row,
-            state,
-            ActionStatus.CANCELLED,
-            audit_kind="action_cancelled",
-            message=f"{row.kind.value} cancelled before the provider call: {reason}",
-            notification=note,
-            result=ActionResult.CANCELLED,
-        )
 
     def _salvage_allows(self, row: ActionRow, state: _Pass, orders: CallOrders) -> bool:
         config = orders.salvage
@@ -447,9 +295,8 @@ class Executor:
                 outcome.detail,
             )
             return True
-        self._finish(
+        state.finish(
             row,
-            state,
             ActionStatus.HELD,
             ActionOutcome.HELD,
             audit_kind="salvage_failed_hold",
@@ -468,46 +315,41 @@ class Executor:
         if verdict is AfterError.VERIFY:
             return False
         if verdict is AfterError.GIVE_UP:
-            self._fail(row, state, f"{detail} (given up after {row.attempts} attempts)")
+            state.fail(row, f"{detail} (given up after {row.attempts} attempts)")
         elif verdict is AfterError.AWAIT_ACCOUNT:
             first = row.result != AWAITING_ACCOUNT
-            self._retry_later(
+            state.retry_later(
                 row,
-                state,
                 error,
                 back_to=ActionStatus.PENDING,
                 result=AWAITING_ACCOUNT,
                 notification=(
-                    _result_note(row, state, ActionOutcome.AWAITING_ACCOUNT, detail)
+                    state.result_note(row, ActionOutcome.AWAITING_ACCOUNT, detail)
                     if first
-                    else self._escalation(row, state, f"the provider refuses the call ({detail})")
+                    else state.escalation(row, f"the provider refuses the call ({detail})")
                 ),
                 cap=MAX_ACCOUNT_WAIT,
             )
         elif verdict is AfterError.RETRY_REFUSED:
             note = None
             if row.attempts <= 1:
-                note = _result_note(row, state, ActionOutcome.RETRYING, detail)
-            self._retry_later(
+                note = state.result_note(row, ActionOutcome.RETRYING, detail)
+            state.retry_later(
                 row,
-                state,
                 error,
                 back_to=ActionStatus.PENDING,
                 result=ActionResult.CALL_REFUSED,
-                notification=note or self._escalation(row, state, "the provider refuses the call"),
+                notification=note or state.escalation(row, "the provider refuses the call"),
             )
         else:
             # The call may not have reached the provider: repeated while the condition holds
             # (destroying something already gone is success), escalated once it takes too long.
-            self._retry_later(
+            state.retry_later(
                 row,
-                state,
                 error,
                 back_to=ActionStatus.PENDING,
                 result=ActionResult.CALL_FAILED,
-                notification=self._escalation(
-                    row, state, f"the {row.kind.value} call keeps failing"
-                ),
+                notification=state.escalation(row, f"the {row.kind.value} call keeps failing"),
             )
         return True
 
@@ -522,73 +364,15 @@ class Executor:
             f"the provider refused the {row.kind.value} call and the account still cannot be "
             f"read ({listing.kind}); it is called again as soon as the account reads"
         )
-        self._retry_later(
+        state.retry_later(
             row,
-            state,
             listing,
             back_to=ActionStatus.PENDING,
             result=AWAITING_ACCOUNT,
-            notification=self._escalation(row, state, detail),
+            notification=state.escalation(row, detail),
             cap=MAX_ACCOUNT_WAIT,
         )
         return True
-
-    def _escalation(
-        self, row: ActionRow, state: _Pass, detail: str, *, called: bool = True
-    ) -> PlannedNotification | None:
-        """The escalation due now (see :func:`escalation_number`), counted from when the action
-        was planned (its first call attempt), whatever the provider answers or lists: a kill
-        that cannot be confirmed is never silent. None before the first. ``called=False``: the
-        executor holds the call (the listing at the call), and the message says so."""
-        after = self.safety.escalate_unverified_after
-        number = escalation_number(state.now - row.created_at, after)
-        if number < 1:
-            return None
-        return render_escalation(
-            row_subject(row),
-            number=number,
-            acted_at=row.created_at,
-            now=state.now,
-            detail=detail,
-            episode_key=episode_key_of(row),
-            called=called,
-        )
-
-    def _fail(self, row: ActionRow, state: _Pass, detail: str) -> None:
-        self._finish(
-            row,
-            state,
-            ActionStatus.FAILED,
-            ActionOutcome.FAILED,
-            audit_kind="provider_call_failed",
-            message=detail,
-            detail=detail,
-            last_error=detail,
-        )
-
-    def _retry_later(
-        self,
-        row: ActionRow,
-        state: _Pass,
-        error: ProviderError,
-        *,
-        back_to: ActionStatus,
-        result: ActionResult | None = None,
-        notification: PlannedNotification | None = None,
-        cap: timedelta = MAX_RETRY_BACKOFF,
-    ) -> None:
-        after = self.safety.escalate_unverified_after
-        self._step(
-            row,
-            state,
-            back_to,
-            audit_kind="provider_error",
-            message=f"{error.kind}: {error}",
-            notification=notification,
-            result=result,
-            last_error=f"{error.kind}: {error}",
-            next_attempt_at=retry_at(state.now, row.attempts, row.created_at, after, cap),
-        )
 
     # -- verify -----------------------------------------------------------------------------
 
@@ -601,8 +385,8 @@ class Executor:
         if isinstance(listing, ProviderError):
             # Unconfirmed is not done: the escalation clock runs on while listing fails.
             detail = f"cannot verify: listing the account fails ({listing.kind})"
-            note = self._escalation(row, state, detail)
-            self._retry_later(row, state, listing, back_to=_resume_status(row), notification=note)
+            note = state.escalation(row, detail)
+            state.retry_later(row, listing, back_to=_resume_status(row), notification=note)
             return
         current = next((i for i in listing if i.instance_id == row.instance_id), None)
         if done(row.kind, current):
@@ -633,9 +417,8 @@ class Executor:
         return state.listings[account]
 
     def _verified(self, row: ActionRow, state: _Pass) -> None:
-        self._finish(
+        state.finish(
             row,
-            state,
             ActionStatus.VERIFIED,
             ActionOutcome.VERIFIED,
             audit_kind="action_verified",
@@ -661,13 +444,12 @@ class Executor:
             detail = f"provider lists it as {seen}"
             if not holds:
                 detail += "; the call is not repeated: its condition no longer holds"
-            note = self._escalation(row, state, detail)
+            note = state.escalation(row, detail)
             if holds:
                 self._recall(row)
         checks = max(row.attempts - 1, 0)
-        self._step(
+        state.step(
             row,
-            state,
             ActionStatus.UNVERIFIED,
             audit_kind="action_unverified",
             message=f"provider still lists it as {seen}",
@@ -694,28 +476,6 @@ class Executor:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class _OutboxKeys:
-    """``key in _OutboxKeys(store)``: is a message with that key in the outbox?"""
-
-    store: ActionStore
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.store.get_notification(key) is not None
-
-
-def _result_note(
-    row: ActionRow, state: _Pass, outcome: ActionOutcome, detail: str
-) -> PlannedNotification:
-    return render_action_result(
-        row_subject(row),
-        outcome=outcome,
-        now=state.now,
-        detail=detail,
-        episode_key=episode_key_of(row),
-    )
-
-
 def _call(provider: Provider, row: ActionRow) -> None:
     if row.kind is ActionKind.STOP:
         provider.stop(row.instance_id)
@@ -723,31 +483,8 @@ def _call(provider: Provider, row: ActionRow) -> None:
         provider.destroy(row.instance_id)
 
 
-def episode_key_of(row: ActionRow) -> str:
-    """The key the action's messages hang on (``ActionKey.message_episode``): the finding's
-    episode key, with ``:dry_run`` kept for a dry run."""
-    return ActionKey(row.episode_key, row.kind, row.dry_run).message_episode
-
-
 def _resume_status(row: ActionRow) -> ActionStatus:
     """Where an action goes back to when this pass could not finish it."""
     if row.claimed_from in (ActionStatus.CALLED, ActionStatus.UNVERIFIED):
         return row.claimed_from
     return ActionStatus.UNVERIFIED if row.result == CALLING else ActionStatus.PENDING
-
-
-def row_subject(row: ActionRow) -> PlannedAction:
-    """The planned action an outbox row came from (the notification renderer's subject)."""
-    return PlannedAction(
-        idempotency_key=row.idempotency_key,
-        account=row.account,
-        instance_id=row.instance_id,
-        rule=row.rule,
-        kind=row.kind,
-        dry_run=row.dry_run,
-        reason=row.reason,
-        planned_at=row.created_at,
-        episode_key=row.episode_key,
-        evidence=dict(row.evidence),
-        usd_per_hour_at_stake=row.usd_per_hour_at_stake,
-    )

@@ -18,6 +18,7 @@ from tests.support.scenario_texts import one_busy_instance
 from watchdog_gpu.config import Settings, WatchdogSection
 from watchdog_gpu.jobs import Jobs, Progress
 from watchdog_gpu.model import ActionStatus
+from watchdog_gpu.plan import plan as real_plan
 from watchdog_gpu.rules.max_runtime import MaxRuntimeConfig
 from watchdog_gpu.sim.scenario import parse_scenario
 from watchdog_gpu.sim.simulate import simulation
@@ -61,7 +62,6 @@ def test_an_act_run_beside_an_uncommitted_evaluation_keeps_the_action(
 
         # The next evaluation stops inside its transaction: findings written, not committed.
         inside, release = threading.Event(), threading.Event()
-        real_plan = watchdog_gpu.tick.plan
 
         def plan_then_hold(*args: Any, **kwargs: Any) -> Any:
             inside.set()

@@ -48,9 +48,9 @@ from tests.integration.conftest import FakeGpu, require_sshd
 from tests.integration.sshd import SshServer
 from tests.support.http_receiver import HttpReceiver, ReceivedRequest, free_port
 from tests.support.requirements import require_program
+from watchdog_gpu.action_steps import episode_key_of
 from watchdog_gpu.clock import SystemClock
 from watchdog_gpu.errors import StoreError
-from watchdog_gpu.executor import episode_key_of
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
 from watchdog_gpu.notify.render import notification_key
 from watchdog_gpu.providers import PROVIDERS, new_http_client
