@@ -100,8 +100,8 @@ class Executor:
     def run(
         self, now: datetime, limit: int = 50, *, evaluated_at: datetime | None = None
     ) -> ExecutorReport:
-        """One pass: verify due actions, then execute due pending ones. ``evaluated_at`` is when
-        the rules last ran in this process (None: not yet; pending actions then wait)."""
+        """One pass: verify due actions, then execute due pending ones. ``evaluated_at``: this
+        process's latest committed evaluation (None: none yet; pending actions then wait)."""
         state = _Pass(self.store, self.safety, now, evaluated_at=evaluated_at)
         # The first pass of a process takes over every claimed action at once: the process
         # that claimed them is gone (one executor per database; the scheduler never overlaps).
