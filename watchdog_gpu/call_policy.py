@@ -1,6 +1,7 @@
 """The decisions around a provider call (pure): which listing lets a call go out, what a failed
 call leads to, when to look again, when to escalate. The executor asks and carries the answer
-out; docs/safety.md ("The listing at the call", "Escalation") says why each is so.
+out; docs/safety.md ("The listing at the call", "Unverified kills and failed calls") says
+why each is so.
 """
 
 from __future__ import annotations
