@@ -98,6 +98,9 @@ class ParamikoRunner:
         self._connections: dict[InstanceRef, _Connection] = {}
         self._instance_locks: dict[InstanceRef, threading.Lock] = {}
         self._lock = threading.Lock()
+        # Counts close(): a connection that finishes connecting after a close() that began
+        # during it is closed, not kept (nothing would close it again).
+        self._closes = 0
 
     # -- the CommandRunner seam ---------------------------------------------------------------
 
@@ -182,7 +185,9 @@ class ParamikoRunner:
                 lock.release()
 
     def close(self) -> None:
-        """Close every kept connection."""
+        """Close every kept connection, and one that is connecting now once it has."""
+        with self._lock:
+            self._closes += 1
         self.close_except(())
 
     def kept_connections(self) -> int:
@@ -218,6 +223,8 @@ class ParamikoRunner:
 
     def _connect(self, target: SshTarget) -> _Connection:
         timeouts = self._timeouts
+        with self._lock:
+            closes = self._closes
         try:
             sock = socket.create_connection(
                 (target.host, target.port), timeout=timeouts.connect_seconds
@@ -246,7 +253,13 @@ class ParamikoRunner:
         transport.sock.settimeout(_KEPT_POLL_SECONDS)
         connection = _Connection(target.endpoint, transport)
         with self._lock:
-            self._connections[target.ref] = connection
+            closed = self._closes != closes
+            if not closed:
+                self._connections[target.ref] = connection
+        if closed:
+            transport.close()
+            sock.close()  # Transport.close() leaves the socket of a transport it never started
+            raise _unreachable(target, "the SSH runner was closed while connecting")
         return connection
 
     def _negotiate(self, target: SshTarget, transport: paramiko.Transport) -> None:

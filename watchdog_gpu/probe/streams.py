@@ -168,8 +168,9 @@ class StreamManager:
         return 1 + len(getattr(self._connectors, "_threads", ()))
 
     def close(self) -> None:
-        """Stop the reader thread and close every session."""
-        self._stop.set()
+        """Stop the reader thread and close every session, and any a connector opens after."""
+        with self._lock:  # a connector that opens a session after this closes it itself
+            self._stop.set()
         self._thread.join(timeout=5)
         self._connectors.shutdown(wait=False, cancel_futures=True)
         with self._lock:
@@ -177,6 +178,13 @@ class StreamManager:
             self._hosts.clear()
         for host in hosts:
             self._close_session(host)
+        while True:  # opened before the stop, never taken by the reader thread
+            try:
+                _host, result = self._opened.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(result, _Refused):
+                result.close()
         self._selector.close()
 
     def __enter__(self) -> StreamManager:
@@ -323,7 +331,12 @@ class StreamManager:
         except Exception as error:  # a bug must cost one attempt, not the stream
             logger.exception("probe stream connect failed instance=%s", host.target.ref.key)
             result = _Refused(ProbeStatus.UNREACHABLE, f"unexpected {type(error).__name__}")
-        self._opened.put((host, result))
+        with self._lock:
+            if not self._stop.is_set():
+                self._opened.put((host, result))
+                return
+        if not isinstance(result, _Refused):
+            result.close()  # opened after close(): nobody would ever read or close it
 
     def _end(self, host: _Host, reason: str, status: ProbeStatus) -> None:
         reader = host.reader
