@@ -121,15 +121,19 @@ def _decode(data: bytes, password: bytes | None) -> object:
     try:
         return serialization.load_pem_private_key(data, password=password)
     except ValueError as pem_error:
-        raise _KeyProblem(_explain(pem_error, password)) from None
+        # An encrypted PEM decrypted with a wrong passphrase is garbage that usually fails its
+        # padding ("bad decrypt") but now and then only its parse ("Could not deserialize").
+        encrypted = b"ENCRYPTED" in data
+        raise _KeyProblem(_explain(pem_error, password, encrypted=encrypted)) from None
 
 
-def _explain(error: ValueError, password: bytes | None) -> str:
+def _explain(error: ValueError, password: bytes | None, *, encrypted: bool = False) -> str:
     # cryptography says "Incorrect password", "Corrupt data: broken checksum" (a wrong passphrase
     # on an OpenSSH key), "Could not deserialize"…; only our own words go on, so no part of a key
     # can reach a log.
     text = str(error).lower()
-    if password is not None and any(word in text for word in ("password", "checksum", "decrypt")):
+    said = any(word in text for word in ("password", "checksum", "decrypt"))
+    if password is not None and (said or encrypted):
         return "wrong passphrase, or the key is damaged"
     return "not a private key in OpenSSH or PEM format"
 

@@ -75,6 +75,30 @@ def test_a_passphrase_for_a_plain_key_is_ignored() -> None:
     assert len(load_private_keys(SshCredentials(private_key_text=text, passphrase="x"))) == 1
 
 
+# An encrypted test key (passphrase "right passphrase") that the wrong passphrase "wrong-212"
+# decrypts into garbage with valid padding: only its parse fails ("Could not deserialize"), as
+# about one wrong passphrase in 256 does.
+PARSE_FAILS_KEY = """-----BEGIN ENCRYPTED PRIVATE KEY-----
+MIGjMF8GCSqGSIb3DQEFDTBSMDEGCSqGSIb3DQEFDDAkBBCd7lL3bLcKe11i+DvO
+i7WhAgIIADAMBggqhkiG9w0CCQUAMB0GCWCGSAFlAwQBKgQQQYS3WuVB1EsTvhNg
+M53pOARAfLY1RjQfkBzfgbQmMZqxmpU+5lE6xq8T9dKuuiEWkBDo/KpHg44lgDJh
+XzXOb5A4157B9WFPQGb2mCU5cecxPw==
+-----END ENCRYPTED PRIVATE KEY-----
+"""
+
+
+def test_a_wrong_passphrase_that_only_fails_the_parse_is_still_a_wrong_passphrase() -> None:
+    credentials = SshCredentials(private_key_text=PARSE_FAILS_KEY, passphrase="wrong-212")
+    with pytest.raises(ConfigError) as failure:
+        load_private_keys(credentials)
+
+    assert str(failure.value) == "ssh.private_key: wrong passphrase, or the key is damaged"
+    loaded = load_private_keys(
+        SshCredentials(private_key_text=PARSE_FAILS_KEY, passphrase="right passphrase")
+    )
+    assert len(loaded) == 1
+
+
 @pytest.mark.parametrize("writer", [openssh_text, pem_text])
 def test_a_wrong_passphrase_is_named_and_never_echoed(writer: object) -> None:
     key = ed25519.Ed25519PrivateKey.generate()
