@@ -246,9 +246,12 @@ def team() -> Iterator[tuple[Team, PostgresServer]]:
 
 def _freeze_inside_a_transaction(crew: Team, leader: Node) -> None:
     """SIGSTOP ``leader`` at a moment one of its database sessions has a transaction open (seen
-    by the server, through the ports of the leader's proxy); try again until one is caught."""
+    by the server, through the ports of the leader's proxy); try again until one is caught.
+    A tick's transactions are a percent or two of its poll interval: the attempts go on for
+    a span of ticks (under CI's load 400 attempts once missed them all), not a count."""
     server_port = leader.proxy.upstream_port
-    for _ in range(400):
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
         leader.running.send_signal(signal.SIGSTOP)
         with psycopg.connect(
             host="127.0.0.1", port=server_port, user="postgres", dbname=DATABASE, autocommit=True
