@@ -84,9 +84,9 @@ class TcpProxy:
             pairs, self._pairs = self._pairs, []
         for pair in pairs:
             for end in pair:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):  # not connected any more: close it anyway
                     end.shutdown(socket.SHUT_RDWR)
-                    end.close()
+                end.close()
 
     def close(self) -> None:
         self._closed = True

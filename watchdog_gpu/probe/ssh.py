@@ -243,6 +243,7 @@ class ParamikoRunner:
             self._pin_if_new(target, transport)
         except BaseException:
             transport.close()
+            sock.close()  # Transport.close() leaves the socket of a transport that is not active
             raise
         transport.set_keepalive(timeouts.keepalive_seconds)
         # paramiko's transport thread wakes every 0.1 s to check whether it should stop (its
