@@ -411,9 +411,14 @@ def test_rows_buffered_at_a_restart_die_with_the_process_and_the_gap_is_blind(
         own = [s for s in (*recorded, *resumed) if s.gpu_index == gpu]
         start, end = min(s.covers_from or s.at for s in own), max(s.at for s in own)
         spans = gpu_observed_spans(own, start, end, timedelta(minutes=2))
-        assert len(spans) == 2, spans  # observed before, observed after, blind between
-        assert spans[0][1] <= taken_at  # the buffered seconds after the last tick: blind
-        assert spans[1][0] > stopped_at
+        # Observed before the last tick and after the restart, blind between: the buffered
+        # seconds after the last tick count as never seen. (A side may hold more than one span:
+        # a fake host starved of CPU prints late, and its own gap is blind too.)
+        before = [span for span in spans if span[1] <= taken_at]
+        after = [span for span in spans if span[0] > stopped_at]
+        assert before, spans
+        assert after, spans
+        assert len(before) + len(after) == len(spans), spans
 
 
 CHILD = """
