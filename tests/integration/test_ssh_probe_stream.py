@@ -414,11 +414,11 @@ def test_rows_buffered_at_a_restart_die_with_the_process_and_the_gap_is_blind(
         # Observed before the last tick and after the restart, blind between: the buffered
         # seconds after the last tick count as never seen. (A side may hold more than one span:
         # a fake host starved of CPU prints late, and its own gap is blind too.)
-        before = [span for span in spans if span[1] <= taken_at]
-        after = [span for span in spans if span[0] > stopped_at]
-        assert before, spans
-        assert after, spans
-        assert len(before) + len(after) == len(spans), spans
+        observed_before = [span for span in spans if span[1] <= taken_at]
+        observed_after = [span for span in spans if span[0] > stopped_at]
+        assert observed_before, spans
+        assert observed_after, spans
+        assert len(observed_before) + len(observed_after) == len(spans), spans
 
 
 CHILD = """
