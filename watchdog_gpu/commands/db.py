@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
+from watchdog_gpu.commands.database_check import missing_sqlite_file
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def _engine_for(option: str, given: str) -> Engine | int:
         # Not the URL itself in the message: it may carry a password.
         print(f"{option}: not a database URL (e.g. sqlite:////path/to.db)", file=sys.stderr)
         return EXIT_USAGE
-    if option == "--from" and _missing_sqlite_file(url):
+    if option == "--from" and missing_sqlite_file(url):
         print(f"--from: no database file at {display_url(url)}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -183,14 +184,6 @@ def _url_of(option: str, given: str) -> URL | None:
         register_secret(password)
         url = url.set(password=password)
     return url
-
-
-def _missing_sqlite_file(url: URL) -> bool:
-    """An SQLite URL naming no existing file (copying from it would create an empty one)."""
-    if url.get_backend_name() != "sqlite":
-        return False
-    database = url.database or ""
-    return database in ("", ":memory:") or not Path(database).expanduser().is_file()
 
 
 def _copy_unless_in_use(source: Engine, target: Engine) -> CopyResult | int:
