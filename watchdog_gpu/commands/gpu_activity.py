@@ -19,6 +19,7 @@ from watchdog_gpu.commands.common import json_time
 from watchdog_gpu.fleet import InstanceView
 from watchdog_gpu.model import InstanceState, ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.probe.verdicts import combine_verdicts
 from watchdog_gpu.rules.idle_clock import IdleClockSettings, current_idle
 from watchdog_gpu.sample_history import instant, sample_history
 
@@ -156,9 +157,4 @@ def _current(judged: list[tuple[int, int, Verdict]]) -> str:
     latest: dict[int, Verdict] = {}
     for _at, gpu, verdict in judged:
         latest[gpu] = verdict
-    verdicts = set(latest.values())
-    if Verdict.BUSY in verdicts:
-        return "busy"
-    if verdicts != {Verdict.IDLE}:
-        return "unknown"
-    return "idle"
+    return combine_verdicts(latest.values()).value
