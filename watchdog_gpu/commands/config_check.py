@@ -106,33 +106,27 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     warnings = config_warnings(settings)
     database = _connect(settings, environ) if args.connect else None
-    if args.json:
-        _print_json_report(settings, origin, environ, warnings, database)
-    else:
-        _print_text_report(settings, origin, environ, warnings, database)
+    _print_report(settings, origin, environ, warnings, database, as_json=args.json)
     return EXIT_OK if database is None or database.ok else EXIT_FAILURE
 
 
-def _print_json_report(
+def _print_report(
     settings: Settings,
     origin: str,
     environ: Mapping[str, str],
     warnings: list[ConfigProblem],
     database: DatabaseCheck | None,
+    *,
+    as_json: bool,
 ) -> None:
-    report = check_report(settings, origin, environ, warnings)
-    if database is not None:
-        report["database_check"] = {"ok": database.ok, "lines": list(database.lines)}
-    print_json(report)
-
-
-def _print_text_report(
-    settings: Settings,
-    origin: str,
-    environ: Mapping[str, str],
-    warnings: list[ConfigProblem],
-    database: DatabaseCheck | None,
-) -> None:
+    """The check of a valid configuration: one JSON object, or the warnings on stderr and the
+    summary; then what the database check found."""
+    if as_json:
+        report = check_report(settings, origin, environ, warnings)
+        if database is not None:
+            report["database_check"] = {"ok": database.ok, "lines": list(database.lines)}
+        print_json(report)
+        return
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print_summary(settings, origin, environ, sys.stdout)
