@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import termios
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from watchdog_gpu.model import (
     PlannedNotification,
     ProbeOutcome,
     ProbeStatus,
+    SampleSource,
     Severity,
 )
 from watchdog_gpu.notices import ActionKey
@@ -558,3 +560,36 @@ def test_status_and_config_check_say_what_each_accounts_gpu_evidence_proves(
     assert f"  vast-main GPU evidence: {listed['gpu_evidence']}" in text.splitlines()
     without_config = json.loads(run(capsys, "status", "--db", str(db), "--json").out)
     assert without_config["accounts"][0]["gpu_evidence"] is None
+
+
+def test_the_gpu_clock_counts_provider_readings_only_where_the_account_opts_in(
+    store: Store, db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The idle clock as the idle rule runs it (FleetView.evidence_of): RunPod's 0 % readings
+    # prove idle only for an account with idle_evidence = "provider_api".
+    pod = "pod-main"
+    for minute in range(0, 121, 2):
+        at = T0 + minutes(minute)
+        listed = observation(
+            replace(instance("201", at=at, account=pod), provider="runpod"), at=at, account=pod
+        )
+        store.record_observation(
+            replace(listed, account=replace(listed.account, provider="runpod")), at
+        )
+        store.record_samples(
+            replace(sample("201", at, gpu), account=pod, source=SampleSource.PROVIDER_API)
+            for gpu in (0, 1)
+        )
+    account = '[[accounts]]\nname = "pod-main"\nprovider = "runpod"\napi_key = "k"\n'
+    opted_in = account + 'idle_evidence = "provider_api"\n'
+
+    def gpu(body: str) -> dict[str, object]:
+        config = write_config(tmp_path, db, body)
+        (shown,) = json.loads(run(capsys, "status", "--config", str(config), "--json").out)[
+            "instances"
+        ]
+        return dict(shown["gpu"])
+
+    assert gpu(account)["idle_since"] is None
+    shown = gpu(opted_in)
+    assert shown["idle_since"] is not None, shown

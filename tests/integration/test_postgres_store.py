@@ -35,7 +35,8 @@ from tests.support.databases import postgres_server
 from tests.support.http_receiver import free_port
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.commands.common import Source
-from watchdog_gpu.commands.status import collect, status_json, status_lines
+from watchdog_gpu.commands.status import status_json, status_lines
+from watchdog_gpu.commands.status_collect import collect
 from watchdog_gpu.metrics import MetricsConfig
 from watchdog_gpu.metrics.collector import StoreCollector
 from watchdog_gpu.model import ActionStatus

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -387,23 +388,42 @@ def table(
     column, text)`` may colour a body cell; widths are measured on the plain text. With
     ``width``, a table wider than that narrows its widest columns and wraps their cells onto
     more lines (nothing is cut; a row's first line holds its first cell)."""
-    widths = [len(header) for header in headers]
-    for row in rows:
-        for column, cell in enumerate(row):
-            widths[column] = max(widths[column], len(cell))
+    widths = _natural_widths(headers, rows)
     if width is not None:
         widths = _narrowed(widths, headers, width - len(indent) - 2 * (len(headers) - 1))
     lines = []
     for index, row in enumerate((headers, *rows)):
         wrapped = [_wrapped(cell, size) for cell, size in zip(row, widths, strict=True)]
+        row_paint = None if paint is None or index == 0 else partial(paint, index - 1)
         for part in range(max(len(cell) for cell in wrapped)):
-            cells = []
-            for column, (pieces, column_width) in enumerate(zip(wrapped, widths, strict=True)):
-                cell = pieces[part] if part < len(pieces) else ""
-                shown = paint(index - 1, column, cell) if paint is not None and index > 0 else cell
-                cells.append(shown + " " * (column_width - len(cell)))
-            lines.append((indent + "  ".join(cells)).rstrip())
+            line = _table_line([_part(pieces, part) for pieces in wrapped], widths, row_paint)
+            lines.append((indent + line).rstrip())
     return lines
+
+
+def _natural_widths(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's widest cell, its header included."""
+    return [
+        max([len(header), *(len(row[column]) for row in rows)])
+        for column, header in enumerate(headers)
+    ]
+
+
+def _part(pieces: Sequence[str], index: int) -> str:
+    """Line ``index`` of a wrapped cell; empty below its last."""
+    return pieces[index] if index < len(pieces) else ""
+
+
+def _table_line(
+    cells: Sequence[str], widths: Sequence[int], paint: Callable[[int, str], str] | None
+) -> str:
+    """One line of a table: each cell padded to its column's width, painted (``paint(column,
+    text)``) when given; the padding is measured on the plain text."""
+    shown = []
+    for column, (cell, column_width) in enumerate(zip(cells, widths, strict=True)):
+        painted = paint(column, cell) if paint is not None else cell
+        shown.append(painted + " " * (column_width - len(cell)))
+    return "  ".join(shown)
 
 
 # The narrowest a column is made before its cells wrap (a header is never split mid-word).

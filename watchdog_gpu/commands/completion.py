@@ -52,6 +52,23 @@ class Level:
     flags: dict[str, str] = field(default_factory=dict)  # option → help
     valued: dict[str, list[str]] = field(default_factory=dict)  # option taking a value → choices
 
+    def add_commands(
+        self, action: argparse._SubParsersAction[argparse.ArgumentParser]
+    ) -> list[tuple[str, argparse.ArgumentParser]]:
+        """The sub-commands of ``action`` with their summaries; their parsers, by name."""
+        helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+        for name in action.choices:
+            self.commands[name] = helps.get(name, "")
+        return list(action.choices.items())
+
+    def add_option(self, action: argparse.Action) -> None:
+        """Each spelling of an option with its help, and its choices when it takes a value."""
+        text = action.help if action.help and action.help != argparse.SUPPRESS else ""
+        for option in action.option_strings:
+            self.flags[option] = text
+            if action.nargs != 0:
+                self.valued[option] = [str(c) for c in action.choices or ()]
+
 
 def command_tree(parser: argparse.ArgumentParser) -> list[Level]:
     """Every command level of ``parser``, the top level first."""
@@ -63,18 +80,9 @@ def _levels(parser: argparse.ArgumentParser, path: str) -> Iterator[Level]:
     children: list[tuple[str, argparse.ArgumentParser]] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
-            for name, child in action.choices.items():
-                level.commands[name] = helps.get(name, "")
-                children.append((name, child))
+            children += level.add_commands(action)
         elif action.option_strings:
-            text = action.help if action.help and action.help != argparse.SUPPRESS else ""
-            for option in action.option_strings:
-                if action.nargs == 0:
-                    level.flags[option] = text
-                else:
-                    level.valued[option] = [str(c) for c in action.choices or ()]
-                    level.flags[option] = text
+            level.add_option(action)
         elif action.choices:
             level.words.extend(str(choice) for choice in action.choices)
     yield level

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -106,20 +106,33 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     warnings = config_warnings(settings)
     database = _connect(settings, environ) if args.connect else None
-    code = EXIT_OK if database is None or database.ok else EXIT_FAILURE
-    if args.json:
+    _print_report(settings, origin, environ, warnings, database, as_json=args.json)
+    return EXIT_OK if database is None or database.ok else EXIT_FAILURE
+
+
+def _print_report(
+    settings: Settings,
+    origin: str,
+    environ: Mapping[str, str],
+    warnings: list[ConfigProblem],
+    database: DatabaseCheck | None,
+    *,
+    as_json: bool,
+) -> None:
+    """The check of a valid configuration: one JSON object, or the warnings on stderr and the
+    summary; then what the database check found."""
+    if as_json:
         report = check_report(settings, origin, environ, warnings)
         if database is not None:
             report["database_check"] = {"ok": database.ok, "lines": list(database.lines)}
         print_json(report)
-        return code
+        return
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print_summary(settings, origin, environ, sys.stdout)
     if database is not None:
         for line in database.lines:
             print(line)
-    return code
 
 
 def _connect(settings: Settings, environ: Mapping[str, str]) -> DatabaseCheck:
@@ -221,16 +234,33 @@ def check_report(
 
 def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], out: TextIO) -> None:
     """The human summary of valid settings; secrets shown only as set/missing and their source."""
-    watchdog = settings.watchdog
+    unavailable = resolve_secrets(settings, environ)
     lines = [
+        *_daemon_lines(settings, origin, environ),
+        *_account_lines(settings, environ),
+        *_rule_lines(settings),
+        *_notify_lines(settings),
+        *_secret_lines(settings, environ),
+        *(f"{problem}" for problem in unavailable if problem.path.endswith(".key_file")),
+        _verdict(settings, environ, unavailable),
+    ]
+    print("\n".join(lines), file=out)
+
+
+def _daemon_lines(settings: Settings, origin: str, environ: Mapping[str, str]) -> list[str]:
+    watchdog = settings.watchdog
+    dry_run = " (dry run: nothing is stopped or destroyed)" if watchdog.mode == "monitor" else ""
+    return [
         f"config file: {settings.config_file} ({origin})",
-        f"mode: {watchdog.mode}"
-        + (" (dry run: nothing is stopped or destroyed)" if watchdog.mode == "monitor" else ""),
+        f"mode: {watchdog.mode}{dry_run}",
         f"database: {_database(settings, environ)}",
         f"metrics: {_metrics(settings)}",
         f"probe: {'enabled' if settings.probe.enabled else 'disabled'}",
-        f"accounts ({len(settings.accounts)}):",
     ]
+
+
+def _account_lines(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    lines = [f"accounts ({len(settings.accounts)}):"]
     lines += _table(
         [
             account.name,
@@ -242,17 +272,29 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
     )
     evidence = settings.evidence()
     lines += [f"  {name} GPU evidence: {item.summary}" for name, item in evidence.items()]
-    lines.append("rules (action, effective mode):")
+    return lines
+
+
+def _rule_lines(settings: Settings) -> list[str]:
+    lines = ["rules (action, effective mode):"]
     lines += _table([name, action, mode + note] for name, action, mode, note in _rules(settings))
     disabled = [name for name, rule in settings.rules.by_name().items() if not rule.enabled]
     if disabled:
         lines.append(f"  disabled: {', '.join(disabled)}")
+    return lines
+
+
+def _notify_lines(settings: Settings) -> list[str]:
     routes = len(settings.notify.routes)
     notify = f"notify: {routes} route{'s' if routes != 1 else ''}"
     if settings.notify.config is not None:
         notify += " and an Apprise config file (notify.config)"
-    lines.append(notify)
-    lines.append(f"spend digest: {settings.notify.digest.describe()}")
+    return [notify, f"spend digest: {settings.notify.digest.describe()}"]
+
+
+def _secret_lines(settings: Settings, environ: Mapping[str, str]) -> list[str]:
+    """The secrets other than the API keys, then the values the environment decided."""
+    lines: list[str] = []
     other = [
         [f"{path}:", reference.describe(environ)]
         for path, reference in iter_secret_references(settings)
@@ -265,22 +307,23 @@ def print_summary(settings: Settings, origin: str, environ: Mapping[str, str], o
     if sources:
         lines.append("from the environment (these win over the file):")
         lines += _table([f"{path}:", f"${variable}"] for path, variable in sources)
-    unavailable = resolve_secrets(settings, environ)
-    lines += [f"{problem}" for problem in unavailable if problem.path.endswith(".key_file")]
-    refusals = _refusals(settings, environ)
-    if not refusals:
-        lines.append("configuration is valid")
-    elif not settings.accounts:
-        lines.append(
+    return lines
+
+
+def _verdict(
+    settings: Settings, environ: Mapping[str, str], unavailable: Sequence[ConfigProblem]
+) -> str:
+    if not _refusals(settings, environ):
+        return "configuration is valid"
+    if not settings.accounts:
+        return (
             "configuration is valid, but `watchdog-gpu run` refuses to start: "
             "no [[accounts]] configured (it would watch nothing)"
         )
-    else:
-        lines.append(
-            f"configuration is valid; {len(unavailable)} secret(s) not available: "
-            "`watchdog-gpu run` refuses to start until they are"
-        )
-    print("\n".join(lines), file=out)
+    return (
+        f"configuration is valid; {len(unavailable)} secret(s) not available: "
+        "`watchdog-gpu run` refuses to start until they are"
+    )
 
 
 def _environment_sources(settings: Settings, environ: Mapping[str, str]) -> list[tuple[str, str]]:

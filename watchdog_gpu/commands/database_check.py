@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from sqlalchemy import URL, Engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,53 +22,68 @@ class DatabaseCheck:
 
 def check_database(url: str) -> DatabaseCheck:
     """Connect to ``url`` (its password filled in) read-only and report."""
-    from sqlalchemy import text
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     from watchdog_gpu.store import create_engine_for, display_url
-    from watchdog_gpu.store.revisions import shipped_head
 
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         return DatabaseCheck(False, ("database: not a database URL",))
     shown = display_url(parsed)
-    if parsed.get_backend_name() == "sqlite":
-        path = Path(parsed.database or "").expanduser()
-        if not parsed.database or parsed.database == ":memory:" or not path.is_file():
-            return DatabaseCheck(
-                True, (f"database: {shown}: no file yet (the daemon creates it at start)",)
-            )
+    if missing_sqlite_file(parsed):
+        return DatabaseCheck(
+            True, (f"database: {shown}: no file yet (the daemon creates it at start)",)
+        )
     try:
         engine = create_engine_for(parsed)
     except (ArgumentError, ValueError, ImportError, OSError) as error:
         return DatabaseCheck(False, (f"database: {shown}: cannot use it: {error}",))
     try:
-        with engine.connect() as connection:
-            version = connection.execute(
-                text("SELECT version()" if engine.dialect.name == "postgresql" else "SELECT 1")
-            ).scalar_one()
-        lines = [f"database: {shown}: reachable" + _version(version, engine.dialect.name)]
-        revision = _revision(engine)
-        head = shipped_head()
-        if revision is None:
-            lines.append("  schema: empty (the daemon migrates it at start)")
-        elif revision == head:
-            lines.append(f"  schema: revision {revision}, this version's")
-        else:
-            lines.append(
-                f"  schema: revision {revision}; this version ships {head} "
-                "(the daemon migrates forward at start; a newer revision is refused)"
-            )
-        if engine.dialect.name == "postgresql":
-            lines.append(f"  leader: {_leader(engine)}")
-        return DatabaseCheck(True, tuple(lines))
+        return DatabaseCheck(True, tuple(_found(engine, shown)))
     except SQLAlchemyError as error:
         reason = getattr(error, "orig", None) or type(error).__name__
         return DatabaseCheck(False, (f"database: {shown}: cannot connect: {reason}".strip(),))
     finally:
         engine.dispose()
+
+
+def missing_sqlite_file(url: URL) -> bool:
+    """An SQLite URL naming no existing file (in memory, or a file not created yet)."""
+    if url.get_backend_name() != "sqlite":
+        return False
+    return url.database in (None, "", ":memory:") or not Path(url.database).expanduser().is_file()
+
+
+def _found(engine: Engine, shown: str) -> list[str]:
+    """What a connection to ``engine`` finds: the server, the schema, the leader."""
+    from sqlalchemy import text
+
+    postgres = engine.dialect.name == "postgresql"
+    with engine.connect() as connection:
+        version = connection.execute(
+            text("SELECT version()" if postgres else "SELECT 1")
+        ).scalar_one()
+    lines = [f"database: {shown}: reachable" + _version(version, engine.dialect.name)]
+    lines.append(_schema_line(_revision(engine)))
+    if postgres:
+        lines.append(f"  leader: {_leader(engine)}")
+    return lines
+
+
+def _schema_line(revision: str | None) -> str:
+    from watchdog_gpu.store.revisions import shipped_head
+
+    head = shipped_head()
+    if revision is None:
+        return "  schema: empty (the daemon migrates it at start)"
+    if revision == head:
+        return f"  schema: revision {revision}, this version's"
+    return (
+        f"  schema: revision {revision}; this version ships {head} "
+        "(the daemon migrates forward at start; a newer revision is refused)"
+    )
 
 
 def _version(version: object, dialect: str) -> str:

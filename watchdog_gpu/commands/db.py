@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
+from watchdog_gpu.commands.database_check import missing_sqlite_file
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from sqlalchemy import URL, Engine
 
     from watchdog_gpu.store.copy import CopyResult
 
@@ -117,39 +118,14 @@ PASSWORD_VARIABLE = "WATCHDOG_GPU_DATABASE_PASSWORD"  # noqa: S105 - a variable 
 
 def run_copy(args: argparse.Namespace) -> int:
     """Copy --from into --to; print how many rows per table."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from watchdog_gpu.log import register_secret
-    from watchdog_gpu.store import create_engine_for, display_url
+    from watchdog_gpu.store import display_url
 
     engines = []
     for option, given in (("--from", args.source), ("--to", args.target)):
-        try:
-            url = make_url(given)
-        except (ArgumentError, ValueError):
-            # Not the URL itself in the message: it may carry a password.
-            print(f"{option}: not a database URL (e.g. sqlite:////path/to.db)", file=sys.stderr)
-            return EXIT_USAGE
-        if url.password:
-            register_secret(str(url.password))
-        password = os.environ.get(PASSWORD_VARIABLE)
-        if option == "--to" and password and url.password is None:
-            register_secret(password)
-            url = url.set(password=password)
-        if option == "--from" and url.get_backend_name() == "sqlite":
-            database = url.database or ""
-            if database in ("", ":memory:") or not Path(database).expanduser().is_file():
-                print(f"--from: no database file at {display_url(url)}", file=sys.stderr)
-                return EXIT_USAGE
-        try:
-            engines.append(create_engine_for(url))
-        except (ArgumentError, ValueError, ImportError) as error:
-            print(f"{option}: cannot use {display_url(url)}: {error}", file=sys.stderr)
-            return EXIT_USAGE
-        except OSError as error:
-            print(f"cannot open the database {display_url(url)}: {error}", file=sys.stderr)
-            return EXIT_FAILURE
+        engine = _engine_for(option, given)
+        if isinstance(engine, int):
+            return engine
+        engines.append(engine)
     source, target = engines
     try:
         result = _copy_unless_in_use(source, target)
@@ -162,6 +138,52 @@ def run_copy(args: argparse.Namespace) -> int:
         print(f"  {table:<20} {count:>9} rows")
     print(f"copied {result.total} rows from {display_url(source)} to {display_url(target)}")
     return EXIT_OK
+
+
+def _engine_for(option: str, given: str) -> Engine | int:
+    """The engine of the URL given to ``option`` (--from or --to), or the exit code after
+    saying on stderr why there is none."""
+    from sqlalchemy.exc import ArgumentError
+
+    from watchdog_gpu.store import create_engine_for, display_url
+
+    url = _url_of(option, given)
+    if url is None:
+        # Not the URL itself in the message: it may carry a password.
+        print(f"{option}: not a database URL (e.g. sqlite:////path/to.db)", file=sys.stderr)
+        return EXIT_USAGE
+    if option == "--from" and missing_sqlite_file(url):
+        print(f"--from: no database file at {display_url(url)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return create_engine_for(url)
+    except (ArgumentError, ValueError, ImportError) as error:
+        print(f"{option}: cannot use {display_url(url)}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:
+        print(f"cannot open the database {display_url(url)}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _url_of(option: str, given: str) -> URL | None:
+    """``given`` parsed (None when it is no URL), its password kept out of the logs; the
+    target takes ``$WATCHDOG_GPU_DATABASE_PASSWORD`` when it has none of its own."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from watchdog_gpu.log import register_secret
+
+    try:
+        url = make_url(given)
+    except (ArgumentError, ValueError):
+        return None
+    if url.password:
+        register_secret(str(url.password))
+    password = os.environ.get(PASSWORD_VARIABLE)
+    if option == "--to" and password and url.password is None:
+        register_secret(password)
+        url = url.set(password=password)
+    return url
 
 
 def _copy_unless_in_use(source: Engine, target: Engine) -> CopyResult | int:

@@ -152,16 +152,16 @@ def _print_json(document: dict[str, Any]) -> None:
 
 def _print_table(table: DmonTable, summaries: dict[int, GpuSummary]) -> None:
     columns = table.columns
-    cells = [
-        ["-" if row.values.get(name) is None else str(row.values[name]) for name in columns]
-        for row in table.rows
-    ]
+    cells = [[_cell(row.values.get(name)) for name in columns] for row in table.rows]
     widths = [max([len(name), *(len(line[i]) for line in cells)]) for i, name in enumerate(columns)]
-    print("  ".join(name.rjust(width) for name, width in zip(columns, widths, strict=True)))
-    for line in cells:
+    for line in [columns, *cells]:
         print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)))
     if not table.rows:
         print("(no rows)")
     print()
     for gpu, gpu_summary in summaries.items():
         print(f"GPU {gpu}: {gpu_summary.verdict.value} ({gpu_summary.samples} samples)")
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)

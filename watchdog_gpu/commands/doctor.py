@@ -36,7 +36,7 @@ from watchdog_gpu.config import ConfigError
 from watchdog_gpu.probe.runner import CommandRunner
 
 if TYPE_CHECKING:
-    from watchdog_gpu.doctor.report import AccountReport, DoctorReport, InstanceReport
+    from watchdog_gpu.doctor.report import AccountReport, DoctorReport, InstanceReport, RuleVerdict
 
 # The SSH seam: None runs the configured SSH (paramiko); tests put the simulator's runner here.
 ssh_runner: CommandRunner | None = None
@@ -99,10 +99,7 @@ def _jsonable(value: Any) -> Any:
 
 def report_lines(report: DoctorReport) -> list[str]:
     """The human report: one block per account, then what the rules would do."""
-    from watchdog_gpu.notify.render import format_clock, format_duration
-
-    now = report.at
-    lines = [f"watchdog-gpu doctor at {timestamp(now)} (mode {report.mode})"]
+    lines = [f"watchdog-gpu doctor at {timestamp(report.at)} (mode {report.mode})"]
     lines += [f"note: {note}" for note in report.notes]
     for account in report.accounts:
         lines.append("")
@@ -111,23 +108,27 @@ def report_lines(report: DoctorReport) -> list[str]:
     lines.append("what the rules would do now:")
     if not report.verdicts:
         lines.append("  nothing: no rule finds anything to warn about or act on")
-    for verdict in report.verdicts:
-        due = ""
-        if verdict.action != "notify":
-            wait = verdict.due_at - now
-            when = "now" if wait.total_seconds() <= 0 else f"in {format_duration(wait)}"
-            due = f" due {format_clock(verdict.due_at, now)} ({when})"
-        dry = " (dry run)" if verdict.dry_run and verdict.action != "notify" else ""
-        note = f" [{verdict.note}]" if verdict.note else ""
-        lines.append(
-            f"  {verdict.status}: {verdict.action}{dry} {verdict.subject} ({verdict.rule})"
-            f"{due} — {verdict.summary}{note}"
-        )
-    for rule, error in report.failed_rules.items():
-        lines.append(f"  rule {rule} FAILED: {error}")
+    lines += [_verdict_line(verdict, report.at) for verdict in report.verdicts]
+    lines += [f"  rule {rule} FAILED: {error}" for rule, error in report.failed_rules.items()]
     lines.append("")
     lines.append(_result_line(report))
     return lines
+
+
+def _verdict_line(verdict: RuleVerdict, now: datetime) -> str:
+    from watchdog_gpu.notify.render import format_clock, format_duration
+
+    due = dry = ""
+    if verdict.action != "notify":
+        wait = verdict.due_at - now
+        when = "now" if wait.total_seconds() <= 0 else f"in {format_duration(wait)}"
+        due = f" due {format_clock(verdict.due_at, now)} ({when})"
+        dry = " (dry run)" if verdict.dry_run else ""
+    note = f" [{verdict.note}]" if verdict.note else ""
+    return (
+        f"  {verdict.status}: {verdict.action}{dry} {verdict.subject} ({verdict.rule})"
+        f"{due} — {verdict.summary}{note}"
+    )
 
 
 def _result_line(report: DoctorReport) -> str:

@@ -15,6 +15,8 @@ tripped changes nothing); 1 database failure; 2 invalid configuration or missing
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
@@ -33,7 +35,11 @@ from watchdog_gpu.commands.common import (
 from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.plan import HOUR, acted_in_last_hour
 from watchdog_gpu.store import AuditEvent, Store
+from watchdog_gpu.store.rows import ActionRow
 from watchdog_gpu.store.values import FUSE_TRIPPED
+
+if TYPE_CHECKING:
+    from watchdog_gpu.safety import SafetyConfig
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,6 +67,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     reset.set_defaults(handler=run_reset)
 
 
+@dataclass(frozen=True)
+class FuseState:
+    """What ``fuse status`` shows: the latch, its last trip, the held actions, the fuse's own
+    count of the last hour's destructive actions and the limits."""
+
+    latched: bool
+    trip: AuditEvent | None
+    held: list[ActionRow]
+    acted: int
+    safety: SafetyConfig
+    from_config: bool
+
+
 @reports_errors
 def run_status(args: argparse.Namespace) -> int:
     """Print the latch, the last trip, the held actions and the limits."""
@@ -68,59 +87,62 @@ def run_status(args: argparse.Namespace) -> int:
         store = source.store
         now = current_time()
         latched = store.fuse_latched()
-        trip = last_trip(store) if latched else None
-        blocked = store.list_actions(statuses=[ActionStatus.BLOCKED])
         # The fuse's own count (dry runs and the budget emergency's are not in it).
         recent = store.list_actions(since=now - HOUR)
-        acted = acted_in_last_hour([action.to_record() for action in recent], now)
-        safety = source.safety
+        state = FuseState(
+            latched=latched,
+            trip=last_trip(store) if latched else None,
+            held=store.list_actions(statuses=[ActionStatus.BLOCKED]),
+            acted=acted_in_last_hour([action.to_record() for action in recent], now),
+            safety=source.safety,
+            from_config=source.settings is not None,
+        )
     if args.json:
-        print_json(
-            {
-                "tripped": latched,
-                "tripped_at": json_time(trip.at) if trip is not None else None,
-                "why": (trip.message or None) if trip is not None else None,
-                "limits": {
-                    "per_tick": safety.max_actions_per_tick,
-                    "per_hour": safety.max_actions_per_hour,
-                    "fleet_fraction": safety.max_fleet_fraction,
-                    "budget_emergency_per_tick": safety.budget_emergency_max_actions_per_tick,
-                    "from_config": source.settings is not None,
-                },
-                "destructive_actions_last_hour": acted,
-                "held_actions": [
-                    {
-                        "planned_at": json_time(action.created_at),
-                        "action": action.kind.value,
-                        "instance": ref(action.account, action.instance_id),
-                        "rule": action.rule,
-                        "reason": " ".join(action.reason.split()),
-                    }
-                    for action in blocked
-                ],
-            }
-        )
-        return EXIT_OK
-    lines = []
-    if latched:
-        when = f" at {timestamp(trip.at)}" if trip is not None else ""
-        lines.append(f"fuse: TRIPPED{when}")
-        if trip is not None and trip.message:
-            lines.append(f"  why: {trip.message}")
-        lines.append(
-            "  ordinary rules stop/destroy nothing until a human runs `watchdog-gpu fuse reset`"
-        )
+        print_json(_status_json(state))
     else:
-        lines.append("fuse: ok (not tripped)")
+        print_lines(_status_lines(state))
+    return EXIT_OK
+
+
+def _status_json(state: FuseState) -> dict[str, Any]:
+    trip, safety = state.trip, state.safety
+    return {
+        "tripped": state.latched,
+        "tripped_at": json_time(trip.at) if trip is not None else None,
+        "why": (trip.message or None) if trip is not None else None,
+        "limits": {
+            "per_tick": safety.max_actions_per_tick,
+            "per_hour": safety.max_actions_per_hour,
+            "fleet_fraction": safety.max_fleet_fraction,
+            "budget_emergency_per_tick": safety.budget_emergency_max_actions_per_tick,
+            "from_config": state.from_config,
+        },
+        "destructive_actions_last_hour": state.acted,
+        "held_actions": [
+            {
+                "planned_at": json_time(action.created_at),
+                "action": action.kind.value,
+                "instance": ref(action.account, action.instance_id),
+                "rule": action.rule,
+                "reason": " ".join(action.reason.split()),
+            }
+            for action in state.held
+        ],
+    }
+
+
+def _status_lines(state: FuseState) -> list[str]:
+    safety = state.safety
     limits = (
         f"limits: {safety.max_actions_per_tick} per tick, {safety.max_actions_per_hour} per "
         f"hour, {safety.max_fleet_fraction:.0%} of the billing fleet; budget emergency "
         f"{safety.budget_emergency_max_actions_per_tick} per tick"
     )
-    lines.append(limits + ("" if source.settings is not None else " (defaults)"))
-    lines.append(f"destructive actions in the last hour (as the fuse counts them): {acted}")
-    if blocked:
-        lines.append(f"held actions ({len(blocked)}):")
+    lines = _latch_lines(state)
+    lines.append(limits + ("" if state.from_config else " (defaults)"))
+    lines.append(f"destructive actions in the last hour (as the fuse counts them): {state.acted}")
+    if state.held:
+        lines.append(f"held actions ({len(state.held)}):")
         rows = [
             [
                 timestamp(action.created_at),
@@ -129,11 +151,24 @@ def run_status(args: argparse.Namespace) -> int:
                 action.rule,
                 " ".join(action.reason.split()),
             ]
-            for action in blocked
+            for action in state.held
         ]
         lines += table(("PLANNED", "ACTION", "INSTANCE", "RULE", "REASON"), rows, indent="  ")
-    print_lines(lines)
-    return EXIT_OK
+    return lines
+
+
+def _latch_lines(state: FuseState) -> list[str]:
+    if not state.latched:
+        return ["fuse: ok (not tripped)"]
+    trip = state.trip
+    when = f" at {timestamp(trip.at)}" if trip is not None else ""
+    lines = [f"fuse: TRIPPED{when}"]
+    if trip is not None and trip.message:
+        lines.append(f"  why: {trip.message}")
+    lines.append(
+        "  ordinary rules stop/destroy nothing until a human runs `watchdog-gpu fuse reset`"
+    )
+    return lines
 
 
 @reports_errors

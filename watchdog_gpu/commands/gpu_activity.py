@@ -17,8 +17,9 @@ from typing import Any
 
 from watchdog_gpu.commands.common import json_time
 from watchdog_gpu.fleet import InstanceView
-from watchdog_gpu.model import InstanceState, ProbeStatus, SampleSource, Verdict
+from watchdog_gpu.model import InstanceState, ProbeOutcome, ProbeStatus, SampleSource, Verdict
 from watchdog_gpu.notify.render import format_duration
+from watchdog_gpu.probe.verdicts import combine_verdicts
 from watchdog_gpu.rules.idle_clock import IdleClockSettings, current_idle
 from watchdog_gpu.sample_history import instant, sample_history
 
@@ -114,29 +115,40 @@ def gpu_activity(
 def _activity(instance: InstanceView, threshold_percent: float, clock: GpuActivity) -> GpuActivity:
     """The activity; ``clock`` carries the idle clock's fields (its status is not used)."""
     probe = instance.probes[-1] if instance.probes else None
-    probe_status = probe.status.value if probe is not None else None
-    probe_at = probe.at if probe is not None else None
-    base = replace(clock, last_probe_status=probe_status, last_probe_at=probe_at)
+    base = replace(
+        clock,
+        last_probe_status=probe.status.value if probe is not None else None,
+        last_probe_at=probe.at if probe is not None else None,
+    )
     if instance.state is not InstanceState.RUNNING:
         return replace(base, status="not_running")
     history = sample_history(instance.samples)  # in time order
     judged = list(history.judged(history.rows(), threshold_percent))
-    last_sample_at = instant(judged[-1][0]) if judged else None
-    if not judged:
-        activity = replace(base, status="no_samples")
-    else:
-        last_busy = max((at for at, _gpu, v in judged if v is Verdict.BUSY), default=None)
-        activity = replace(
-            base,
-            status=_current(judged),
-            last_sample_at=last_sample_at,
-            last_busy_at=instant(last_busy) if last_busy is not None else None,
-        )
-    failed = probe is not None and probe.status is not ProbeStatus.OK
-    if failed and (last_sample_at is None or probe_at is None or probe_at >= last_sample_at):
+    activity = _sampled(base, judged)
+    if probe is not None and _failed_since(probe, activity.last_sample_at):
         seen = None if not judged else replace(activity, last_probe_status=None).activity_text
         return replace(activity, status="unknown", last_seen=seen)
     return activity
+
+
+def _sampled(base: GpuActivity, judged: list[tuple[int, int, Verdict]]) -> GpuActivity:
+    """``base`` with what the judged samples say (instant in microseconds, GPU, verdict)."""
+    if not judged:
+        return replace(base, status="no_samples")
+    last_busy = max((at for at, _gpu, v in judged if v is Verdict.BUSY), default=None)
+    return replace(
+        base,
+        status=_current(judged),
+        last_sample_at=instant(judged[-1][0]),
+        last_busy_at=instant(last_busy) if last_busy is not None else None,
+    )
+
+
+def _failed_since(probe: ProbeOutcome, last_sample_at: datetime | None) -> bool:
+    """The latest probe failed and no sample is newer than it: the GPUs are unknown now."""
+    if probe.status is ProbeStatus.OK:
+        return False
+    return last_sample_at is None or probe.at >= last_sample_at
 
 
 def _current(judged: list[tuple[int, int, Verdict]]) -> str:
@@ -145,9 +157,4 @@ def _current(judged: list[tuple[int, int, Verdict]]) -> str:
     latest: dict[int, Verdict] = {}
     for _at, gpu, verdict in judged:
         latest[gpu] = verdict
-    verdicts = set(latest.values())
-    if Verdict.BUSY in verdicts:
-        return "busy"
-    if verdicts != {Verdict.IDLE}:
-        return "unknown"
-    return "idle"
+    return combine_verdicts(latest.values()).value

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from watchdog_gpu.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, doc_paragraph, summary
@@ -62,6 +63,19 @@ def run_test(args: argparse.Namespace) -> int:
         settings = None if args.url else load_settings(args.config, os.environ)
     except ConfigError as error:
         raise config_error(error) from None
+    delivery = _delivery(args, settings)
+    if delivery is None:
+        return EXIT_USAGE
+    results = notify_test(delivery, current_time())
+    if args.json:
+        print_json({"ok": all(r.ok for r in results), "routes": [_as_json(r) for r in results]})
+    else:
+        _print_results(results)
+    return EXIT_OK if all(result.ok for result in results) else EXIT_FAILURE
+
+
+def _delivery(args: argparse.Namespace, settings: Settings | None) -> AppriseDelivery | None:
+    """The delivery to the routes to test; None, with why on stderr, when there is none."""
     try:
         routes, config, timeout_seconds = _routes(args, settings)
         if not routes and config is None:
@@ -69,25 +83,23 @@ def run_test(args: argparse.Namespace) -> int:
                 "no notification routes configured ([[notify.routes]] or [notify] config)",
                 file=sys.stderr,
             )
-            return EXIT_USAGE
+            return None
         node_name = settings.watchdog.node_name if settings is not None else None
-        delivery = AppriseDelivery(
+        return AppriseDelivery(
             routes, config=config, timeout_seconds=timeout_seconds, host=node_name
         )
     except ConfigError as error:
         print("invalid notification routes:", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    results = notify_test(delivery, current_time())
-    if args.json:
-        print_json({"ok": all(r.ok for r in results), "routes": [_as_json(r) for r in results]})
-    else:
-        for result in results:
-            line = f"{'ok  ' if result.ok else 'FAIL'}  {result.label}  {result.url}"
-            line = f"{line}  ({_names(result)})"
-            print(line if result.ok else f"{line}: {result.detail}")
-    return EXIT_OK if all(result.ok for result in results) else EXIT_FAILURE
+        return None
+
+
+def _print_results(results: Sequence[RouteTestResult]) -> None:
+    for result in results:
+        line = f"{'ok  ' if result.ok else 'FAIL'}  {result.label}  {result.url}"
+        line = f"{line}  ({_names(result)})"
+        print(line if result.ok else f"{line}: {result.detail}")
 
 
 def _names(result: RouteTestResult) -> str:

@@ -37,8 +37,15 @@ from watchdog_gpu.commands.common import (
 from watchdog_gpu.config import ConfigError, Settings
 from watchdog_gpu.errors import DatabaseInUseError, SchemaTooNewError, WatchdogError
 from watchdog_gpu.log import install_redaction
-from watchdog_gpu.model import IN_FLIGHT_ACTION_STATUSES, PlanStatus, ProbeOutcome, ProbeStatus
+from watchdog_gpu.model import (
+    IN_FLIGHT_ACTION_STATUSES,
+    Finding,
+    PlanStatus,
+    ProbeOutcome,
+    ProbeStatus,
+)
 from watchdog_gpu.notify.render import format_clock
+from watchdog_gpu.plan import Decision
 from watchdog_gpu.reports import TickReport
 from watchdog_gpu.store.lock import NoLock, database_lock
 from watchdog_gpu.tick import Watchdog
@@ -241,42 +248,62 @@ def summary_lines(
 ) -> list[str]:
     """The human summary of one tick (``sent``: False when notifications were held back;
     ``colour``: the result coloured, for a terminal)."""
-    now = report.now
+    return [
+        f"tick at {timestamp(report.now)}",
+        *(f"note: {note}" for note in notes),
+        *_poll_lines(report),
+        f"probes: {_counts(Counter(p.status.value for p in report.probes)) or 'none'}",
+        *_finding_lines(report),
+        *_plan_lines(report),
+        *_failed_rule_lines(report),
+        _actions_line(report),
+        _notifications_line(report, sent),
+        _result_line(report, colour),
+    ]
+
+
+def _poll_lines(report: TickReport) -> list[str]:
     failed = {account: kind for account, kind in report.polled.items() if kind != "ok"}
-    lines = [f"tick at {timestamp(now)}"]
-    lines += [f"note: {note}" for note in notes]
-    lines.append(f"accounts: {len(report.polled) - len(failed)} polled ok, {len(failed)} failed")
-    lines += [f"  {account}: FAILED ({kind})" for account, kind in failed.items()]
-    lines.append(f"probes: {_counts(Counter(p.status.value for p in report.probes)) or 'none'}")
-    lines.append(f"findings: {len(report.findings)}")
+    return [
+        f"accounts: {len(report.polled) - len(failed)} polled ok, {len(failed)} failed",
+        *(f"  {account}: FAILED ({kind})" for account, kind in failed.items()),
+    ]
+
+
+def _finding_lines(report: TickReport) -> list[str]:
+    lines = [f"findings: {len(report.findings)}"]
     for finding in report.findings:
-        due = (
-            f", due {format_clock(finding.due_at, now)}" if finding.action.value != "notify" else ""
-        )
-        lines.append(
-            f"  {finding.rule} {finding.subject}: {finding.action.value}{due} — {finding.summary}"
-        )
-    lines += _plan_lines(report)
-    if report.failed_rules:
-        lines.append(f"rules failed: {len(report.failed_rules)}")
-        lines += [f"  {rule}: {error}" for rule, error in report.failed_rules.items()]
-    executed = report.executed
-    if executed is None:
-        lines.append("actions: executor not run")
-    else:
-        counts = Counter(outcome.status for outcome in executed.outcomes)
-        lines.append(f"actions: {_counts(counts) or 'none'}")
+        action = finding.action.value
+        due = f", due {format_clock(finding.due_at, report.now)}" if action != "notify" else ""
+        lines.append(f"  {finding.rule} {finding.subject}: {action}{due} — {finding.summary}")
+    return lines
+
+
+def _failed_rule_lines(report: TickReport) -> list[str]:
+    if not report.failed_rules:
+        return []
+    return [
+        f"rules failed: {len(report.failed_rules)}",
+        *(f"  {rule}: {error}" for rule, error in report.failed_rules.items()),
+    ]
+
+
+def _actions_line(report: TickReport) -> str:
+    if report.executed is None:
+        return "actions: executor not run"
+    counts = Counter(outcome.status for outcome in report.executed.outcomes)
+    return f"actions: {_counts(counts) or 'none'}"
+
+
+def _notifications_line(report: TickReport, sent: bool) -> str:
     delivered = report.delivered
     if delivered is None:
         why = "no routes configured" if sent else "dry run on a copy"
-        lines.append(f"notifications: none sent ({why})")
-    else:
-        lines.append(
-            f"notifications: {delivered.delivered} delivered, {delivered.failed} failed "
-            f"(kept for retry), {delivered.unrouted} without a route"
-        )
-    lines.append(_result_line(report, colour))
-    return lines
+        return f"notifications: none sent ({why})"
+    return (
+        f"notifications: {delivered.delivered} delivered, {delivered.failed} failed "
+        f"(kept for retry), {delivered.unrouted} without a route"
+    )
 
 
 _RESULT_COLOURS = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red"}
@@ -314,27 +341,10 @@ def summary_json(report: TickReport, notes: list[str], *, sent: bool = True) -> 
             }
             for probe in report.probes
         ],
-        "findings": [
-            {
-                "rule": finding.rule,
-                "subject": finding.subject,
-                "action": finding.action.value,
-                "due_at": json_time(finding.due_at),
-                "summary": finding.summary,
-            }
-            for finding in report.findings
-        ],
-        "decisions": [
-            {
-                "status": decision.status.value,
-                "action": decision.finding.action.value,
-                "subject": decision.finding.subject,
-                "rule": decision.finding.rule,
-                "dry_run": decision.dry_run,
-                "note": decision.note or None,
-            }
-            for decision in (plan.decisions if plan is not None else ())
-        ],
+        "findings": [_finding_json(finding) for finding in report.findings],
+        "decisions": [_decision_json(decision) for decision in plan.decisions]
+        if plan is not None
+        else [],
         "fuse_tripped": bool(plan is not None and plan.fuse_tripped),
         "rules_failed": dict(report.failed_rules),
         "actions": None
@@ -348,6 +358,27 @@ def summary_json(report: TickReport, notes: list[str], *, sent: bool = True) -> 
             "unrouted": delivered.unrouted,
         },
         "notifications_sent": sent,
+    }
+
+
+def _finding_json(finding: Finding) -> dict[str, Any]:
+    return {
+        "rule": finding.rule,
+        "subject": finding.subject,
+        "action": finding.action.value,
+        "due_at": json_time(finding.due_at),
+        "summary": finding.summary,
+    }
+
+
+def _decision_json(decision: Decision) -> dict[str, Any]:
+    return {
+        "status": decision.status.value,
+        "action": decision.finding.action.value,
+        "subject": decision.finding.subject,
+        "rule": decision.finding.rule,
+        "dry_run": decision.dry_run,
+        "note": decision.note or None,
     }
 
 

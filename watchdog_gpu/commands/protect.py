@@ -184,15 +184,21 @@ def _unprotect_target(args: argparse.Namespace, source: Source) -> Target:
         return _name_target(args.name)
     if args.account is not None:
         return Target(ProtectionKind.ACCOUNT, args.account, None, f"account {args.account}")
-    text = args.instance.strip()
+    return _stored_id_target(args.instance.strip(), source)
+
+
+def _stored_id_target(text: str, source: Source) -> Target:
+    """The stored protection of instance ``text`` (``ID`` or ``ACCOUNT/ID``); one that is not
+    stored when none is (removing it then says so)."""
     account, slash, instance_id = text.partition("/")
     wanted = instance_id if slash else text
+    in_account = account if slash else None
     candidates = [
         protection
         for protection in source.store.list_protections()
         if protection.kind is ProtectionKind.INSTANCE_ID
         and protection.value == wanted
-        and (not slash or protection.account == account)
+        and in_account in (None, protection.account)
     ]
     if len(candidates) > 1:
         raise CommandError(
@@ -203,9 +209,7 @@ def _unprotect_target(args: argparse.Namespace, source: Source) -> Target:
     if candidates:
         chosen = candidates[0]
         return Target(chosen.kind, chosen.value, chosen.account, _instance_label(chosen))
-    return Target(
-        ProtectionKind.INSTANCE_ID, wanted, account if slash else None, f"instance {text}"
-    )
+    return Target(ProtectionKind.INSTANCE_ID, wanted, in_account, f"instance {text}")
 
 
 def _name_target(glob: str) -> Target:
@@ -260,15 +264,23 @@ def _configured(settings: Settings | None, target: Target) -> str:
     """Where the configuration protects ``target`` (empty when it does not, or is unknown)."""
     if settings is None:
         return ""
-    safety = settings.safety
     if target.kind is ProtectionKind.ACCOUNT:
-        if target.value in safety.protect_accounts:
-            return "[safety] protect_accounts"
-        if any(a.name == target.value and a.protect for a in settings.accounts):
-            return f"[[accounts]] {target.value}: protect = true"
-        return ""
+        return _configured_account(settings, target.value)
     if target.kind is ProtectionKind.NAME_GLOB:
-        return "[safety] protect_names" if target.value in safety.protect_names else ""
+        return "[safety] protect_names" if target.value in settings.safety.protect_names else ""
+    return _configured_instance(settings, target)
+
+
+def _configured_account(settings: Settings, account: str) -> str:
+    if account in settings.safety.protect_accounts:
+        return "[safety] protect_accounts"
+    if any(a.name == account and a.protect for a in settings.accounts):
+        return f"[[accounts]] {account}: protect = true"
+    return ""
+
+
+def _configured_instance(settings: Settings, target: Target) -> str:
+    safety = settings.safety
     if target.account is not None and target.account in safety.protect_accounts:
         return "[safety] protect_accounts"
     for entry in safety.protect_ids:

@@ -19,6 +19,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,7 +30,7 @@ from watchdog_gpu.config import ConfigError, Settings, load_settings
 from watchdog_gpu.durations import format_duration
 from watchdog_gpu.errors import ScenarioError
 from watchdog_gpu.gc_freeze import long_lived_frozen
-from watchdog_gpu.sim.scenario import load_scenario
+from watchdog_gpu.sim.scenario import Scenario, load_scenario
 from watchdog_gpu.sim.simulate import Simulation, SimulationResult, simulation
 
 
@@ -48,48 +50,60 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_simulate(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario)
+        base = load_settings(args.config, os.environ) if args.config is not None else None
     except ScenarioError as error:
-        for problem in error.problems:
-            print(f"{args.scenario}: {problem}", file=sys.stderr)
+        _print_problems(args.scenario, error.problems)
         return EXIT_USAGE
-    base: Settings | None = None
-    if args.config is not None:
-        try:
-            base = load_settings(args.config, os.environ)
-        except ConfigError as error:
-            for problem in error.problems:
-                print(f"{args.config}: {problem}", file=sys.stderr)
-            return EXIT_USAGE
+    except ConfigError as error:
+        _print_problems(args.config, error.problems)
+        return EXIT_USAGE
     if args.db is not None and args.db.exists():
         print(f"--db {args.db}: the file exists; choose a new path", file=sys.stderr)
         return EXIT_USAGE
-    # The run's own decisions are the output; engine logs would only interleave with it.
-    # Put back afterwards: in-process callers (tests, tools) keep their own logging.
-    package_logger = logging.getLogger("watchdog_gpu")
-    previous_level = package_logger.level
-    package_logger.setLevel(logging.WARNING)
     try:
-        # As the daemon after its start-up and between its jobs (gc_freeze.py): a day at 1,000
-        # instances is thousands of ticks.
-        with (
-            simulation(scenario, base, database=args.db) as sim,
-            long_lived_frozen(),
-            sim.collecting(),
-        ):
-            progress = Progress(sys.stderr, scenario.end - scenario.start)
-            result = sim.run(on_step=progress.show if progress.enabled else None)
-            progress.done()
+        result = _run(scenario, base, args.db)
     except ConfigError as error:  # what the scenario's providers cannot do
-        for problem in error.problems:
-            print(f"{args.config or args.scenario}: {problem}", file=sys.stderr)
+        _print_problems(args.config or args.scenario, error.problems)
         return EXIT_USAGE
-    finally:
-        package_logger.setLevel(previous_level)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
         print_summary(result.to_json())
     return EXIT_OK
+
+
+def _print_problems(source: Path, problems: Iterable[object]) -> None:
+    for problem in problems:
+        print(f"{source}: {problem}", file=sys.stderr)
+
+
+def _run(scenario: Scenario, base: Settings | None, database: Path | None) -> SimulationResult:
+    """The scenario played to its end, its progress shown on a terminal's stderr."""
+    # As the daemon after its start-up and between its jobs (gc_freeze.py): a day at 1,000
+    # instances is thousands of ticks.
+    with (
+        _engine_logs_quiet(),
+        simulation(scenario, base, database=database) as sim,
+        long_lived_frozen(),
+        sim.collecting(),
+    ):
+        progress = Progress(sys.stderr, scenario.end - scenario.start)
+        result = sim.run(on_step=progress.show if progress.enabled else None)
+        progress.done()
+    return result
+
+
+@contextmanager
+def _engine_logs_quiet() -> Iterator[None]:
+    """The run's own decisions are the output; engine logs would only interleave with it. Put
+    back afterwards: in-process callers (tests, tools) keep their own logging."""
+    package_logger = logging.getLogger("watchdog_gpu")
+    previous_level = package_logger.level
+    package_logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        package_logger.setLevel(previous_level)
 
 
 class Progress:

@@ -14,11 +14,13 @@ duration that is not valid or too long, invalid configuration, missing database)
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     CommandError,
+    Source,
     add_source_arguments,
     current_time,
     describe,
@@ -30,8 +32,12 @@ from watchdog_gpu.commands.common import (
     resolve_instance,
 )
 from watchdog_gpu.durations import format_duration
-from watchdog_gpu.model import IN_FLIGHT_ACTION_STATUSES, InstanceState
+from watchdog_gpu.model import IN_FLIGHT_ACTION_STATUSES, InstanceSnapshot, InstanceState
 from watchdog_gpu.notify.render import format_clock
+
+if TYPE_CHECKING:
+    from watchdog_gpu.store import Store
+    from watchdog_gpu.store.rows import ActionRow
 
 SNOOZED = "snoozed"  # the audit event's kind
 
@@ -62,53 +68,69 @@ def run_snooze(args: argparse.Namespace) -> int:
     """Record the snooze and its audit event; print when it expires."""
     duration: timedelta = args.duration
     with opened_source(args) as source:
-        maximum = source.safety.max_snooze
-        if duration > maximum:
-            where = "[safety] max_snooze" if source.settings is not None else "the default"
-            raise CommandError(
-                f"--for {format_duration(duration)} is longer than the maximum snooze of "
-                f"{format_duration(maximum)} ({where}); snooze again when it expires, or protect "
-                "the instance (`watchdog-gpu protect ID`)"
-            )
+        _require_allowed(duration, source)
         store = source.store
         record = resolve_instance(store.latest_instances(include_gone=True), args.instance)
         snapshot = record.snapshot
         if snapshot.state is InstanceState.GONE:
             raise CommandError(f"instance {describe(record)} is gone: there is nothing to snooze")
+        mine = (snapshot.account, snapshot.instance_id)
         now = current_time()
         until = now + duration
-        earlier = [
-            snooze
-            for snooze in store.list_snoozes(now)
-            if (snooze.account, snooze.instance_id) == (snapshot.account, snapshot.instance_id)
-        ]
+        earlier = [s.until for s in store.list_snoozes(now) if (s.account, s.instance_id) == mine]
         store.add_snooze(snapshot.account, snapshot.instance_id, until, now, args.reason)
-        user = operator_name()
-        store.add_audit_event(
-            SNOOZED,
-            now,
-            account=snapshot.account,
-            instance_id=snapshot.instance_id,
-            message=f"snoozed for {format_duration(duration)} by {user}"
-            + (f": {args.reason}" if args.reason else ""),
-            data={
-                "until": until.isoformat(),
-                "duration": format_duration(duration),
-                "reason": args.reason,
-                "by": user,
-            },
-        )
+        _audit(store, snapshot, now, duration, args.reason)
         # Actions being carried out: a snooze can no longer recall them.
         under_way = [
             action
             for action in store.list_actions(statuses=IN_FLIGHT_ACTION_STATUSES)
-            if (action.account, action.instance_id) == (snapshot.account, snapshot.instance_id)
+            if (action.account, action.instance_id) == mine
         ]
     print(
         f"snoozed {describe(record)} for {format_duration(duration)}: no stop or destroy "
         f"before {format_clock(until, now)} ({json_time(until.replace(microsecond=0))})"
     )
-    longest = max((snooze.until for snooze in earlier), default=None)
+    _print_notes(max(earlier, default=None), until, under_way, now)
+    return EXIT_OK
+
+
+def _require_allowed(duration: timedelta, source: Source) -> None:
+    maximum = source.safety.max_snooze
+    if duration <= maximum:
+        return
+    where = "[safety] max_snooze" if source.settings is not None else "the default"
+    raise CommandError(
+        f"--for {format_duration(duration)} is longer than the maximum snooze of "
+        f"{format_duration(maximum)} ({where}); snooze again when it expires, or protect "
+        "the instance (`watchdog-gpu protect ID`)"
+    )
+
+
+def _audit(
+    store: Store, snapshot: InstanceSnapshot, now: datetime, duration: timedelta, reason: str
+) -> None:
+    user = operator_name()
+    until = now + duration
+    store.add_audit_event(
+        SNOOZED,
+        now,
+        account=snapshot.account,
+        instance_id=snapshot.instance_id,
+        message=f"snoozed for {format_duration(duration)} by {user}"
+        + (f": {reason}" if reason else ""),
+        data={
+            "until": until.isoformat(),
+            "duration": format_duration(duration),
+            "reason": reason,
+            "by": user,
+        },
+    )
+
+
+def _print_notes(
+    longest: datetime | None, until: datetime, under_way: list[ActionRow], now: datetime
+) -> None:
+    """What the new snooze does not change: a longer one already standing, actions under way."""
     if longest is not None and longest > until:
         print(f"note: an earlier snooze lasts longer, until {format_clock(longest, now)}")
     for action in under_way:
@@ -116,4 +138,3 @@ def run_snooze(args: argparse.Namespace) -> int:
             f"note: a {action.kind.value} by rule {action.rule} is already {action.status}; "
             "a snooze does not recall an action under way"
         )
-    return EXIT_OK

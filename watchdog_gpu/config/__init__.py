@@ -2,7 +2,8 @@
 secret references (``{ env = ... }``, ``{ file = ... }``, ``{ credential = ... }``).
 
 Modules:
-    sections   the models of each TOML table ([watchdog], [metrics], [[accounts]], [probe] ...)
+    sections   the models of each TOML table ([watchdog], [metrics], [probe], [rules.*] ...)
+    accounts   the [[accounts]] tables and their [accounts.ssh]
     settings   the top-level :class:`Settings` and its sources (file, environment)
     load       finding and loading the file; every problem by its dotted path
     checks     cross-field checks, secret availability (:func:`resolve_secrets`), warnings
@@ -20,6 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from watchdog_gpu.config.accounts import AccountConfig, AccountSshConfig, Provider
     from watchdog_gpu.config.checks import (
         NO_ACCOUNTS,
         config_warnings,
@@ -40,14 +42,11 @@ if TYPE_CHECKING:
     )
     from watchdog_gpu.config.sections import (
         DEFAULT_METRICS_PORT,
-        AccountConfig,
-        AccountSshConfig,
         MetricsSection,
         Mode,
         NotifyRoute,
         NotifySection,
         ProbeSection,
-        Provider,
         RulesConfig,
         SeverityName,
         WatchdogSection,
@@ -76,14 +75,14 @@ _HOMES = {
     "problems_from_validation_error": "watchdog_gpu.config.load",
     "read_toml": "watchdog_gpu.config.load",
     "DEFAULT_METRICS_PORT": "watchdog_gpu.config.sections",
-    "AccountConfig": "watchdog_gpu.config.sections",
-    "AccountSshConfig": "watchdog_gpu.config.sections",
+    "AccountConfig": "watchdog_gpu.config.accounts",
+    "AccountSshConfig": "watchdog_gpu.config.accounts",
     "MetricsSection": "watchdog_gpu.config.sections",
     "Mode": "watchdog_gpu.config.sections",
     "NotifyRoute": "watchdog_gpu.config.sections",
     "NotifySection": "watchdog_gpu.config.sections",
     "ProbeSection": "watchdog_gpu.config.sections",
-    "Provider": "watchdog_gpu.config.sections",
+    "Provider": "watchdog_gpu.config.accounts",
     "RulesConfig": "watchdog_gpu.config.sections",
     "SeverityName": "watchdog_gpu.config.sections",
     "WatchdogSection": "watchdog_gpu.config.sections",

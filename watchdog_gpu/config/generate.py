@@ -152,6 +152,22 @@ def _example(info: FieldInfo) -> Any:
 
 def toml_value(value: Any) -> str:
     """``value`` written as a TOML value (inline tables for tables)."""
+    scalar = _toml_scalar(value)
+    if scalar is not None:
+        return scalar
+    if isinstance(value, BaseModel):
+        value = {name: getattr(value, name) for name in type(value).model_fields}
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{_key(key)} = {toml_value(item)}" for key, item in value.items())
+        return "{ " + inner + " }" if inner else "{}"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def _toml_scalar(value: Any) -> str | None:
+    """``value`` as a TOML string, number, boolean or secret reference; None for a table or
+    an array."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -162,14 +178,7 @@ def toml_value(value: Any) -> str:
         return json.dumps(str(value), ensure_ascii=False)
     if isinstance(value, SecretReference):
         return "{ " + f"{value.kind} = {json.dumps(value.name)}" + " }"
-    if isinstance(value, BaseModel):
-        value = {name: getattr(value, name) for name in type(value).model_fields}
-    if isinstance(value, Mapping):
-        inner = ", ".join(f"{_key(key)} = {toml_value(item)}" for key, item in value.items())
-        return "{ " + inner + " }" if inner else "{}"
-    if isinstance(value, Sequence):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    raise TypeError(f"no TOML form for {type(value).__name__}")
+    return None
 
 
 def _key(name: str) -> str:
@@ -214,14 +223,9 @@ class _Example:
         lines: list[str] = []
         self.lines, outer = lines, self.lines
         for name, info in _options(model).items():
-            kind, nested = _shape(info.annotation)
-            if kind != "value" and nested is not None:
-                if kind == "model" and full and self._all_described(nested) and name not in values:
-                    self._option(name, info, model, values)
-                else:
-                    later.append((name, info))
-                continue
-            if full or name in values:
+            if self._own_table(name, info, values, full=full):
+                later.append((name, info))
+            elif full or name in values:
                 self._option(name, info, model, values, describe=full)
         self.lines = outer
         if lines or header.startswith("[["):
@@ -230,6 +234,18 @@ class _Example:
         path = header.strip("[]")
         for name, info in later:
             self._nested(path, name, info, values, full=full)
+
+    def _own_table(
+        self, name: str, info: FieldInfo, values: Mapping[str, Any], *, full: bool
+    ) -> bool:
+        """Whether option ``name`` is written as a table of its own after the plain options: a
+        nested model, list or dict, except a model whose options are all described already and
+        that is not given (its default is written inline instead)."""
+        kind, nested = _shape(info.annotation)
+        if kind == "value" or nested is None:
+            return False
+        inline = kind == "model" and full and name not in values and self._all_described(nested)
+        return not inline
 
     def _option(
         self,
@@ -269,29 +285,45 @@ class _Example:
         kind, nested = _shape(info.annotation)
         assert nested is not None
         where = f"{path}.{name}" if path else name
-        given = values.get(name)
-        if kind == "model":
-            if not full and given is None:
-                return
-            self.lines.append("")
-            if full:
-                self.lines += _comment(info.description or _docstring(nested))
-            self.table(f"[{where}]", nested, given or {}, full=full)
-        elif kind == "list":
-            entries = given if given is not None else (_example(info) or [])
-            self.lines.append("")
-            self.lines += _comment(info.description)
-            for index, entry in enumerate(entries):
-                if index:
-                    self.lines.append("")
-                self.table(f"[[{where}]]", nested, entry, full=full and index == 0)
-        elif kind == "dict" and full:
-            example = given if given is not None else (_example(info) or {})
-            self.lines.append("")
-            self.lines += _comment(info.description)
-            for key, entry in example.items():
-                self.lines.append(f"# [{where}.{_key(key)}]")
-                self.lines += [f"# {_key(k)} = {toml_value(v)}" for k, v in entry.items()]
+        writer = {"model": self._nested_model, "list": self._nested_list, "dict": self._nested_dict}
+        writer[kind](where, info, nested, values.get(name), full=full)
+
+    def _nested_model(
+        self, where: str, info: FieldInfo, nested: type[BaseModel], given: Any, *, full: bool
+    ) -> None:
+        if not full and given is None:
+            return
+        self.lines.append("")
+        if full:
+            self.lines += _comment(info.description or _docstring(nested))
+        self.table(f"[{where}]", nested, given or {}, full=full)
+
+    def _nested_list(
+        self, where: str, info: FieldInfo, nested: type[BaseModel], given: Any, *, full: bool
+    ) -> None:
+        """An array of tables: the given entries, else the field's example; only the first
+        entry's options are described."""
+        entries = given if given is not None else (_example(info) or [])
+        self.lines.append("")
+        self.lines += _comment(info.description)
+        for index, entry in enumerate(entries):
+            if index:
+                self.lines.append("")
+            self.table(f"[[{where}]]", nested, entry, full=full and index == 0)
+
+    def _nested_dict(
+        self, where: str, info: FieldInfo, nested: type[BaseModel], given: Any, *, full: bool
+    ) -> None:
+        """A table of named tables (per-account overrides): written commented out, as an
+        example, in the full file only."""
+        if not full:
+            return
+        example = given if given is not None else (_example(info) or {})
+        self.lines.append("")
+        self.lines += _comment(info.description)
+        for key, entry in example.items():
+            self.lines.append(f"# [{where}.{_key(key)}]")
+            self.lines += [f"# {_key(k)} = {toml_value(v)}" for k, v in entry.items()]
 
 
 def _defining_class(model: type[BaseModel], name: str) -> type:

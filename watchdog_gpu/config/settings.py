@@ -25,9 +25,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from watchdog_gpu.config.accounts import AccountConfig
 from watchdog_gpu.config.checks import cross_check, duplicate_account_problems
 from watchdog_gpu.config.sections import (
-    AccountConfig,
     MetricsSection,
     Mode,
     NotifySection,

@@ -15,7 +15,7 @@ import logging
 import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from watchdog_gpu.clock import Clock
@@ -104,28 +104,9 @@ def _examine(
     settings: Settings, assembly: Assembly, clock: Clock, *, given_runner: bool
 ) -> DoctorReport:
     now = clock.now()
+    observations, failures = _observe(assembly, now)
+    now, probes = _probe(settings, assembly, clock, now)
     watchdog = assembly.watchdog
-    observations: dict[str, AccountObservation] = {}
-    failures: dict[str, ProviderError] = {}
-    for name, provider in assembly.providers.items():
-        try:
-            observation = provider.observe(now)
-        except ProviderError as error:
-            failures[name] = error
-            watchdog.store.record_poll_failure(name, provider.name, error.kind, str(error), now)
-            continue
-        watchdog.store.record_observation(observation, now)
-        observations[name] = observation
-    outcomes = watchdog.probe(now)
-    if assembly.streams is not None and outcomes:
-        # The first round only started the streams ("the stream is starting"): wait for each
-        # one's first rows or failure, then read them.
-        await_first_outcomes(assembly.streams, clock, stream_wait(settings))
-        now = clock.now()
-        outcomes = watchdog.probe(now)
-    probes: dict[str, dict[str, ProbeOutcome]] = {}
-    for outcome in outcomes:
-        probes.setdefault(outcome.account, {})[outcome.instance_id] = outcome
     tick = TickReport(now)
     watchdog.evaluate(now, tick)
     accounts = []
@@ -157,6 +138,44 @@ def _examine(
         failed_rules=dict(tick.failed_rules),
         notes=NOTES + mode_note,
     )
+
+
+def _observe(
+    assembly: Assembly, now: datetime
+) -> tuple[dict[str, AccountObservation], dict[str, ProviderError]]:
+    """Each account listed once, recorded as the daemon records a poll: what it holds, or why
+    it could not be read."""
+    store = assembly.watchdog.store
+    observations: dict[str, AccountObservation] = {}
+    failures: dict[str, ProviderError] = {}
+    for name, provider in assembly.providers.items():
+        try:
+            observation = provider.observe(now)
+        except ProviderError as error:
+            failures[name] = error
+            store.record_poll_failure(name, provider.name, error.kind, str(error), now)
+            continue
+        store.record_observation(observation, now)
+        observations[name] = observation
+    return observations, failures
+
+
+def _probe(
+    settings: Settings, assembly: Assembly, clock: Clock, now: datetime
+) -> tuple[datetime, dict[str, dict[str, ProbeOutcome]]]:
+    """The instances probed once at ``now`` (a stream awaited to its first rows): when they
+    were read, and each account's outcomes by instance id."""
+    outcomes = assembly.watchdog.probe(now)
+    if assembly.streams is not None and outcomes:
+        # The first round only started the streams ("the stream is starting"): wait for each
+        # one's first rows or failure, then read them.
+        await_first_outcomes(assembly.streams, clock, stream_wait(settings))
+        now = clock.now()
+        outcomes = assembly.watchdog.probe(now)
+    probes: dict[str, dict[str, ProbeOutcome]] = {}
+    for outcome in outcomes:
+        probes.setdefault(outcome.account, {})[outcome.instance_id] = outcome
+    return now, probes
 
 
 def _not_probed(settings: Settings, assembly: Assembly, account: str, *, given_runner: bool) -> str:

@@ -37,6 +37,7 @@ from watchdog_gpu.model import (
     billed_usd_per_hour,
 )
 from watchdog_gpu.plan import Decision
+from watchdog_gpu.probe.verdicts import combine_verdicts
 
 # What each provider says about the privileges of an API key, for the key check. None of the
 # three reports a key's scopes through the calls the watchdog makes (docs/doctor.md).
@@ -307,24 +308,13 @@ def volume_report(volume: VolumeSnapshot) -> VolumeReport:
 def probe_summary(outcome: ProbeOutcome) -> ProbeSummary:
     """How one probe ended; ``verdict`` is busy when any sample was busy, idle when every
     sample of every GPU was idle, unknown otherwise (no samples, unreadable ones)."""
-    verdicts = {sample.verdict for sample in outcome.samples}
-    if Verdict.BUSY in verdicts:
-        verdict = Verdict.BUSY
-    elif verdicts == {Verdict.IDLE}:
-        verdict = Verdict.IDLE
-    else:
-        verdict = Verdict.UNKNOWN
     indexes = sorted({sample.gpu_index for sample in outcome.samples})
-    peaks: list[float | None] = []
-    for index in indexes:
-        values = [s.sm for s in outcome.samples if s.gpu_index == index and s.sm is not None]
-        peaks.append(max(values) if values else None)
     return ProbeSummary(
         status=outcome.status.value,
         detail=outcome.detail,
         gpus=len(indexes),
-        verdict=verdict.value,
-        peak_util_percent=tuple(peaks),
+        verdict=combine_verdicts(sample.verdict for sample in outcome.samples).value,
+        peak_util_percent=tuple(_peak(outcome, index) for index in indexes),
         interactive_login=outcome.interactive_login,
         reason=""
         if outcome.status is ProbeStatus.OK
@@ -332,25 +322,19 @@ def probe_summary(outcome: ProbeOutcome) -> ProbeSummary:
     )
 
 
+def _peak(outcome: ProbeOutcome, gpu_index: int) -> float | None:
+    """The highest SM utilisation GPU ``gpu_index`` showed in the probe (None: never read)."""
+    values = [s.sm for s in outcome.samples if s.gpu_index == gpu_index and s.sm is not None]
+    return max(values, default=None)
+
+
 def instance_report(
     snapshot: InstanceSnapshot, probe: ProbeOutcome | None, not_probed: str
 ) -> InstanceReport:
-    endpoint = (
-        f"{snapshot.ssh_user + '@' if snapshot.ssh_user else ''}{snapshot.ssh_host}:"
-        f"{snapshot.ssh_port}"
-        if snapshot.has_ssh_endpoint
-        else None
-    )
-    gpu = None
-    if snapshot.gpu_name is not None or snapshot.gpu_count is not None:
-        count = f"{snapshot.gpu_count}× " if snapshot.gpu_count is not None else "?× "
-        gpu = count + (snapshot.gpu_name or "unknown GPU")
     summary = probe_summary(probe) if probe is not None else None
     unknown = list(instance_unknowns(snapshot))
-    if summary is not None and summary.status != ProbeStatus.OK.value:
-        unknown.append(f"GPU activity (probe {summary.status})")
-    elif summary is not None and summary.verdict == Verdict.UNKNOWN.value:
-        unknown.append("GPU activity (no readable sample)")
+    if summary is not None:
+        unknown += _activity_unknown(summary)
     return InstanceReport(
         instance_id=snapshot.instance_id,
         name=snapshot.name,
@@ -362,12 +346,37 @@ def instance_report(
         billed_usd_per_hour=billed_usd_per_hour(
             snapshot.state, snapshot.compute_usd_per_hour, snapshot.storage_usd_per_hour
         ),
-        ssh_endpoint=endpoint,
-        gpu=gpu,
+        ssh_endpoint=_endpoint(snapshot),
+        gpu=_gpu_text(snapshot),
         probe=summary,
         not_probed="" if summary is not None else not_probed,
         unknown=tuple(unknown),
     )
+
+
+def _endpoint(snapshot: InstanceSnapshot) -> str | None:
+    """``user@host:port`` of the instance's SSH endpoint, when it has one."""
+    if not snapshot.has_ssh_endpoint:
+        return None
+    user = f"{snapshot.ssh_user}@" if snapshot.ssh_user else ""
+    return f"{user}{snapshot.ssh_host}:{snapshot.ssh_port}"
+
+
+def _gpu_text(snapshot: InstanceSnapshot) -> str | None:
+    """``2× A100``, with ``?`` and ``unknown GPU`` for what the provider did not say."""
+    if snapshot.gpu_name is None and snapshot.gpu_count is None:
+        return None
+    count = f"{snapshot.gpu_count}× " if snapshot.gpu_count is not None else "?× "
+    return count + (snapshot.gpu_name or "unknown GPU")
+
+
+def _activity_unknown(summary: ProbeSummary) -> list[str]:
+    """Why the probe left the GPU activity unknown (nothing when it read it)."""
+    if summary.status != ProbeStatus.OK.value:
+        return [f"GPU activity (probe {summary.status})"]
+    if summary.verdict == Verdict.UNKNOWN.value:
+        return ["GPU activity (no readable sample)"]
+    return []
 
 
 def account_report(

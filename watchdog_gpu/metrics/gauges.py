@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from watchdog_gpu.config import Settings
-from watchdog_gpu.config.sections import RESERVED_ACCOUNT_NAME
+from watchdog_gpu.config.accounts import RESERVED_ACCOUNT_NAME
 from watchdog_gpu.evidence import AccountEvidence
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import InstanceRef, InstanceState

@@ -25,8 +25,8 @@ import httpx
 
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.config import AccountConfig, Settings
+from watchdog_gpu.config.accounts import AccountSshConfig
 from watchdog_gpu.config.checks import actions_providers_cannot_take
-from watchdog_gpu.config.sections import AccountSshConfig
 from watchdog_gpu.errors import ConfigError
 from watchdog_gpu.gc_freeze import CollectBetweenJobs
 from watchdog_gpu.model import ActionStatus, PlannedNotification

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from tests.integration.store_builders import instance
 from watchdog_gpu.commands import status_defaults
-from watchdog_gpu.commands.status import policy_of
+from watchdog_gpu.commands.status_collect import policy_of
 from watchdog_gpu.config import Settings, WatchdogSection
 from watchdog_gpu.plan import PlanContext, protection_for, warn_before
 from watchdog_gpu.rules import RULES, default_configs, lookback_for
