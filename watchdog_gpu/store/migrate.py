@@ -15,6 +15,7 @@ not form one chain — goes through Alembic as before.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,9 @@ def alembic_config() -> Config:
     lazily: it costs a quarter of a second and only migrations need it)."""
     from alembic.config import Config
 
-    config = Config()
+    # Alembic's default stdout is bound when alembic.config is first imported: name today's, or a
+    # later call writes to whatever stream was current then (a closed one, in a test run).
+    config = Config(stdout=sys.stdout)
     config.set_main_option("script_location", str(migrations_directory()))
     return config
 
