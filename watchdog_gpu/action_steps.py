@@ -12,6 +12,7 @@ from typing import Protocol
 from watchdog_gpu.call_policy import MAX_RETRY_BACKOFF, CallTimes, escalation_number, retry_at
 from watchdog_gpu.errors import ProviderError
 from watchdog_gpu.model import (
+    AccountObservation,
     ActionResult,
     ActionStatus,
     InstanceSnapshot,
@@ -73,6 +74,8 @@ class ActionStore(Protocol):
     ) -> bool: ...
 
     def instance_snapshot(self, account: str, instance_id: str) -> InstanceSnapshot | None: ...
+
+    def record_observation(self, observation: AccountObservation, now: datetime) -> None: ...
 
     def get_notification(self, key: str) -> object | None: ...
 

@@ -33,6 +33,7 @@ from watchdog_gpu.call_policy import (
     verify_at,
 )
 from watchdog_gpu.errors import PermanentError, ProviderError
+from watchdog_gpu.instance_listing import instance_listing
 from watchdog_gpu.model import (
     ActionKind,
     ActionResult,
@@ -59,6 +60,7 @@ class _Pass(ActionRecorder):
     evaluated_at: datetime | None = None
     current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
     listings: dict[str, Listing] = field(default_factory=dict)
+    recorded: set[str] = field(default_factory=set)  # accounts whose listing is recorded
 
 
 class Executor:
@@ -114,7 +116,9 @@ class Executor:
             (ActionStatus.CALLED, ActionStatus.UNVERIFIED, ActionStatus.PENDING),
             reclaim_stale_after=reclaim,
         )
-        for row in rows:
+        # Calls before verifications: a verification records its listing, newer than the
+        # evaluation, which would hold this pass's calls on the account (``at_the_call``).
+        for row in sorted(rows, key=_verifies):
             try:
                 self._handle(row, state)
             except ProviderError as error:  # an unexpected provider failure: retry later
@@ -390,6 +394,7 @@ class Executor:
             return
         current = next((i for i in listing if i.instance_id == row.instance_id), None)
         if done(row.kind, current):
+            self._record_listing(row.account, listing, state)
             self._verified(row, state)
             return
         if resumed and self._condition_holds(row, state) is not False:
@@ -399,7 +404,20 @@ class Executor:
             # CALLING) until an evaluation says whether the condition holds.
             self._execute(row, state, resumed=True)
             return
+        self._record_listing(row.account, listing, state)
         self._unverified(row, state, current)
+
+    def _record_listing(
+        self, account: str, listing: tuple[InstanceSnapshot, ...], state: _Pass
+    ) -> None:
+        """Record first: the verification's listing is a complete one of the account's
+        instances, so a destroyed instance stops billing in the ledger, and leaves ``status``,
+        at the verification rather than at the next poll."""
+        if account in state.recorded:
+            return
+        state.recorded.add(account)
+        observation = instance_listing(self.providers[account].name, account, listing, state.now)
+        self.store.record_observation(observation, state.now)
 
     def _listing(self, account: str, state: _Pass) -> tuple[InstanceSnapshot, ...] | ProviderError:
         if account not in state.listings:
@@ -481,6 +499,12 @@ def _call(provider: Provider, row: ActionRow) -> None:
         provider.stop(row.instance_id)
     else:
         provider.destroy(row.instance_id)
+
+
+def _verifies(row: ActionRow) -> bool:
+    """Whether this pass verifies ``row`` (see :meth:`Executor._handle`) rather than calls."""
+    origin = row.claimed_from or ActionStatus.PENDING
+    return origin in (ActionStatus.CALLED, ActionStatus.UNVERIFIED) or row.result == CALLING
 
 
 def _resume_status(row: ActionRow) -> ActionStatus:

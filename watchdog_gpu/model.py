@@ -210,7 +210,8 @@ class AccountObservation:
     seen before and is absent now is ``gone``.
 
     ``problems`` names the secondary parts that failed this poll (``"account"``, ``"volumes"``,
-    ``"ssh_keys"`` → a scrubbed ``"<error kind>: <message>"``). A failed part is empty (or an
+    ``"ssh_keys"`` → a scrubbed ``"<error kind>: <message>"``), or that a listing of the
+    instances alone did not list (``instance_listing.py``). A failed part is empty (or an
     all-``None`` account) and is NOT a complete listing: a volume missing from a failed listing
     is not gone. The instance listing never fails partially: without it there is no observation.
     """

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from tests.integration.cli_support import freeze_clock, isolate, run
 from tests.support.cycles import cyclic_garbage
 from watchdog_gpu.call_policy import MAX_REFUSED_CALLS, listed_change
 from watchdog_gpu.errors import AuthError, PermanentError, ProviderError, TransientError
@@ -26,6 +29,7 @@ from watchdog_gpu.model import (
 from watchdog_gpu.plan import PlanContext
 from watchdog_gpu.rules.base import SalvageConfig
 from watchdog_gpu.safety import SafetyConfig
+from watchdog_gpu.spend import total_spend
 from watchdog_gpu.store import Store
 from watchdog_gpu.wiring import action_guard
 
@@ -143,6 +147,110 @@ def test_a_destroy_is_called_then_verified_by_re_listing(store: Store) -> None:
     assert message is not None
     assert "Destroyed" in message.notification.title
     assert provider.calls == [("destroy", "9001")]
+
+
+def test_the_verification_listing_is_recorded_so_the_ledger_stops_billing_at_the_verification(
+    store: Store,
+) -> None:
+    enqueue(store)
+    runner = executor(store, ScriptedProvider())
+    runner.run(NOW)
+    verified_at = NOW + timedelta(seconds=30)
+    runner.run(verified_at)
+
+    (record,) = store.latest_instances(include_gone=True)
+    assert record.snapshot.state is InstanceState.GONE
+    assert store.latest_instances() == []
+    view = store.load_fleet_view(NOW + timedelta(hours=1), timedelta(hours=1), NOW, cached=False)
+    (instance,) = view.instances.values()
+    assert instance.spans[-1].state is InstanceState.GONE
+    assert instance.spans[-1].first_seen == verified_at
+    # Billed from the listing before the call to the one that no longer had it, not an hour.
+    assert total_spend(view, NOW, NOW + timedelta(hours=1)).usd == pytest.approx(0.38 * 30 / 3600)
+
+
+def test_status_lists_a_destroyed_instance_as_gone_right_after_its_verification(
+    store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    isolate(monkeypatch, tmp_path)
+    freeze_clock(monkeypatch, NOW + timedelta(seconds=30))
+    database = store.engine.url.render_as_string(hide_password=False)
+    enqueue(store)
+    runner = executor(store, ScriptedProvider())
+    runner.run(NOW)
+    (called,) = json.loads(run(capsys, "status", "--db", database, "--json").out)["instances"]
+    assert (called["instance_id"], called["state"]) == ("9001", "running")
+
+    runner.run(NOW + timedelta(seconds=30))
+
+    (verified,) = json.loads(run(capsys, "status", "--db", database, "--json").out)["instances"]
+    assert (verified["instance_id"], verified["state"]) == ("9001", "gone")
+    assert verified["usd_per_hour"] == 0
+
+
+def test_a_poll_listing_older_than_the_verification_recorded_after_it_changes_nothing(
+    store: Store,
+) -> None:
+    enqueue(store)
+    runner = executor(store, ScriptedProvider())
+    runner.run(NOW)
+    runner.run(NOW + timedelta(seconds=30))
+    # The poll job (its own thread) listed before the destroy took and records only now.
+    polled_at = NOW + timedelta(seconds=10)
+    store.record_observation(
+        AccountObservation(AccountSnapshot("vast", "vast-main", polled_at), (snapshot(),)),
+        polled_at,
+    )
+
+    (record,) = store.latest_instances(include_gone=True)
+    assert record.snapshot.state is InstanceState.GONE
+    view = store.load_fleet_view(NOW + timedelta(hours=1), timedelta(hours=1), NOW, cached=False)
+    (instance,) = view.instances.values()
+    assert [(s.state, s.first_seen) for s in instance.spans] == [
+        (InstanceState.RUNNING, NOW),
+        (InstanceState.GONE, NOW + timedelta(seconds=30)),
+    ]
+
+
+@dataclass
+class ListsAtItsTime(ScriptedProvider):
+    """Lists each instance as observed at the listing's own instant, as the adapters do."""
+
+    def list_instances(self, now: datetime) -> tuple[InstanceSnapshot, ...]:
+        return tuple(replace(instance, observed_at=now) for instance in self.listing)
+
+
+def test_a_pass_calls_before_it_verifies_so_its_own_listing_holds_no_call(store: Store) -> None:
+    enqueue(store)
+    runner = executor(store, ScriptedProvider(gone_after_call=False))
+    runner.run(NOW, evaluated_at=NOW)
+    other = replace(snapshot(), instance_id="9002", name="other")
+    store.record_observation(
+        AccountObservation(AccountSnapshot("vast", "vast-main", NOW), (snapshot(), other)), NOW
+    )
+    second = PlannedAction(
+        idempotency_key=KEY.replace("9001", "9002"),
+        account="vast-main",
+        instance_id="9002",
+        rule="idle_gpu",
+        kind=ActionKind.DESTROY,
+        dry_run=False,
+        reason="idle for 30 min",
+        planned_at=NOW,
+        episode_key=KEY.replace("9001", "9002").removesuffix(":destroy"),
+        usd_per_hour_at_stake=0.38,
+    )
+    assert store.enqueue_action(second)
+    provider = ListsAtItsTime(listing=[other], gone_after_call=False)
+
+    # The first destroy is verified (its listing recorded) and the second called in one pass.
+    executor(store, provider).run(NOW + timedelta(seconds=30), evaluated_at=NOW)
+
+    assert provider.calls == [("destroy", "9002")]
+    assert store.get_action(KEY).status == ActionStatus.VERIFIED  # type: ignore[union-attr]
 
 
 def test_monitor_mode_records_dry_run_and_never_calls_the_provider(store: Store) -> None:

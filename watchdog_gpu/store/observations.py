@@ -58,6 +58,11 @@ Values = dict[str, Any]
 # The statements are built once: building one and computing its cache key cost more than
 # running it (SQLAlchemy caches the compiled SQL by that key).
 _POLL_OK = update(ACCOUNTS).where(ACCOUNTS.c.name == bindparam("account_name"))
+_LAST_LISTING = (
+    select(ACCOUNTS.c.last_poll_ok_at)
+    .where(ACCOUNTS.c.name == bindparam("account_name"))
+    .with_for_update()
+)
 _BY_PK = INSTANCES.c.id == bindparam("pk")
 _UPDATE_INSTANCES = update(INSTANCES).where(_BY_PK)
 _INSERT_SNAPSHOTS = insert(SNAPSHOTS)
@@ -134,6 +139,11 @@ def record_observation(
     listing's instants). Returns the instance rows written, by id, with their new fingerprints
     (None: none to keep), for ``known`` once the transaction committed."""
     snapshot = observation.account
+    if _newer_listing_recorded(conn, snapshot.account, now):
+        # The executor's verification listing and a poll's are taken by different jobs: the
+        # older one, recorded last, must not bring a destroyed instance back to life.
+        logger.info("listing older than the recorded one skipped account=%s", snapshot.account)
+        return {}
     _record_poll_ok(conn, snapshot.account, snapshot.provider, now)
     # A part listed in ``problems`` failed this poll: it is empty, not a complete listing, so
     # it must not mark anything gone (and an all-None account snapshot would hide the last
@@ -158,6 +168,13 @@ def record_observation(
     if "ssh_keys" not in problems:
         record_ssh_keys(conn, observation, now)
     return written
+
+
+def _newer_listing_recorded(conn: Connection, account: str, now: datetime) -> bool:
+    """Whether a listing of ``account`` later than ``now`` is recorded (the account's row is
+    locked until the transaction ends, so two listings are recorded one after the other)."""
+    latest = conn.execute(_LAST_LISTING, {"account_name": account}).scalar()
+    return latest is not None and latest > now
 
 
 def _record_poll_ok(conn: Connection, name: str, provider: str, now: datetime) -> None:
