@@ -127,6 +127,7 @@ class Daemon:
             wake_deliver=self.wake_deliver,
             wakes=wakes_for(settings, assembly),
             waker=self,
+            act_at=self.act_at,
         )
         self.supervisor = Supervisor(
             self.progress,
@@ -158,6 +159,19 @@ class Daemon:
     def wake_act(self) -> None:
         """Run the act job now (after an evaluation), unless it is running already."""
         self._wake(ACT)
+
+    def act_at(self, at: datetime) -> None:
+        """Run the act job at ``at`` (the engine's time) when its interval would run it later;
+        it then goes on on its interval."""
+        job = self.scheduler.get_job(ACT) if self.scheduler.running else None
+        if job is None or self.stop.is_set():
+            return
+        delay = max(at - self.clock.now(), timedelta(0)) / self.time_scale
+        moment = self.wall_clock.now() + delay
+        scheduled: datetime | None = getattr(job, "next_run_time", None)
+        if scheduled is None or moment < scheduled:
+            self._woken[ACT] = moment  # met by a running act job: it joins it (see _wake)
+            self.scheduler.modify_job(ACT, next_run_time=moment)
 
     def wake_deliver(self) -> None:
         """Run the delivery job now (after an evaluation or an act pass that may have enqueued

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from watchdog_gpu.clock import Clock
-from watchdog_gpu.model import OPEN_ACTION_STATUSES, ProbeOutcome
+from watchdog_gpu.model import OPEN_ACTION_STATUSES, ActionStatus, ProbeOutcome
 from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
 from watchdog_gpu.tick import Watchdog
 from watchdog_gpu.wake import Wakes
@@ -39,6 +39,7 @@ ACT = "act"
 DELIVER = "deliver"
 PRUNE = "prune"
 WAKE = "wake"  # a one-shot probe + evaluate between two ticks (wake.py)
+VERIFYING = (ActionStatus.CALLED, ActionStatus.UNVERIFIED)  # kills whose re-listing is due
 DIGEST = "digest"  # the spend digest, when [notify.digest] is on (digest.py)
 
 # A poll result older than this many poll intervals no longer counts as "polled" for health.
@@ -221,7 +222,9 @@ class Jobs:
         wake_deliver: Callable[[], None] | None = None,
         wakes: Wakes | None = None,
         waker: WakeScheduler | None = None,
+        act_at: Callable[[datetime], None] | None = None,
     ) -> None:
+        """``act_at(at)``: run the act job at ``at`` (engine time) if it would run later."""
         self.watchdog = watchdog
         self.clock = clock
         self.progress = progress
@@ -231,6 +234,7 @@ class Jobs:
         self.stop = stop or threading.Event()
         self.wake_act = wake_act
         self.wake_deliver = wake_deliver
+        self.act_at = act_at
         self.wakes = wakes if waker is not None else None
         self.waker = waker
         # One probe round at a time: the probe job's and a wake's (their pools differ).
@@ -437,7 +441,22 @@ class Jobs:
         report = self._run(ACT, body)
         if report is not None and report.outcomes:
             self._wake(self.wake_deliver, DELIVER)
+        self._act_at_next_verification()
         return report
+
+    def _act_at_next_verification(self) -> None:
+        """Verify a stop or destroy when its re-listing is due (``verify_interval``), not at the
+        act job's next interval: the verification's listing ends the instance's billing in the
+        ledger (executor.py)."""
+        if self.act_at is None or self.stop.is_set():
+            return
+        try:
+            called = self.watchdog.store.list_actions(statuses=VERIFYING)
+            due = min((a.next_attempt_at for a in called if a.next_attempt_at), default=None)
+            if due is not None:
+                self.act_at(due)
+        except Exception:  # the act job still runs on its own interval
+            log.exception("scheduling the next verification failed")
 
     def deliver(self) -> DeliveryReport | None:
         """Deliver due notifications from the outbox."""

@@ -3,18 +3,31 @@ simulator's in-process provider dialects, the real SQLite store and migrations).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from watchdog_gpu.cli import main
 from watchdog_gpu.clock import VirtualClock
 from watchdog_gpu.digest import DigestConfig
 from watchdog_gpu.errors import StoreError
-from watchdog_gpu.jobs import ACT, DELIVER, DIGEST, EVALUATE, PRUNE, Jobs, Progress, poll_job_id
+from watchdog_gpu.jobs import (
+    ACT,
+    DELIVER,
+    DIGEST,
+    EVALUATE,
+    PRUNE,
+    VERIFYING,
+    Jobs,
+    Progress,
+    poll_job_id,
+)
 from watchdog_gpu.model import (
     AccountObservation,
     ActionKind,
@@ -475,3 +488,67 @@ def test_progress_is_safe_to_update_from_several_threads(harness: Harness) -> No
 
     stats = progress.stats("job")
     assert (stats.runs, stats.successes) == (2000, 2000)
+
+
+BIG_DISK = """
+name = "big-disk-bid"
+start = "2026-03-02T20:00:00Z"
+duration = "2h"
+
+[[accounts]]
+name = "vast-ok"
+provider = "vast"
+balance_usd = 500.0
+
+[[accounts.instances]]
+id = "101"
+name = "sweep"
+interruptible = true
+compute_usd_per_hour = 3.00
+disk_gb = 4000
+storage_usd_per_gb_month = 0.20
+events = [{ at = "0s", state = "running", gpu_util = 90 }, { at = "5m", state = "paused" }]
+"""
+
+
+def test_a_destroy_is_verified_when_its_re_listing_is_due_and_the_ledger_ends_its_bill_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with simulation(parse_scenario(BIG_DISK), database=tmp_path / "night.db") as sim:
+        due: list[datetime] = []
+        jobs = Jobs(
+            sim.assembly.watchdog,
+            sim.clock,
+            Progress(sim.clock),
+            poll_interval=POLL,
+            act_at=due.append,
+        )
+        # The daemon's schedule in miniature, with the act job also run when asked (act_at).
+        end = sim.clock.now() + timedelta(hours=1)
+        while sim.clock.now() < end:
+            jobs.poll("vast-ok")
+            jobs.probe()
+            jobs.evaluate()
+            jobs.act()
+            next_tick = sim.clock.now() + POLL
+            while due and min(due) < next_tick and sim.store.list_actions(statuses=VERIFYING):
+                sim.clock.set(max(min(due), sim.clock.now()))
+                due.clear()
+                jobs.act()
+            sim.clock.set(next_tick)
+        (action,) = sim.store.list_actions()
+        assert action.status == ActionStatus.VERIFIED
+        (called, gone) = [a for a in sim.world.actions() if a.source != "script"]
+        # Asked for the re-listing verify_interval after the call, which saw the destroy done.
+        assert gone.at - called.at == timedelta(seconds=30)
+        assert action.updated_at == gone.at
+        billed = sim.world.spend_usd("vast-ok", "101")
+        database = str(tmp_path / "night.db")
+
+    window = ["--since", "2026-03-02T20:00:00Z", "--until", end.isoformat()]
+    code = main(["report", "--db", database, *window, "--by", "instance", "--json"])
+    assert code == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    # The ledger ends the bill at the verification's listing: the provider's bill to the cent.
+    assert round(row["usd"], 2) == round(billed, 2)
+    assert row["usd"] == pytest.approx(billed, abs=1e-4)
