@@ -60,6 +60,7 @@ class _Pass(ActionRecorder):
     evaluated_at: datetime | None = None
     current: set[str] | None = None  # episode keys seen at the latest evaluation (lazy)
     listings: dict[str, Listing] = field(default_factory=dict)
+    listed_at: dict[str, datetime] = field(default_factory=dict)  # when each was taken
     recorded: set[str] = field(default_factory=set)  # accounts whose listing is recorded
 
 
@@ -79,6 +80,7 @@ class Executor:
         lease: timedelta = DEFAULT_LEASE,
         guard: Callable[[ActionRow, datetime], str | None] | None = None,
         current_episodes: Callable[[datetime], Collection[str]] | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         """``guard`` is asked right before every provider call whether the action may still
         happen (a protection or a snooze added after it was planned); a reason cancels it.
@@ -86,7 +88,10 @@ class Executor:
         ``current_episodes(since)`` gives the episode keys of the findings recorded at or after
         ``since``. With it, an action is carried out (or its call repeated) only while the
         condition that caused it still held at the latest evaluation: a destroy whose call
-        failed is never retried after the GPU got busy again."""
+        failed is never retried after the GPU got busy again.
+
+        ``clock``: read as each account is listed, the instant its listing is recorded at (a
+        salvage earlier in the pass may have taken minutes); without it, the pass's ``now``."""
         self.store = store
         self.providers = providers
         self.safety = safety
@@ -97,6 +102,7 @@ class Executor:
         self.lease = lease
         self.guard = guard
         self.current_episodes = current_episodes
+        self.clock = clock
         self._recovered = False
 
     def run(
@@ -416,8 +422,9 @@ class Executor:
         if account in state.recorded:
             return
         state.recorded.add(account)
-        observation = instance_listing(self.providers[account].name, account, listing, state.now)
-        self.store.record_observation(observation, state.now)
+        at = state.listed_at.get(account, state.now)
+        observation = instance_listing(self.providers[account].name, account, listing, at)
+        self.store.record_observation(observation, at)
 
     def _listing(self, account: str, state: _Pass) -> tuple[InstanceSnapshot, ...] | ProviderError:
         if account not in state.listings:
@@ -425,8 +432,10 @@ class Executor:
             if provider is None:
                 state.listings[account] = PermanentError(f"no provider for account {account}")
             else:
+                at = state.now if self.clock is None else max(state.now, self.clock())
+                state.listed_at[account] = at
                 try:
-                    state.listings[account] = provider.list_instances(state.now)
+                    state.listings[account] = provider.list_instances(at)
                 except ProviderError as error:
                     # Kept for the pass without its traceback, which holds this frame and so
                     # the pass: a cycle that left the pass and all its listings to the cyclic

@@ -392,6 +392,7 @@ def assemble(
         current_episodes=lambda since: {
             record.episode_key for record in store.list_findings(seen_since=since)
         },
+        clock=clock.now,
     )
     watchdog = Watchdog(
         store,

@@ -169,6 +169,22 @@ def test_the_verification_listing_is_recorded_so_the_ledger_stops_billing_at_the
     assert total_spend(view, NOW, NOW + timedelta(hours=1)).usd == pytest.approx(0.38 * 30 / 3600)
 
 
+def test_the_verification_listing_is_recorded_at_the_instant_it_was_taken(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider()
+    executor(store, provider).run(NOW)
+    # Something earlier in the pass (a salvage) took its time: the listing came later.
+    listed_at = NOW + timedelta(minutes=5)
+    executor(store, provider, clock=lambda: listed_at).run(NOW + timedelta(seconds=30))
+
+    view = store.load_fleet_view(NOW + timedelta(hours=1), timedelta(hours=1), NOW, cached=False)
+    (instance,) = view.instances.values()
+    assert [(s.state, s.first_seen) for s in instance.spans] == [
+        (InstanceState.RUNNING, NOW),
+        (InstanceState.GONE, listed_at),
+    ]
+
+
 def test_status_lists_a_destroyed_instance_as_gone_right_after_its_verification(
     store: Store,
     tmp_path: Path,
