@@ -9,18 +9,24 @@ model: ``docs/safety.md``, "The planner's order", "Warnings" and "Fuse" (the fus
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from watchdog_gpu.fleet import ActionRecord, FleetView, InstanceView, Protection, ProtectionKind
+from watchdog_gpu.fleet import ActionRecord, FleetView, InstanceView
+from watchdog_gpu.fuse_count import (
+    FRACTION_MIN_FLEET,
+    HOUR,
+    acted_in_last_hour,
+    acted_since,
+    billing_fleet_size,
+    emergency_rules,
+)
 from watchdog_gpu.model import (
     ActionKind,
     ActionStatus,
     Finding,
-    InstanceSnapshot,
     InstanceState,
     PlannedAction,
     PlanStatus,
@@ -34,6 +40,7 @@ from watchdog_gpu.notices import (
     index_notices,
     next_notice_key,
 )
+from watchdog_gpu.protection import protection_for
 from watchdog_gpu.sample_history import sample_history
 
 if TYPE_CHECKING:  # pydantic models: ≈ 0.3 s to build, which `status --db` does without
@@ -42,18 +49,9 @@ if TYPE_CHECKING:  # pydantic models: ≈ 0.3 s to build, which `status --db` do
 
 GlobalMode = Literal["monitor", "enforce"]
 
-BUDGET_RULE = "budget"
-HOUR = timedelta(hours=1)
-# The fuse lets the longest overdue go first in steps of this (module doc, step 6): the rolling
-# window of ``max_actions_per_hour``, in which a backlog held by that limit drains.
+# The fuse lets the longest overdue go first in steps of this (docs/safety.md, "Fuse"): the
+# rolling window of ``max_actions_per_hour``, in which a backlog held by that limit drains.
 AGE_STEP = HOUR
-# Below this many billing instances the fleet-fraction check is not applied (see module doc).
-FRACTION_MIN_FLEET = 4
-# Statuses of an outbox action that do not count towards the hourly fuse: nothing was done.
-_NOT_ACTED = frozenset({ActionStatus.BLOCKED, ActionStatus.CANCELLED, ActionStatus.HELD})
-# Rules that fire only on observed idleness: one firing on a GPU the probe saw busy a tick ago
-# contradicts its own evidence (a rule gone wild, or a threshold set far too high).
-IDLE_RULES = frozenset({"idle_gpu"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +66,7 @@ class PlanContext:
     # "A tick ago": busy samples this recent contradict an idle rule; a deferral wave whose
     # last deferral is this recent continues (announced once).
     recent: timedelta = timedelta(minutes=3)
-    # The evaluation interval (``poll_interval``): how far a wake's fuse looks ahead, to the
-    # next tick (module doc, step 6).
+    # The evaluation interval (``poll_interval``): how far a wake's fuse looks ahead.
     tick_interval: timedelta = timedelta(seconds=60)
 
 
@@ -117,11 +114,13 @@ class Plan:
     def with_status(self, status: PlanStatus) -> tuple[Decision, ...]:
         return tuple(decision for decision in self.decisions if decision.status is status)
 
-    def next_due(self, now: datetime, rules: frozenset[str] = IDLE_RULES) -> datetime | None:
-        """The earliest instant after ``now`` at which a decision of ``rules`` changes by time
+    def next_due(self, now: datetime, rules: frozenset[str] | None = None) -> datetime | None:
+        """The earliest instant after ``now`` at which a decision of ``rules`` (None: the
+        :func:`idle_rules`) changes by time
         alone while its finding holds: a waiting episode's warning time, a warned one's due
         time (later than the rule's own when the warning went out late). With the rules' own
         ``next_change`` this is when the daemon evaluates again (docs/architecture.md, "Wakes")."""
+        rules = idle_rules() if rules is None else rules
         earliest: datetime | None = None
         for decision in self.decisions:
             if decision.finding.rule not in rules:
@@ -139,9 +138,18 @@ class Plan:
     def next_listed_due(self, now: datetime) -> datetime | None:
         """:meth:`next_due` for the rules that judge by listed state (all but the idle ones):
         a wake for it lists the accounts first, since without a listing at or after a due time
-        the action waits (module doc, step 5)."""
-        listed = frozenset(d.finding.rule for d in self.decisions) - IDLE_RULES
+        the action waits (docs/safety.md, "Warnings")."""
+        listed = frozenset(d.finding.rule for d in self.decisions) - idle_rules()
         return self.next_due(now, listed) if listed else None
+
+
+def idle_rules() -> frozenset[str]:
+    """The rules that fire only on observed GPU idleness (``RuleSpec.observes_idle``): they
+    judge by the streamed rows a wake takes, and a GPU seen busy a tick ago contradicts them."""
+    # Imported on use: ``status --db`` imports the planner but builds no rule's config model.
+    from watchdog_gpu.rules.registry import idle_rules as registered
+
+    return registered()
 
 
 DRY_RUN_SUFFIX = f":{DRY_RUN}"
@@ -177,60 +185,6 @@ def warn_before(rule: str, context: PlanContext) -> timedelta:
     return timedelta(0)
 
 
-def protection_for(
-    snapshot: InstanceSnapshot,
-    protections: Iterable[Protection],
-    context: PlanContext,
-) -> str | None:
-    """Why ``snapshot`` is protected (a human-readable reason), or None."""
-    safety = context.safety
-    if (
-        snapshot.account in context.protected_accounts
-        or snapshot.account in safety.protect_accounts
-    ):
-        return f"account {snapshot.account} is protected"
-    for entry in safety.protect_ids:
-        if entry in (snapshot.instance_id, f"{snapshot.account}/{snapshot.instance_id}"):
-            return f"id {entry} is protected"
-    for pattern in safety.protect_names:
-        if _glob_matches(pattern, (snapshot.name, *snapshot.labels.values())):
-            return f"name matches protected pattern {pattern!r}"
-    return recorded_protection(snapshot, protections)
-
-
-def recorded_protection(
-    snapshot: InstanceSnapshot, protections: Iterable[Protection]
-) -> str | None:
-    """Why ``snapshot`` is protected by one of the ``protections`` kept in the database
-    (``watchdog-gpu protect``), or None; the configured ones are :func:`protection_for`'s."""
-    names = (snapshot.name, *snapshot.labels.values())
-    for protection in protections:
-        if protection.account is not None and protection.account != snapshot.account:
-            continue
-        if protection.kind is ProtectionKind.ACCOUNT and protection.value == snapshot.account:
-            return f"account {snapshot.account} is protected"
-        if (
-            protection.kind is ProtectionKind.INSTANCE_ID
-            and protection.value == snapshot.instance_id
-        ):
-            return f"instance {snapshot.ref.key} is protected"
-        if protection.kind is ProtectionKind.NAME_GLOB and _glob_matches(protection.value, names):
-            return f"name matches protected pattern {protection.value!r}"
-    return None
-
-
-def _glob_matches(pattern: str, names: Iterable[str]) -> bool:
-    # Case-insensitive: "*keep*" should protect "KEEP-me" too; erring towards protection is safe.
-    # A pattern that matches the empty name ("*") protects an unnamed instance too.
-    lowered = pattern.lower()
-    return any(fnmatch.fnmatchcase((name or "").lower(), lowered) for name in names)
-
-
-def glob_protects_everything(pattern: str) -> bool:
-    """Whether the name glob ``pattern`` protects every instance (it matches the empty name)."""
-    return _glob_matches(pattern, ("",))
-
-
 def plan(
     findings: Sequence[Finding],
     view: FleetView,
@@ -239,7 +193,7 @@ def plan(
     *,
     tick_started: datetime | None = None,
 ) -> Plan:
-    """Decide, for every finding, what happens this tick (see the module docstring).
+    """Decide, for every finding, what happens this tick (docs/safety.md, "The planner's order").
 
     ``tick_started``: for a wake between two ticks (``wake.py``), when the tick it follows
     evaluated: the actions since then count against ``max_actions_per_tick`` (a wake shares its
@@ -247,8 +201,9 @@ def plan(
     existing = {record.idempotency_key: record for record in view.recent_actions}
     notices = index_notices(view.notice_times)
     wake = tick_started is not None
+    idle = idle_rules()
     decisions = [
-        _decide(finding, view, now, context, existing, notices=notices, wake=wake)
+        _decide(finding, view, now, context, existing, notices=notices, wake=wake, idle=idle)
         for finding in findings
     ]
     return _apply_fuse(decisions, view, now, context, tick_started)
@@ -310,20 +265,12 @@ def _decide(
     *,
     notices: Mapping[str, EpisodeNotices],
     wake: bool = False,
+    idle: frozenset[str] = frozenset(),
 ) -> Decision:
     dry_run = is_dry_run(finding.rule, context)
-    if finding.action is ActionKind.NOTIFY or finding.instance_id is None:
-        return Decision(finding, PlanStatus.NOTIFY, dry_run)
-    instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
-    if instance is None or instance.state is InstanceState.GONE:
-        return Decision(finding, PlanStatus.NOTIFY, dry_run, note="instance is gone")
-    reason = protection_for(instance.latest, view.protections, context)
-    if reason is not None:
-        return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
-    key = action_key(finding, finding.action, dry_run)
-    recorded = standing_action(finding.episode_key, finding.action, dry_run, existing)
-    if recorded is not None:
-        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {recorded.status}")
+    settled = _settled(finding, view, context, existing, dry_run)
+    if settled is not None:
+        return settled
     lead = warn_before(finding.rule, context)
     due, standing = due_time(finding.due_at, notices.get(finding.episode_key), lead, now)
     warn_at = due - lead
@@ -338,11 +285,47 @@ def _decide(
         return Decision(finding, PlanStatus.WARN, dry_run, now, due_at=due, warning_key=warning)
     if now < due:
         return Decision(finding, PlanStatus.WARN, dry_run, warn_at, due_at=due)
-    stale = _stale_listing(view, finding.account)
-    if stale is None and wake and finding.rule not in IDLE_RULES:
-        stale = _listed_before(view, finding.account, due)
+    stale = _waits_for_listing(view, finding, due, listed_state=wake and finding.rule not in idle)
     if stale is not None:
         return Decision(finding, PlanStatus.WAIT, dry_run, warn_at, note=stale, due_at=due)
+    return _execute(finding, dry_run, now, existing, warn_at=warn_at, due=due)
+
+
+def _settled(
+    finding: Finding,
+    view: FleetView,
+    context: PlanContext,
+    existing: Mapping[str, ActionRecord],
+    dry_run: bool,
+) -> Decision | None:
+    """The decision that does not depend on time: nothing to act on (a notice, a gone
+    instance), a protected instance, or an action already standing; None: time decides."""
+    if finding.action is ActionKind.NOTIFY or finding.instance_id is None:
+        return Decision(finding, PlanStatus.NOTIFY, dry_run)
+    instance = view.instances.get(f"{finding.account}/{finding.instance_id}")
+    if instance is None or instance.state is InstanceState.GONE:
+        return Decision(finding, PlanStatus.NOTIFY, dry_run, note="instance is gone")
+    reason = protection_for(instance.latest, view.protections, context)
+    if reason is not None:
+        return Decision(finding, PlanStatus.PROTECTED, dry_run, note=reason)
+    recorded = standing_action(finding.episode_key, finding.action, dry_run, existing)
+    if recorded is not None:
+        return Decision(finding, PlanStatus.IN_PROGRESS, dry_run, note=f"action {recorded.status}")
+    return None
+
+
+def _execute(
+    finding: Finding,
+    dry_run: bool,
+    now: datetime,
+    existing: Mapping[str, ActionRecord],
+    *,
+    warn_at: datetime,
+    due: datetime,
+) -> Decision:
+    """The decision to carry out ``finding``'s action now."""
+    assert finding.instance_id is not None  # a notice without an instance was settled
+    key = action_key(finding, finding.action, dry_run)
     action = PlannedAction(
         idempotency_key=key,
         account=finding.account,
@@ -360,6 +343,17 @@ def _decide(
     return Decision(
         finding, PlanStatus.EXECUTE, dry_run, warn_at, action, released=released, due_at=due
     )
+
+
+def _waits_for_listing(
+    view: FleetView, finding: Finding, due: datetime, *, listed_state: bool
+) -> str | None:
+    """Why a due action waits for a fresh listing of its account, or None: the last one failed,
+    or (``listed_state``: a wake, a rule judging by listed state) it predates the due time."""
+    stale = _stale_listing(view, finding.account)
+    if stale is None and listed_state:
+        return _listed_before(view, finding.account, due)
+    return stale
 
 
 def _stale_listing(view: FleetView, account: str) -> str | None:
@@ -381,12 +375,9 @@ def _stale_listing(view: FleetView, account: str) -> str | None:
 def _listed_before(view: FleetView, account: str, due: datetime) -> str | None:
     """At a wake: why a rule resting on listed state cannot act on ``account`` yet, or None.
 
-    A wake polls no provider, so it reads the listing of the tick before it (or older). A rule
-    that judges an instance by its listed state (running since, paused, stopped; the budget's
-    rates) has evidence for its due time only from a listing at or after it: the owner may have
-    restarted, stopped or resumed the instance since. Such an action waits for the next tick's
-    fresh listing, as it did before wakes; ``idle_gpu`` judges by the streamed rows a wake takes.
-    """
+    A wake polls no provider: a listing older than the due time is no evidence for it (the owner
+    may have restarted, stopped or resumed the instance since), so the action waits for the next
+    tick's listing. The idle rules judge by the streamed rows a wake takes."""
     polled = view.accounts.get(account)
     listed = polled.last_poll_ok_at if polled is not None else None
     if listed is not None and listed >= due:
@@ -406,38 +397,6 @@ def _active_snooze(view: FleetView, finding: Finding, now: datetime) -> str | No
     return None
 
 
-def acted_in_last_hour(actions: Iterable[ActionRecord], now: datetime) -> int:
-    """Ordinary actions that count towards ``max_actions_per_hour``: real (not dry-run),
-    not the budget emergency's, and not ended without touching anything. The one count of
-    the fuse: ``fuse status`` shows this number."""
-    return acted_since(actions, now - HOUR)
-
-
-def counts_for_fuse(record: ActionRecord) -> bool:
-    """Whether an outbox action counts towards the fuse's limits: a real one (never a dry run)
-    that did not end without touching anything."""
-    return record.status not in _NOT_ACTED and not record.dry_run
-
-
-def acted_since(
-    actions: Iterable[ActionRecord],
-    since: datetime,
-    *,
-    inclusive: bool = False,
-    budget: bool = False,
-) -> int:
-    """Actions that count towards the fuse's limits (:func:`counts_for_fuse`) planned after
-    ``since`` (or at it, when ``inclusive``): the ordinary ones, or with ``budget`` the budget
-    emergency's."""
-    return sum(
-        1
-        for record in actions
-        if (record.created_at >= since if inclusive else record.created_at > since)
-        and counts_for_fuse(record)
-        and (record.rule == BUDGET_RULE) == budget
-    )
-
-
 def _apply_fuse(
     decisions: list[Decision],
     view: FleetView,
@@ -445,85 +404,122 @@ def _apply_fuse(
     context: PlanContext,
     tick_started: datetime | None = None,
 ) -> Plan:
-    """Defer executions beyond the rate limits; trip on a wrong-looking pattern (module doc)."""
-    safety = context.safety
-    candidates = [
-        d
-        for d in decisions
-        if d.status is PlanStatus.EXECUTE and d.action is not None and not d.dry_run
-    ]
-    budget = [d for d in candidates if d.finding.rule == BUDGET_RULE]
-    ordinary = [d for d in candidates if d.finding.rule != BUDGET_RULE and not d.released]
+    """Defer executions beyond the rate limits; trip on a wrong-looking pattern."""
+    emergency = emergency_rules()
+    ordinary, budget = _candidates(decisions, emergency)
     latched = context.fuse_latched or view.fuse.latched
     trip_reasons = [] if latched else _wrong_pattern(ordinary, view, now, context)
-    blocked_ids = {id(d) for d in ordinary} if latched or trip_reasons else set()
-    hour_allowance = max(
-        0, safety.max_actions_per_hour - acted_in_last_hour(view.recent_actions, now)
+    allowance = _Allowance.of(view, now, context.safety, tick_started)
+    queue = _Queue(now, context.tick_interval, tick_started, decisions, emergency)
+    holds = dict.fromkeys(map(id, queue.beyond(budget, allowance.budget, budget=True)), DEFERRED)
+    if latched or trip_reasons:
+        holds.update(dict.fromkeys(map(id, ordinary), BLOCKED))
+    else:
+        beyond = queue.beyond(ordinary, allowance.ordinary, budget=False)
+        holds.update(dict.fromkeys(map(id, beyond), DEFERRED))
+    result = tuple(_held(d, holds.get(id(d))) for d in decisions)
+    blocked = _held_actions(result, BLOCKED)
+    deferred = _held_actions(result, DEFERRED)
+    last = view.fuse.last_deferred_at
+    return Plan(
+        result,
+        fuse_tripped=bool(trip_reasons),
+        fuse_reason=_fuse_reason(trip_reasons, latched=latched, blocked=bool(blocked)),
+        blocked=blocked,
+        deferred=deferred,
+        deferral_reason=allowance.deferral_reason(len(deferred), context.safety),
+        announce_deferral=bool(deferred) and (last is None or now - last > context.recent),
     )
-    tick_allowance = safety.max_actions_per_tick
-    budget_allowance = safety.budget_emergency_max_actions_per_tick
-    if tick_started is not None:  # a wake: what its tick already did counts
-        tick_allowance -= acted_since(view.recent_actions, tick_started, inclusive=True)
-        budget_allowance -= acted_since(
-            view.recent_actions, tick_started, inclusive=True, budget=True
-        )
-    allowance = min(tick_allowance, hour_allowance)
-    queue = _Queue(now, context.tick_interval, tick_started, decisions)
-    deferred_ids: set[int] = set()
-    if not blocked_ids:
-        deferred_ids |= {id(d) for d in queue.beyond(ordinary, allowance, budget=False)}
-    deferred_ids |= {id(d) for d in queue.beyond(budget, budget_allowance, budget=True)}
-    result: list[Decision] = []
-    blocked: list[PlannedAction] = []
-    deferred: list[PlannedAction] = []
+
+
+def _candidates(
+    decisions: Iterable[Decision], emergency: frozenset[str]
+) -> tuple[list[Decision], list[Decision]]:
+    """The real actions due now that the fuse limits: the ordinary ones and the budget
+    emergency's. An ordinary action ``released`` by a human's earlier look is not limited."""
+    ordinary: list[Decision] = []
+    budget: list[Decision] = []
     for decision in decisions:
-        if id(decision) in blocked_ids and decision.action is not None:
-            blocked.append(decision.action)
-            result.append(_held(decision, PlanStatus.BLOCKED, "held by the blast-radius fuse"))
-        elif id(decision) in deferred_ids and decision.action is not None:
-            deferred.append(decision.action)
-            result.append(
-                _held(decision, PlanStatus.DEFERRED, "deferred by the fuse's rate limits")
-            )
-        else:
-            result.append(decision)
-    reason = ""
-    if latched and blocked:
-        reason = "the fuse tripped earlier and has not been reset"
-    elif trip_reasons:
-        reason = "; ".join(trip_reasons)
-    deferral = ""
-    if deferred:
-        deferral = (
-            f"{len(deferred)} actions due now wait for later ticks; limits: "
+        if decision.status is not PlanStatus.EXECUTE or decision.action is None:
+            continue
+        if decision.dry_run:
+            continue
+        if decision.finding.rule in emergency:
+            budget.append(decision)
+        elif not decision.released:
+            ordinary.append(decision)
+    return ordinary, budget
+
+
+def _fuse_reason(trip_reasons: Sequence[str], *, latched: bool, blocked: bool) -> str:
+    if latched:
+        return "the fuse tripped earlier and has not been reset" if blocked else ""
+    return "; ".join(trip_reasons)
+
+
+@dataclass(frozen=True, slots=True)
+class _Allowance:
+    """How many actions the fuse's rate limits let go now: ordinary ones, the budget
+    emergency's, and what is left of the hourly limit."""
+
+    ordinary: int
+    budget: int
+    hour_left: int
+
+    @classmethod
+    def of(
+        cls, view: FleetView, now: datetime, safety: SafetyConfig, tick_started: datetime | None
+    ) -> _Allowance:
+        actions = view.recent_actions
+        hour_left = max(0, safety.max_actions_per_hour - acted_in_last_hour(actions, now))
+        tick = safety.max_actions_per_tick
+        budget = safety.budget_emergency_max_actions_per_tick
+        if tick_started is not None:  # a wake: what its tick already did counts
+            tick -= acted_since(actions, tick_started, inclusive=True)
+            budget -= acted_since(actions, tick_started, inclusive=True, budget=True)
+        return cls(min(tick, hour_left), budget, hour_left)
+
+    def deferral_reason(self, deferred: int, safety: SafetyConfig) -> str:
+        if not deferred:
+            return ""
+        return (
+            f"{deferred} actions due now wait for later ticks; limits: "
             f"{safety.max_actions_per_tick} per tick, {safety.max_actions_per_hour} per hour "
-            f"({hour_allowance} left this hour), budget emergency "
+            f"({self.hour_left} left this hour), budget emergency "
             f"{safety.budget_emergency_max_actions_per_tick} per tick"
         )
-    last = view.fuse.last_deferred_at
-    announce = bool(deferred) and (last is None or now - last > context.recent)
-    return Plan(
-        tuple(result),
-        fuse_tripped=bool(trip_reasons),
-        fuse_reason=reason,
-        blocked=tuple(blocked),
-        deferred=tuple(deferred),
-        deferral_reason=deferral,
-        announce_deferral=announce,
-    )
+
+
+BLOCKED, DEFERRED = PlanStatus.BLOCKED, PlanStatus.DEFERRED
+_HOLD_NOTES = {
+    BLOCKED: "held by the blast-radius fuse",
+    DEFERRED: "deferred by the fuse's rate limits",
+}
+
+
+def _held(decision: Decision, status: PlanStatus | None) -> Decision:
+    """``decision`` held by the fuse with ``status`` (None: let through unchanged)."""
+    if status is None:
+        return decision
+    return replace(decision, status=status, note=_HOLD_NOTES[status])
+
+
+def _held_actions(decisions: Iterable[Decision], status: PlanStatus) -> tuple[PlannedAction, ...]:
+    return tuple(d.action for d in decisions if d.status is status and d.action is not None)
 
 
 @dataclass(frozen=True, slots=True)
 class _Queue:
-    """The order in which the rate limits let due actions go (module doc, step 6).
+    """The order in which the rate limits let due actions go (docs/safety.md, "Fuse").
 
-    Overdue is counted from an instant on the tick grid — the tick itself, or for a wake the
-    tick it follows — so a tick and the wakes after it rank the same actions alike."""
+    Overdue counts from the tick (for a wake: the tick it follows), so a tick and the wakes
+    after it rank the same actions alike."""
 
     now: datetime
     interval: timedelta  # between two ticks
     tick_started: datetime | None  # a wake: the tick it follows
     decisions: Sequence[Decision]
+    emergency: frozenset[str]  # the budget emergency's rules, with their own allowance
 
     def rank(self, decision: Decision) -> tuple[int, float, datetime]:
         """Sort key: the most whole :data:`AGE_STEP` s overdue first, then the costliest, then
@@ -534,11 +530,9 @@ class _Queue:
         return (-overdue, -(decision.finding.usd_per_hour_at_stake or 0.0), due)
 
     def upcoming(self, *, budget: bool) -> list[Decision]:
-        """At a wake: the warned actions (ordinary, or the budget's) that fall due after ``now``
-        and by the next tick, which would weigh them with the candidates due now; what the
-        wake holds back for them goes at that tick at the latest. None at a tick: no wake may
-        come before the next one (burst probes have none), and what a tick held back for them
-        would wait a whole tick for nothing."""
+        """At a wake: the warned actions (ordinary, or the budget's) due after ``now`` and by the
+        next tick, weighed with the candidates due now (what the wake holds back for them goes
+        by that tick). None at a tick: what it held back would wait a whole tick for nothing."""
         if self.tick_started is None:
             return []
         next_tick = self.tick_started + self.interval
@@ -547,7 +541,7 @@ class _Queue:
             for d in self.decisions
             if d.status is PlanStatus.WARN
             and not d.dry_run
-            and (d.finding.rule == BUDGET_RULE) == budget
+            and (d.finding.rule in self.emergency) == budget
             and d.due_at is not None
             and self.now < d.due_at <= next_tick
         ]
@@ -565,10 +559,11 @@ def _wrong_pattern(
 ) -> list[str]:
     """Why these candidates look like a rule gone wild (empty: an ordinary wave)."""
     reasons: list[str] = []
+    idle = idle_rules()
     contradicted = [
         d
         for d in ordinary
-        if d.finding.rule in IDLE_RULES
+        if d.finding.rule in idle
         and _busy_recently(
             view.instances.get(f"{d.finding.account}/{d.finding.instance_id}"), now - context.recent
         )
@@ -581,7 +576,7 @@ def _wrong_pattern(
             f"{len(contradicted)} idle actions on GPUs the probe saw busy within the last "
             f"tick ({names})"
         )
-    by_policy = [d for d in ordinary if d.finding.rule not in IDLE_RULES]
+    by_policy = [d for d in ordinary if d.finding.rule not in idle]
     fleet = billing_fleet_size(view)
     limit = int(context.safety.max_fleet_fraction * fleet)
     if fleet >= FRACTION_MIN_FLEET and len(by_policy) > max(limit, 1):
@@ -598,22 +593,8 @@ def _busy_recently(instance: InstanceView | None, since: datetime) -> bool:
     return sample_history(instance.samples).recorded_busy_since(since)
 
 
-def _held(decision: Decision, status: PlanStatus, note: str) -> Decision:
-    return replace(decision, status=status, note=note)
-
-
-def billing_fleet_size(view: FleetView) -> int:
-    billing = (
-        InstanceState.STARTING,
-        InstanceState.RUNNING,
-        InstanceState.PAUSED,
-        InstanceState.STOPPED,
-    )
-    return sum(1 for instance in view.instances.values() if instance.state in billing)
-
-
 def protected_report(finding: Finding) -> Finding:
-    """A protected instance the budget rule would have destroyed is a critical report."""
-    if finding.rule != BUDGET_RULE:
+    """A protected instance the budget emergency would have destroyed is a critical report."""
+    if finding.rule not in emergency_rules():
         return finding
     return replace(finding, severity=Severity.CRITICAL)

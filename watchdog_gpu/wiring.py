@@ -28,10 +28,11 @@ from watchdog_gpu.notify.delivery import (
     config_from_section,
     routes_from_config,
 )
-from watchdog_gpu.plan import PlanContext, protection_for
+from watchdog_gpu.plan import PlanContext
 from watchdog_gpu.probe.command import ProbeCommandSpec
 from watchdog_gpu.probe.prober import Prober
 from watchdog_gpu.probe.runner import AccountRunners, CommandRunner, StreamSource
+from watchdog_gpu.protection import protection_for
 from watchdog_gpu.providers import DEFAULT_API_URLS, PROVIDERS, Provider, new_http_client
 from watchdog_gpu.providers.http import stoppable_sleep
 from watchdog_gpu.rules import lookback_for

@@ -17,8 +17,8 @@ from tests.integration.store_builders import (
     planned_action,
     planned_notification,
 )
+from watchdog_gpu.fuse_count import acted_in_last_hour
 from watchdog_gpu.model import ActionStatus, Severity
-from watchdog_gpu.plan import acted_in_last_hour
 from watchdog_gpu.store import Store
 
 TRIP_REASON = "5 actions due this tick; limits: 3 per tick, 10 more this hour, 2 of 4"

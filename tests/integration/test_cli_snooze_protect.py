@@ -16,7 +16,8 @@ from tests.integration.store_builders import (
 )
 from watchdog_gpu.fleet import Protection, ProtectionKind
 from watchdog_gpu.model import InstanceState
-from watchdog_gpu.plan import PlanContext, protection_for
+from watchdog_gpu.plan import PlanContext
+from watchdog_gpu.protection import protection_for
 from watchdog_gpu.safety import SafetyConfig
 from watchdog_gpu.store import Store
 

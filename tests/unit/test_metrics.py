@@ -17,6 +17,7 @@ from watchdog_gpu.config import load_settings
 from watchdog_gpu.config.sections import RulesConfig
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.evidence import account_evidence
+from watchdog_gpu.fuse_count import acted_in_last_hour
 from watchdog_gpu.metrics import (
     Metrics,
     MetricsConfig,
@@ -44,7 +45,7 @@ from watchdog_gpu.model import (
     Verdict,
     VolumeSnapshot,
 )
-from watchdog_gpu.plan import Decision, Plan, acted_in_last_hour, action_key
+from watchdog_gpu.plan import Decision, Plan, action_key
 from watchdog_gpu.reports import DeliveryReport, ExecutorReport, StepOutcome, TickReport
 from watchdog_gpu.rules import budget as budget_rule
 from watchdog_gpu.rules.budget import BudgetConfig, BudgetLimits

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import pricey_rule
 from watchdog_gpu.config import load_settings
 from watchdog_gpu.fleet import (
     AccountView,
@@ -32,6 +33,7 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.plan import Plan, PlanContext, action_key
 from watchdog_gpu.plan import plan as plan_unwarned
+from watchdog_gpu.rules import registry
 from watchdog_gpu.rules.budget import BudgetConfig
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.low_balance import LowBalanceConfig
@@ -445,6 +447,43 @@ def test_the_budget_emergency_has_its_own_limit() -> None:
     assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 5
     assert statuses(result.decisions).count(PlanStatus.DEFERRED) == 1
     assert not result.fuse_tripped
+
+
+def test_the_idle_and_emergency_rules_are_the_registrys() -> None:
+    assert registry.idle_rules() == {"idle_gpu"}
+    assert registry.emergency_rules() == {"budget"}
+
+
+def test_a_rule_registered_as_observing_idle_is_contradicted_by_a_busy_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rule = replace(pricey_rule.RULE, observes_idle=True)
+    monkeypatch.setitem(registry.RULES, pricey_rule.NAME, rule)
+    busy = GpuSample(
+        account="vast-main",
+        instance_id="1",
+        gpu_index=0,
+        at=NOW - timedelta(minutes=1),
+        verdict=Verdict.BUSY,
+    )
+    view = fleet(replace(instance("1"), samples=(busy,)))
+    result = plan([finding("1", rule=pricey_rule.NAME)], view, NOW, context())
+    assert statuses(result.decisions) == [PlanStatus.BLOCKED]
+    assert result.fuse_tripped
+
+
+def test_a_rule_registered_as_an_emergency_has_the_budget_emergencys_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(registry.RULES, pricey_rule.NAME, replace(pricey_rule.RULE, emergency=True))
+    views = [instance(str(i)) for i in range(3)]
+    findings = [finding(str(i), rule=pricey_rule.NAME) for i in range(3)]  # 1 per tick otherwise
+    ctx = context(
+        safety=SafetyConfig(max_actions_per_tick=1, budget_emergency_max_actions_per_tick=2)
+    )
+    result = plan(findings, fleet(*views), NOW, ctx)
+    assert statuses(result.decisions).count(PlanStatus.EXECUTE) == 2
+    assert statuses(result.decisions).count(PlanStatus.DEFERRED) == 1
 
 
 def test_a_due_action_without_a_warning_is_warned_first_and_acted_on_a_full_lead_later() -> None:

@@ -32,8 +32,8 @@ from watchdog_gpu.commands.common import (
     table,
     timestamp,
 )
+from watchdog_gpu.fuse_count import HOUR, acted_in_last_hour
 from watchdog_gpu.model import ActionStatus
-from watchdog_gpu.plan import HOUR, acted_in_last_hour
 from watchdog_gpu.store import AuditEvent, Store
 from watchdog_gpu.store.rows import ActionRow
 from watchdog_gpu.store.values import FUSE_TRIPPED

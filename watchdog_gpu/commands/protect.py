@@ -251,7 +251,7 @@ def _matching_instances(source: Source, target: Target) -> list[str]:
             hit = snapshot.account == target.value
         else:
             names = (snapshot.name, *snapshot.labels.values())
-            # The planner's matching: case-insensitive (plan._glob_matches).
+            # The planner's matching: case-insensitive (protection._glob_matches).
             hit = any(
                 fnmatch.fnmatchcase(name.lower(), target.value.lower()) for name in names if name
             )

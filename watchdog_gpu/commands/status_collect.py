@@ -22,7 +22,8 @@ from watchdog_gpu.model import (
     InstanceState,
 )
 from watchdog_gpu.notices import EpisodeNotices, index_notices
-from watchdog_gpu.plan import action_due, recorded_protection
+from watchdog_gpu.plan import action_due
+from watchdog_gpu.protection import recorded_protection
 from watchdog_gpu.rules.idle_clock import IdleClockSettings
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.store.rows import AccountRecord, FindingRecord, Leader
@@ -114,7 +115,8 @@ def policy_of(settings: Settings | None) -> Policy:
             dry_run=lambda rule: None,
             protection=recorded_protection,
         )
-    from watchdog_gpu.plan import PlanContext, is_dry_run, protection_for, warn_before
+    from watchdog_gpu.plan import PlanContext, is_dry_run, warn_before
+    from watchdog_gpu.protection import protection_for
     from watchdog_gpu.rules import lookback_for
     from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 

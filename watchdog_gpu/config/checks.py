@@ -247,7 +247,7 @@ def evidence_warnings(settings: Settings) -> list[ConfigProblem]:
 def defeating_settings(settings: Settings) -> list[ConfigProblem]:
     """Valid settings that switch a protection or a rule off without saying so: a name glob
     that protects every instance, a sample gap shorter than the probe interval."""
-    from watchdog_gpu.plan import glob_protects_everything  # lazy: the planner is large
+    from watchdog_gpu.protection import glob_protects_everything
 
     warnings = [
         ConfigProblem(

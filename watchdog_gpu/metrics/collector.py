@@ -24,9 +24,9 @@ from watchdog_gpu import __version__
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.errors import StoreError
 from watchdog_gpu.fleet import FleetView
+from watchdog_gpu.fuse_count import acted_in_last_hour
 from watchdog_gpu.metrics import gauges
 from watchdog_gpu.model import ActionResult, ActionStatus
-from watchdog_gpu.plan import acted_in_last_hour
 from watchdog_gpu.store.rows import ActionRow
 
 if TYPE_CHECKING:

@@ -206,6 +206,16 @@ class Rule(Protocol):
         """The findings and the earliest instant the rule's verdicts may change; pure."""
         ...
 
+    @property
+    def observes_idle(self) -> bool:
+        """Whether the rule fires only on GPU idleness the probe observed (see RuleSpec)."""
+        ...
+
+    @property
+    def emergency(self) -> bool:
+        """Whether the rule is the budget emergency (see RuleSpec)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RuleOutcome:
@@ -245,6 +255,12 @@ class RuleSpec(Generic[ConfigT]):
     # The findings and the earliest instant a verdict may change (see RuleOutcome), for a rule
     # that can tell; None: ``function``'s findings, no instant.
     timed: Callable[[FleetView, datetime, ConfigT], RuleOutcome] | None = None
+    # Fires only on GPU idleness the probe observed: it judges by the streamed rows a wake takes
+    # (not by the listing), and a GPU seen busy a tick ago contradicts it (the fuse trips).
+    observes_idle: bool = False
+    # The budget emergency: its actions have their own per-tick limit in the fuse (not the
+    # hourly one), and an instance protected from it is reported critically.
+    emergency: bool = False
 
     def evaluate(self, view: FleetView, now: datetime, config: RuleConfig) -> Iterable[Finding]:
         """Run the rule. Raises TypeError when ``config`` is not this rule's config model."""

@@ -330,7 +330,7 @@ def _finding(instance: InstanceView, breaches: Sequence[Breach], config: BudgetC
     )
 
 
-RULE = RuleSpec(NAME, BudgetConfig, evaluate)
+RULE = RuleSpec(NAME, BudgetConfig, evaluate, emergency=True)
 
 
 def spend_since(now: datetime, config: BudgetConfig) -> datetime:

@@ -327,4 +327,6 @@ def cleared_reason(finding: Finding, view: FleetView) -> str:
     return "GPU activity no longer known (samples missing or too sparse); unknown is not idle"
 
 
-RULE = RuleSpec(NAME, IdleGpuConfig, evaluate, cleared=cleared_reason, timed=evaluate_timed)
+RULE = RuleSpec(
+    NAME, IdleGpuConfig, evaluate, cleared=cleared_reason, timed=evaluate_timed, observes_idle=True
+)

@@ -69,6 +69,16 @@ class Evaluation:
     next_listed: datetime | None = None
 
 
+def idle_rules() -> frozenset[str]:
+    """The rules that fire only on observed GPU idleness (``RuleSpec.observes_idle``)."""
+    return frozenset(name for name, rule in RULES.items() if rule.observes_idle)
+
+
+def emergency_rules() -> frozenset[str]:
+    """The budget emergency's rules (``RuleSpec.emergency``)."""
+    return frozenset(name for name, rule in RULES.items() if rule.emergency)
+
+
 def default_configs() -> dict[str, RuleConfig]:
     """Every rule's configuration with its documented defaults (what `simulate` uses without a
     config file)."""

@@ -9,7 +9,8 @@ from tests.integration.store_builders import instance
 from watchdog_gpu.commands import status_defaults
 from watchdog_gpu.commands.status_collect import policy_of
 from watchdog_gpu.config import Settings, WatchdogSection
-from watchdog_gpu.plan import PlanContext, protection_for, warn_before
+from watchdog_gpu.plan import PlanContext, warn_before
+from watchdog_gpu.protection import protection_for
 from watchdog_gpu.rules import RULES, default_configs, lookback_for
 from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.safety import SafetyConfig
