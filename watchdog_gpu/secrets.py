@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -271,29 +271,46 @@ def _validate(value: object) -> SecretReference:
         return SecretReference.plain(value)
     if not isinstance(value, Mapping):
         raise _error(f"a secret is {_FORMS}")
-    keys = [str(key) for key in value]
-    unknown = [key for key in keys if key not in REFERENCE_KINDS]
-    if unknown or len(keys) != 1:
-        # Only word-like keys are repeated back (a key could be a pasted secret).
-        shown = [key if re.fullmatch(r"[A-Za-z_]{1,20}", key) else "?" for key in keys]
-        found = ", ".join(shown) if keys else "none"
-        raise _error(
-            f"a secret reference has exactly one of env, file, credential (found: {found})"
-        )
-    kind = keys[0]
+    kind = _reference_kind(value)
     name = value[kind]
     if not isinstance(name, str) or not name.strip():
         raise _error(f"'{kind}' must be a non-empty string")
-    if kind == "env":
-        if not _ENV_NAME.fullmatch(name):
-            # The name is not repeated: a key pasted in by mistake would end up in the error.
-            raise _error("not an environment variable name (letters, digits and '_')")
-        return SecretReference.env(name)
-    if kind == "credential":
-        if "/" in name or name in {".", ".."}:
-            raise _error("a credential name is a file name in $CREDENTIALS_DIRECTORY, not a path")
-        return SecretReference.credential(name)
+    return _REFERENCES[kind](name)
+
+
+def _reference_kind(table: Mapping[object, object]) -> str:
+    """The one key of a ``{ env | file | credential = ... }`` table."""
+    keys = [str(key) for key in table]
+    if len(keys) == 1 and keys[0] in REFERENCE_KINDS:
+        return keys[0]
+    # Only word-like keys are repeated back (a key could be a pasted secret).
+    shown = [key if re.fullmatch(r"[A-Za-z_]{1,20}", key) else "?" for key in keys]
+    found = ", ".join(shown) if keys else "none"
+    raise _error(f"a secret reference has exactly one of env, file, credential (found: {found})")
+
+
+def _env_reference(name: str) -> SecretReference:
+    if not _ENV_NAME.fullmatch(name):
+        # The name is not repeated: a key pasted in by mistake would end up in the error.
+        raise _error("not an environment variable name (letters, digits and '_')")
+    return SecretReference.env(name)
+
+
+def _credential_reference(name: str) -> SecretReference:
+    if "/" in name or name in {".", ".."}:
+        raise _error("a credential name is a file name in $CREDENTIALS_DIRECTORY, not a path")
+    return SecretReference.credential(name)
+
+
+def _file_reference(name: str) -> SecretReference:
     return SecretReference.file(resolve_config_path(Path(name)))
+
+
+_REFERENCES: dict[str, Callable[[str], SecretReference]] = {
+    "env": _env_reference,
+    "credential": _credential_reference,
+    "file": _file_reference,
+}
 
 
 def _serialize(reference: SecretReference) -> object:

@@ -22,7 +22,15 @@ from pydantic import Field
 
 from watchdog_gpu.durations import Duration, format_duration
 from watchdog_gpu.fleet import FleetView, InstanceView
-from watchdog_gpu.model import ActionKind, Finding, InstanceState, ProbeStatus, Severity
+from watchdog_gpu.model import (
+    ActionKind,
+    Finding,
+    InstanceSnapshot,
+    InstanceState,
+    ProbeOutcome,
+    ProbeStatus,
+    Severity,
+)
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
 from watchdog_gpu.rules.windows import billed_rate, state_since
 from watchdog_gpu.runs import running_since
@@ -100,13 +108,8 @@ def _instance_finding(
     history = sample_history(instance.samples)
     evidence = view.evidence_of(instance.latest)
     last_usable = history.last_usable_at(now, readings_prove_idle=evidence.reading_proves_idle)
-    if last_usable is not None and now - last_usable < config.after:
-        return None  # seen lately: no blind stretch to date (the run's start cannot be later)
-    since = running_since(instance)
-    if since is None:
-        return None
-    blind_since = max(since, last_usable) if last_usable is not None else since
-    if now - blind_since < config.after:
+    blind_since = _blind_since(instance, last_usable, now, config)
+    if blind_since is None:
         return None
     probes = [p for p in instance.probes if p.at <= now]
     last_probe = probes[-1] if probes else None
@@ -114,16 +117,8 @@ def _instance_finding(
     failed = sum(
         p.repeats for p in probes if p.at >= blind_since and p.status is not ProbeStatus.OK
     )
-    unknown = history.unusable_count(blind_since, now)
     latest = instance.latest
-    if last_probe is None and evidence.provider_reading:
-        why = "no SSH probe; the provider's utilisation reading proves busy, never idle"
-    elif last_probe is None:
-        why = "no probe has run" if latest.has_ssh_endpoint else "no SSH endpoint and no API data"
-    elif last_probe.status is ProbeStatus.OK:
-        why = "probes work but every sample is unknown (MIG without processes?)"
-    else:
-        why = f"last probe: {last_probe.status.value}"
+    why = _why_blind(last_probe, provider_reading=evidence.provider_reading, snapshot=latest)
     return Finding(
         rule=NAME,
         account=latest.account,
@@ -140,15 +135,51 @@ def _instance_finding(
             "instance_name": latest.name,
             "blind_since": blind_since.isoformat(),
             "last_usable_sample_at": last_usable.isoformat() if last_usable else None,
-            "last_probe_status": last_probe.status.value if last_probe else None,
-            "last_probe_at": last_probe.at.isoformat() if last_probe else None,
-            "last_probe_detail": last_probe.detail[:DETAIL_LIMIT] if last_probe else None,
+            **_probe_evidence(last_probe),
             "failed_probes": failed,
-            "unknown_samples": unknown,
+            "unknown_samples": history.unusable_count(blind_since, now),
             "has_ssh_endpoint": latest.has_ssh_endpoint,
         },
         usd_per_hour_at_stake=billed_rate(instance),
     )
+
+
+def _blind_since(
+    instance: InstanceView, last_usable: datetime | None, now: datetime, config: UnobservedConfig
+) -> datetime | None:
+    """Since when a running instance has had no usable GPU data, when that is ``after`` or
+    longer; else None."""
+    if last_usable is not None and now - last_usable < config.after:
+        return None  # seen lately: no blind stretch to date (the run's start cannot be later)
+    since = running_since(instance)
+    if since is None:
+        return None
+    blind_since = max(since, last_usable) if last_usable is not None else since
+    return blind_since if now - blind_since >= config.after else None
+
+
+def _why_blind(
+    last_probe: ProbeOutcome | None, *, provider_reading: bool, snapshot: InstanceSnapshot
+) -> str:
+    if last_probe is None and provider_reading:
+        return "no SSH probe; the provider's utilisation reading proves busy, never idle"
+    if last_probe is None:
+        if snapshot.has_ssh_endpoint:
+            return "no probe has run"
+        return "no SSH endpoint and no API data"
+    if last_probe.status is ProbeStatus.OK:
+        return "probes work but every sample is unknown (MIG without processes?)"
+    return f"last probe: {last_probe.status.value}"
+
+
+def _probe_evidence(last_probe: ProbeOutcome | None) -> dict[str, str | None]:
+    if last_probe is None:
+        return dict.fromkeys(("last_probe_status", "last_probe_at", "last_probe_detail"))
+    return {
+        "last_probe_status": last_probe.status.value,
+        "last_probe_at": last_probe.at.isoformat(),
+        "last_probe_detail": last_probe.detail[:DETAIL_LIMIT],
+    }
 
 
 def cleared_reason(finding: Finding, view: FleetView) -> str:
