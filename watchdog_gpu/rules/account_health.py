@@ -18,10 +18,10 @@ from datetime import datetime, timedelta
 from pydantic import Field
 
 from watchdog_gpu.durations import Duration, format_duration
-from watchdog_gpu.fleet import AccountView, FleetView
+from watchdog_gpu.fleet import AccountView, FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, Finding, InstanceState, Severity
 from watchdog_gpu.rules.base import RuleConfig, RuleSpec
-from watchdog_gpu.spend import current_rate
+from watchdog_gpu.spend import RateFigure, current_rate
 
 NAME = "account_health"
 AUTH_ERROR_KIND = "auth"
@@ -66,28 +66,15 @@ def _account_finding(
     bad_key = kind == AUTH_ERROR_KIND
     if not bad_key and now - since < config.outage_after:
         return None
-    at_risk = [i for i in view.instances_of(account.account) if i.state is not InstanceState.GONE]
+    at_risk = _at_risk(view, account.account)
     rate = current_rate(at_risk)
-    unknown = f" (+{rate.unknown_instances} at an unknown rate)" if rate.unknown_instances else ""
-    risk = f"{len(at_risk)} instance(s) at ${rate.usd_per_hour:.2f}/h{unknown}"
-    lasted = format_duration(max(now - since, timedelta(0)))
-    if bad_key:
-        summary = (
-            f"the provider rejects the API key: {risk} unprotected — fix or replace the key; "
-            "nothing in this account can be watched or stopped meanwhile"
-        )
-    else:
-        summary = (
-            f"cannot be listed for {lasted} ({kind}): {risk} unprotected — its instances cannot "
-            "be watched or stopped meanwhile; their spend is estimated at the last known rates"
-        )
     return Finding(
         rule=NAME,
         account=account.account,
         instance_id=None,
         severity=Severity.CRITICAL if bad_key else Severity.WARNING,
         action=ActionKind.NOTIFY,
-        summary=summary,
+        summary=_summary(kind, now - since, _risk(len(at_risk), rate)),
         episode_started_at=since,
         due_at=since if bad_key else since + config.outage_after,
         evidence={
@@ -102,6 +89,29 @@ def _account_finding(
         },
         usd_per_hour_at_stake=rate.usd_per_hour,
         topic=BAD_KEY if bad_key else OUTAGE,
+    )
+
+
+def _at_risk(view: FleetView, account: str) -> list[InstanceView]:
+    """The account's instances that may still bill (all but the gone ones)."""
+    return [i for i in view.instances_of(account) if i.state is not InstanceState.GONE]
+
+
+def _risk(instances: int, rate: RateFigure) -> str:
+    unknown = f" (+{rate.unknown_instances} at an unknown rate)" if rate.unknown_instances else ""
+    return f"{instances} instance(s) at ${rate.usd_per_hour:.2f}/h{unknown}"
+
+
+def _summary(kind: str, lasted: timedelta, risk: str) -> str:
+    if kind == AUTH_ERROR_KIND:
+        return (
+            f"the provider rejects the API key: {risk} unprotected — fix or replace the key; "
+            "nothing in this account can be watched or stopped meanwhile"
+        )
+    return (
+        f"cannot be listed for {format_duration(max(lasted, timedelta(0)))} ({kind}): {risk} "
+        "unprotected — its instances cannot be watched or stopped meanwhile; their spend is "
+        "estimated at the last known rates"
     )
 
 

@@ -249,11 +249,22 @@ def _unknown_note(spent: SpendFigure, estimated_usd: float) -> str:
 
 
 def _rate_breach(scope_name: str, ceiling: float, scope: Scope, now: datetime) -> Breach | None:
-    """The scope's spend rate: per account the larger of what its instances and volumes bill
-    and the provider's reported account rate."""
-    instances = scope.instances
+    """The scope's spend rate (:func:`_scope_rate`) over its ceiling, or None."""
+    total, unknown = _scope_rate(scope)
+    if total <= ceiling:
+        return None
+    lookback = min((instance.first_seen for instance in scope.instances), default=now)
+    started = rate_exceeded_since(scope.pieces(), now, ceiling, lookback)
+    note = f" ({unknown} instance(s) with an unknown rate not counted)" if unknown else ""
+    text = f"{scope_name} spend rate ${total:.2f}/h exceeds the ${ceiling:.2f}/h ceiling{note}"
+    return Breach(scope_name, "rate", text, started, unknown > 0)
+
+
+def _scope_rate(scope: Scope) -> tuple[float, int]:
+    """The scope's spend rate in $/h: per account the larger of what its instances and volumes
+    bill and the provider's reported account rate; and how many instances' rates are unknown."""
     by_account: dict[str, list[InstanceView]] = {}
-    for instance in instances:
+    for instance in scope.instances:
         by_account.setdefault(instance.latest.account, []).append(instance)
     volumes: dict[str, list[VolumeLedger]] = {}
     for volume in scope.view.volume_ledgers:
@@ -269,13 +280,7 @@ def _rate_breach(scope_name: str, ceiling: float, scope: Scope, now: datetime) -
         figure = current_rate(by_account.get(account, ())) + volumes_rate(volumes.get(account, ()))
         unknown += figure.unknown_instances
         total += max(figure.usd_per_hour, reported.get(account) or 0.0)
-    if total <= ceiling:
-        return None
-    lookback = min((instance.first_seen for instance in instances), default=now)
-    started = rate_exceeded_since(scope.pieces(), now, ceiling, lookback)
-    note = f" ({unknown} instance(s) with an unknown rate not counted)" if unknown else ""
-    text = f"{scope_name} spend rate ${total:.2f}/h exceeds the ${ceiling:.2f}/h ceiling{note}"
-    return Breach(scope_name, "rate", text, started, unknown > 0)
+    return total, unknown
 
 
 def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:
@@ -297,37 +302,48 @@ def _balance_breach(account: AccountView, floor: float | None) -> Breach | None:
 
 def _finding(instance: InstanceView, breaches: Sequence[Breach], config: BudgetConfig) -> Finding:
     since = state_since(instance)
-    dated = [breach.started_at for breach in breaches if breach.started_at is not None]
-    episode = max(since, min(dated)) if dated else since
+    breached = min((b.started_at for b in breaches if b.started_at is not None), default=None)
+    episode = max(since, breached) if breached is not None else since
     due_at = episode if config.skip_grace else episode + config.warn_before
     latest = instance.latest
     unique = list(dict.fromkeys(breach.description for breach in breaches))
     more = f" (and {len(unique) - 1} more)" if len(unique) > 1 else ""
-    # An instance in a state we cannot read (an unmapped provider state, Vast "offline") may
-    # bill nothing; it is reported with the emergency, never acted on (docs/providers.md).
-    alert_only = instance.state is InstanceState.UNKNOWN or all(
-        breach.alert_only for breach in breaches
-    )
     return Finding(
         rule=NAME,
         account=latest.account,
         instance_id=latest.instance_id,
         severity=Severity.CRITICAL,
-        action=ActionKind.NOTIFY if alert_only else ActionKind(config.action),
+        action=ActionKind.NOTIFY if _alert_only(instance, breaches) else ActionKind(config.action),
         summary=f"budget emergency: {unique[0]}{more}",
         episode_started_at=episode,
         due_at=due_at,
         evidence={
             "instance_name": latest.name,
-            "breaches": "; ".join(unique),
-            "scopes": ", ".join(dict.fromkeys(breach.scope for breach in breaches)),
-            "kinds": ", ".join(dict.fromkeys(breach.kind for breach in breaches)),
-            "breach_started_at": min(dated).isoformat() if dated else None,
-            "spend_unknown": any(breach.spend_unknown for breach in breaches),
+            **_breach_evidence(breaches, breached),
             "skip_grace": config.skip_grace,
         },
         usd_per_hour_at_stake=billed_rate(instance),
     )
+
+
+def _breach_evidence(
+    breaches: Sequence[Breach], breached: datetime | None
+) -> dict[str, str | bool | None]:
+    return {
+        "breaches": "; ".join(dict.fromkeys(breach.description for breach in breaches)),
+        "scopes": ", ".join(dict.fromkeys(breach.scope for breach in breaches)),
+        "kinds": ", ".join(dict.fromkeys(breach.kind for breach in breaches)),
+        "breach_started_at": breached.isoformat() if breached is not None else None,
+        "spend_unknown": any(breach.spend_unknown for breach in breaches),
+    }
+
+
+def _alert_only(instance: InstanceView, breaches: Sequence[Breach]) -> bool:
+    # An instance in a state we cannot read (an unmapped provider state, Vast "offline") may
+    # bill nothing; it is reported with the emergency, never acted on (docs/providers.md).
+    if instance.state is InstanceState.UNKNOWN:
+        return True
+    return all(breach.alert_only for breach in breaches)
 
 
 RULE = RuleSpec(NAME, BudgetConfig, evaluate, emergency=True)

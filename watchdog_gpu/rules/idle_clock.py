@@ -24,6 +24,7 @@ from watchdog_gpu.sample_history import (
     NO_TIME,
     SOURCE_CODES,
     SOURCES,
+    SampleHistory,
     instant,
     micros,
     sample_history,
@@ -271,25 +272,62 @@ def idle_episodes(
     rows = history.rows(since, now)
     busy_at, idle_rows = history.last_busy(rows, settings.threshold_percent)
     last_activity = _last_activity(instance, busy_at, since, now)
-    if last_activity is not None:
-        start, armed_by = last_activity, "activity"
-    else:
-        start, armed_by = since + settings.arm_after, "arm_after"
-        if now < start:
-            return None, None  # not armed: start-up, data loading, a slow first epoch
+    armed = _armed(last_activity, since, now, settings)
+    if armed is None:
+        return None, None  # not armed: start-up, data loading, a slow first epoch
+    start, armed_by = armed
     gpus = expected_gpus(instance.latest.gpu_count, (history.highest_gpu(rows),) if rows else ())
     if not gpus:
         return None, None
     # Only samples from the episode start on: an idle sample before the last activity must not
     # pair with one after it and paper over the busy moment in between.
     first = micros(start)
-    # A reading that cannot prove idle observes nothing (it still proves busy). Sources as
-    # their integer codes: this loop runs once per idle sample of every instance each tick.
-    refused = frozenset(
-        SOURCE_CODES[s] for s in SampleSource if proves_idle is not None and not proves_idle(s)
-    )
+    refused = _refused_codes(proves_idle)
     proven = _Observed(gpus)
     every = _Observed(gpus) if every_source and refused else None
+    _gather(history, idle_rows, first, refused, proven=proven, every=every)
+    # When the view's samples start after the activity/arming date, the true onset is not in
+    # view: keep the stable date (the onset seen would move with the view every tick).
+    dated = _Dating(start, now, armed_by, last_activity, history.starts_after(first), settings)
+    mine = dated.episode(proven, gpus)
+    if every is None:
+        return mine, (mine if every_source else None)
+    # Nothing refused: every source saw what the accepted ones saw.
+    return mine, (mine if every.size() == proven.size() else dated.episode(every, gpus))
+
+
+def _armed(
+    last_activity: datetime | None, since: datetime, now: datetime, settings: IdleClockSettings
+) -> tuple[datetime, str] | None:
+    """Where the idle clock starts and what armed it (the last activity, else ``arm_after``
+    into the run); None while not armed yet."""
+    if last_activity is not None:
+        return last_activity, "activity"
+    start = since + settings.arm_after
+    return (start, "arm_after") if now >= start else None
+
+
+def _refused_codes(proves_idle: Callable[[SampleSource], bool] | None) -> frozenset[int]:
+    """The sources (as integer codes) whose readings cannot prove idle: they observe nothing
+    (a busy one still proves busy)."""
+    if proves_idle is None:
+        return frozenset()
+    return frozenset(SOURCE_CODES[s] for s in SampleSource if not proves_idle(s))
+
+
+def _gather(
+    history: SampleHistory,
+    idle_rows: Iterable[int],
+    first: int,
+    refused: frozenset[int],
+    *,
+    proven: _Observed,
+    every: _Observed | None,
+) -> None:
+    """Gather the idle observations from ``first`` on: those ``refused`` does not name into
+    ``proven``, all of them into ``every`` (when given)."""
+    # Sources as their integer codes, and ``proven.add`` inlined: this loop runs once per idle
+    # sample of every instance each tick.
     points, runs, codes = proven.points, proven.runs, proven.codes
     for row in idle_rows:
         gpu, at, covers_from, code = history.coded_observation(row)
@@ -304,30 +342,33 @@ def idle_episodes(
             points[gpu].append(instant(at))
         else:
             runs[gpu].append((instant(covers_from), instant(at)))
-    gap, restart_after = settings.max_sample_gap, settings.restart_after
 
-    def episode(observed: _Observed) -> IdleEpisode | None:
+
+@dataclass(frozen=True, slots=True)
+class _Dating:
+    """What dates an episode from its observations: the clock's start and what armed it."""
+
+    start: datetime
+    now: datetime
+    armed_by: str
+    last_activity: datetime | None
+    view_cut: bool  # the view's samples start after ``start``: the true onset is not in view
+    settings: IdleClockSettings
+
+    def episode(self, observed: _Observed, gpus: Sequence[int]) -> IdleEpisode | None:
+        gap = self.settings.max_sample_gap
         clock = clock_of(
             (
-                observed_spans(observed.points[gpu], observed.runs[gpu], start, now, gap)
+                observed_spans(observed.points[gpu], observed.runs[gpu], self.start, self.now, gap)
                 for gpu in gpus
             ),
-            restart_after=restart_after,
+            restart_after=self.settings.restart_after,
         )
         if clock is None:
             return None
-        # When the view's samples start after the activity/arming date, the true onset is not
-        # in view: keep the stable date (the onset seen would move with the view every tick).
-        cut = history.starts_after(first) and not clock.restarted
-        onset = start if cut else clock.onset
+        onset = self.start if self.view_cut and not clock.restarted else clock.onset
         sources = frozenset(SOURCES[code] for code in observed.codes)
-        return IdleEpisode(onset, armed_by, last_activity, clock, len(gpus), sources)
-
-    mine = episode(proven)
-    if every is None:
-        return mine, (mine if every_source else None)
-    # Nothing refused: every source saw what the accepted ones saw.
-    return mine, (mine if every.size() == proven.size() else episode(every))
+        return IdleEpisode(onset, self.armed_by, self.last_activity, clock, len(gpus), sources)
 
 
 def _last_activity(

@@ -13,6 +13,7 @@ min_runway = "6h"
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar
 
@@ -73,6 +74,34 @@ def evaluate(view: FleetView, now: datetime, config: LowBalanceConfig) -> list[F
     return findings
 
 
+@dataclass(frozen=True, slots=True)
+class _Funds:
+    """An account's balance, what it spends, and how long the balance lasts at that rate."""
+
+    balance: float
+    rate: float  # $/h
+    runway: float | None  # hours; None: nothing bills
+
+    @property
+    def critical(self) -> bool:
+        """$0 or less, or under an hour of runway."""
+        short = self.runway is not None and self.runway < CRITICAL_RUNWAY_HOURS
+        return at_or_under(self.balance, 0.0) or short
+
+    def reasons(self, config: LowBalanceConfig) -> list[str]:
+        """Why the balance is low (empty: it is not)."""
+        reasons: list[str] = []
+        floor = config.min_balance_usd
+        if floor is not None and at_or_under(self.balance, floor):
+            reasons.append(f"balance ${self.balance:.2f} is at or under ${floor:.2f}")
+        short = config.min_runway_hours
+        if self.runway is not None and short is not None and self.runway < short:
+            reasons.append(f"runway {self.runway:.1f} h at ${self.rate:.2f}/h is under {short:g} h")
+        if not reasons and at_or_under(self.balance, 0.0):
+            reasons.append(f"balance ${self.balance:.2f}")
+        return reasons
+
+
 def _account_finding(
     view: FleetView, account: AccountView, now: datetime, config: LowBalanceConfig
 ) -> Finding | None:
@@ -82,18 +111,11 @@ def _account_finding(
     balance = latest.balance_usd
     instances_rate = current_rate(view.instances_of(account.account))
     rate = max(instances_rate.usd_per_hour, latest.spend_usd_per_hour or 0.0)
-    runway = max(balance, 0.0) / rate if rate > 0 else None
-    reasons: list[str] = []
-    if config.min_balance_usd is not None and at_or_under(balance, config.min_balance_usd):
-        reasons.append(f"balance ${balance:.2f} is at or under ${config.min_balance_usd:.2f}")
-    short = config.min_runway_hours
-    if runway is not None and short is not None and runway < short:
-        reasons.append(f"runway {runway:.1f} h at ${rate:.2f}/h is under {short:g} h")
-    if at_or_under(balance, 0.0) and not reasons:
-        reasons.append(f"balance ${balance:.2f}")
+    funds = _Funds(balance, rate, max(balance, 0.0) / rate if rate > 0 else None)
+    reasons = funds.reasons(config)
     if not reasons:
         return None
-    critical = at_or_under(balance, 0.0) or (runway is not None and runway < CRITICAL_RUNWAY_HOURS)
+    critical = funds.critical
     episode = day_start(now, "UTC")
     # The warning and the critical finding are one condition: escalating (or easing) from one to
     # the other must not tell the owner the other one is "Resolved".
@@ -110,7 +132,7 @@ def _account_finding(
         evidence={
             "balance_usd": round(balance, 2),
             "spend_usd_per_hour": round(rate, 4),
-            "runway_hours": round(runway, 2) if runway is not None else None,
+            "runway_hours": round(funds.runway, 2) if funds.runway is not None else None,
             "reported_spend_usd_per_hour": latest.spend_usd_per_hour,
             "instances_with_unknown_rate": instances_rate.unknown_instances,
             "provider_spend_limit_usd_per_hour": latest.spend_limit_usd_per_hour,
