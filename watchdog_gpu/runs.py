@@ -8,6 +8,7 @@ semantics: ``docs/safety.md``, "Runs". Pure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -55,18 +56,34 @@ class Run:
 def current_run(instance: InstanceView) -> Run | None:
     """The run the instance is in (see the module docstring); ``None`` when it is not starting
     or running, nor listed ``unknown`` right after a listing that was."""
+    end = _run_end(instance)
+    if end is None:
+        return None
+    provider_start = instance.latest.started_at
+    own = instance.spans[_run_start(instance.spans, end, provider_start) :]
+    started, running = _start_times(own, provider_start)
+    blind = instance.state is InstanceState.UNKNOWN
+    return Run(started=started, running_since=running, spans=own, blind=blind)
+
+
+def _run_end(instance: InstanceView) -> int | None:
+    """Where the run's listed spans end (past the trailing ``unknown`` ones: a listing that says
+    nothing, the run goes on unseen); None when the instance is in no run."""
     spans = instance.spans
     end = len(spans)
-    blind = instance.state is InstanceState.UNKNOWN
-    if blind:  # a listing that says nothing: the run goes on unseen
+    if instance.state is InstanceState.UNKNOWN:
         while end and spans[end - 1].state is InstanceState.UNKNOWN:
             end -= 1
     elif instance.state not in RUN_STATES:
         return None
     if not end or spans[end - 1].state not in RUN_STATES:
         return None
-    provider_start = instance.latest.started_at
-    first = end - 1  # the run's earliest starting or running span so far
+    return end
+
+
+def _run_start(spans: Sequence[StateSpan], end: int, provider_start: datetime | None) -> int:
+    """The index of the run's earliest starting or running span (the run ends at ``end``)."""
+    first = end - 1
     for index in range(end - 2, -1, -1):
         span = spans[index]
         if span.state in BLIND_STATES:
@@ -76,22 +93,19 @@ def current_run(instance: InstanceView) -> Run | None:
         if span.state is InstanceState.RUNNING and _earlier_run(span, spans[first], provider_start):
             break
         first = index
-    own = spans[first:]
+    return first
+
+
+def _start_times(
+    own: Sequence[StateSpan], provider_start: datetime | None
+) -> tuple[datetime, datetime | None]:
+    """When the run started, and when it started running (None: not yet)."""
     started = own[0].first_seen
-    running = None
-    for span in own:
-        if span.state is InstanceState.RUNNING:
-            running = span.first_seen
-            break
-    if (
-        running is not None
-        and provider_start is not None
-        and provider_start > running + START_TOLERANCE
-    ):
-        # The provider's start is later than our first running listing: a reboot none showed.
-        running = provider_start
-        started = running if own[0].state is InstanceState.RUNNING else started
-    return Run(started=started, running_since=running, spans=own, blind=blind)
+    running = next((s.first_seen for s in own if s.state is InstanceState.RUNNING), None)
+    if running is None or provider_start is None or provider_start <= running + START_TOLERANCE:
+        return started, running
+    # The provider's start is later than our first running listing: a reboot none showed.
+    return (provider_start if own[0].state is InstanceState.RUNNING else started), provider_start
 
 
 def _earlier_run(span: StateSpan, following: StateSpan, provider_start: datetime | None) -> bool:
