@@ -12,11 +12,11 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apscheduler.events import (
     EVENT_JOB_ERROR,
@@ -29,23 +29,23 @@ from apscheduler.jobstores.base import JobLookupError
 from watchdog_gpu import systemd_notify
 from watchdog_gpu.clock import Clock
 from watchdog_gpu.config import Settings
-from watchdog_gpu.config.sections import MetricsSection
+from watchdog_gpu.daemon_lock import hold_database_lock, stand_by_until_leading, watch_leadership
+from watchdog_gpu.daemon_metrics import (
+    MetricsAddressError,
+    MetricsObserver,
+    start_metrics_or_explain,
+)
 from watchdog_gpu.errors import ConfigError, DatabaseInUseError, SchemaTooNewError, StoreError
 from watchdog_gpu.gc_freeze import CollectBetweenJobs, long_lived_frozen
 from watchdog_gpu.heap_release import HeapRelease
 from watchdog_gpu.heartbeat import DeadMansSwitch, dead_mans_switch_from_settings
 from watchdog_gpu.jobs import ACT, DELIVER, EVALUATE, WAKE, DaemonObserver, Jobs, Progress
-from watchdog_gpu.model import ProbeOutcome
-from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
-from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs, phase_intervals
-from watchdog_gpu.store.leadership import LEASE_SECONDS, PostgresLeadership
-from watchdog_gpu.store.lock import DatabaseLock, LockHeldError, database_lock
+from watchdog_gpu.schedule import add_jobs, build_scheduler, job_specs
+from watchdog_gpu.store.leadership import PostgresLeadership
+from watchdog_gpu.store.lock import database_lock
 from watchdog_gpu.supervisor import Supervisor, plural, stall_limits, supervisor_interval
 from watchdog_gpu.wake import Wakes
 from watchdog_gpu.wiring import Assembly, assemble_daemon
-
-if TYPE_CHECKING:
-    from watchdog_gpu.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,6 @@ LEADERSHIP_LOST = -1
 REJOIN_DELAY_SECONDS = 3.0
 
 SHUTDOWN_CHECK_SECONDS = 10.0
-# How long a starting daemon waits for a `watchdog-gpu once` that holds the database's lock.
-ONCE_WAIT_SECONDS = 120.0
 MAX_SHUTDOWN_EXTENSION = timedelta(minutes=15)
 
 
@@ -339,87 +337,6 @@ def stop_on_signals(daemon_stop: Callable[[str], None]) -> Iterator[None]:
             signal.signal(number, old)
 
 
-class MetricsObserver:
-    """Feeds the per-phase ``record_*`` methods of :class:`watchdog_gpu.metrics.Metrics` from
-    the jobs (never ``record_tick``: the polls are recorded one by one as they happen)."""
-
-    def __init__(self, metrics: Metrics, providers: Mapping[str, str]) -> None:
-        self.metrics = metrics
-        self.providers = dict(providers)
-
-    def on_poll(self, account: str, result: str, now: datetime) -> None:
-        self.metrics.record_poll(account, self.providers.get(account, "other"), result)
-
-    def on_probe(self, outcomes: Sequence[ProbeOutcome], now: datetime) -> None:
-        self.metrics.record_probes(outcomes)
-
-    def on_tick(self, report: TickReport) -> None:
-        if report.plan is not None:
-            self.metrics.record_plan(report.plan)
-        self.metrics.record_rule_failures(report.failed_rules)
-
-    def on_executor(self, report: ExecutorReport, now: datetime) -> None:
-        self.metrics.record_executor(report)
-
-    def on_delivery(self, report: DeliveryReport | None, now: datetime) -> None:
-        if report is not None:
-            self.metrics.record_delivery(report)
-
-    def on_job_event(self, job_id: str, event: str) -> None:
-        self.metrics.record_job_event(job_id, event)
-
-    def on_job_done(self, job_id: str, seconds: float) -> None:
-        self.metrics.record_job(job_id, seconds)
-
-
-class MetricsAddressError(Exception):
-    """The metrics endpoint cannot listen where ``[metrics]`` says (the port is taken, the
-    address is not this machine's): a configuration problem, not a transient one."""
-
-
-def start_metrics_or_explain(
-    settings: Settings, assembly: Assembly, clock: Clock
-) -> tuple[MetricsObserver, Callable[[], None]]:
-    """:func:`start_metrics`, with a bind failure turned into a MetricsAddressError naming the
-    address, the port and the settings to change."""
-    try:
-        return start_metrics(settings, assembly, clock)
-    except OSError as error:
-        raise MetricsAddressError(_unbindable(settings.metrics, error)) from error
-
-
-def _unbindable(endpoint: MetricsSection, error: OSError) -> str:
-    reason = error.strerror or str(error)
-    return (
-        f"the metrics endpoint cannot listen on {endpoint.listen_address} port "
-        f"{endpoint.port}: {reason}. Stop whatever holds it, or choose another "
-        "`[metrics] port` (or `listen_address`, or set `enabled = false`) in the "
-        "configuration"
-    )
-
-
-def start_metrics(
-    settings: Settings, assembly: Assembly, clock: Clock
-) -> tuple[MetricsObserver, Callable[[], None]]:
-    """Serve ``/metrics`` on the configured address; returns the observer for the jobs and the
-    function that stops the endpoint. Raises OSError when the address cannot be bound."""
-    from watchdog_gpu.metrics import (
-        Metrics,
-        MetricsConfig,
-        new_registry,
-        serve_metrics,
-        stop_metrics,
-    )
-
-    registry = new_registry()
-    config = MetricsConfig.from_settings(settings, phase_intervals(settings))
-    metrics = Metrics(registry, config, store=assembly.store, clock=clock)
-    endpoint = settings.metrics
-    server, thread = serve_metrics(endpoint.listen_address, endpoint.port, registry)
-    providers = {account.name: account.provider for account in settings.accounts}
-    return MetricsObserver(metrics, providers), lambda: stop_metrics(server, thread)
-
-
 def run_daemon(
     settings: Settings,
     clock: Clock,
@@ -525,90 +442,6 @@ class StopRequests:
         self._daemon = None
 
 
-def stand_by_until_leading(
-    leadership: PostgresLeadership,
-    environ: Mapping[str, str],
-    stop: threading.Event,
-    *,
-    metrics: MetricsSection | None = None,
-    lease_seconds: float = LEASE_SECONDS,
-) -> bool:
-    """Wait (as a standby: no polling, no probing) until this node leads the watchdogs sharing
-    the PostgreSQL database; False when ``stop`` (SIGTERM/SIGINT) came first. systemd is told
-    the unit is ready (a standby is a healthy state) and kept fed while it waits; with
-    ``metrics`` enabled the standby's own ``/metrics`` answers meanwhile
-    (``metrics/standby.py``). Raises MetricsAddressError when that endpoint cannot listen."""
-    try:
-        if leadership.try_acquire():
-            return True
-    except StoreError as error:  # the database is down: wait for it as a standby does
-        log.warning("standing by: the database cannot be reached error=%s", error)
-    stop_endpoint = _start_standby_metrics(metrics, leadership.node)
-    systemd_notify.ready(f"standing by: node {leadership.node}", environ=environ)
-    done = threading.Event()
-    pinger = threading.Thread(
-        target=_ping_systemd_until, args=(done, environ), name="standby-watchdog", daemon=True
-    )
-    pinger.start()
-    try:
-        return leadership.wait_for_leadership(stop, lease_seconds=lease_seconds)
-    finally:
-        done.set()
-        if stop_endpoint is not None:
-            stop_endpoint()  # the leader's endpoint takes the port next
-
-
-def _start_standby_metrics(endpoint: MetricsSection | None, node: str) -> Callable[[], None] | None:
-    if endpoint is None or not endpoint.enabled:
-        return None
-    from watchdog_gpu.metrics import stop_metrics
-    from watchdog_gpu.metrics.standby import serve_standby_metrics
-
-    try:
-        server, thread = serve_standby_metrics(endpoint.listen_address, endpoint.port, node)
-    except OSError as error:
-        raise MetricsAddressError(_unbindable(endpoint, error)) from error
-    return lambda: stop_metrics(server, thread)
-
-
-def _ping_systemd_until(done: threading.Event, environ: Mapping[str, str]) -> None:
-    interval = systemd_notify.watchdog_interval(environ)
-    if interval is None:
-        return
-    while not done.wait(interval):  # already half of WatchdogSec
-        systemd_notify.watchdog_ping(environ=environ)
-
-
-def _watch_leadership(
-    leadership: PostgresLeadership, daemon: Daemon, lost: list[str], every_seconds: float
-) -> None:
-    """Check the leadership until the daemon stops; a lost one stops the daemon at once (its
-    store's writes are fenced already: store/leadership.py)."""
-    while not daemon.stop.wait(every_seconds):
-        try:
-            leadership.check()
-        except StoreError as error:
-            lost.append(str(error))
-            log.critical("leadership lost, stopping (a standby takes over) error=%s", error)
-            daemon.request_stop("leadership lost")
-            return
-
-
-def hold_database_lock(database_url: str) -> DatabaseLock:
-    """The database's lock, held by this daemon (see :mod:`watchdog_gpu.store.lock`). A
-    ``watchdog-gpu once`` holding it is waited for (up to :data:`ONCE_WAIT_SECONDS`: it ends
-    by itself); another daemon is not. Raises DatabaseInUseError or StoreError."""
-    lock = database_lock(database_url, role="run")
-    try:
-        lock.acquire()
-    except LockHeldError as error:
-        if error.holder.role != "once":
-            raise
-        log.info("waiting for `watchdog-gpu once` to finish pid=%s", error.holder.pid)
-        lock.acquire(wait_seconds=ONCE_WAIT_SECONDS)
-    return lock
-
-
 def _run_locked(
     settings: Settings,
     clock: Clock,
@@ -639,8 +472,8 @@ def _run_locked(
             settings.watchdog.poll_interval.total_seconds() / time_scale / 2,
         )
         threading.Thread(
-            target=_watch_leadership,
-            args=(leadership, daemon, lost, max(check_every, 0.2)),
+            target=watch_leadership,
+            args=(leadership, daemon.stop, daemon.request_stop, lost, max(check_every, 0.2)),
             name="leadership",
             daemon=True,
         ).start()

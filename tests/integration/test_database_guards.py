@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.cli_support import Result, isolate, run
 from tests.integration.test_daemon_run import child_environment as daemon_environment
-from watchdog_gpu.daemon import hold_database_lock
+from watchdog_gpu.daemon_lock import hold_database_lock
 from watchdog_gpu.errors import DatabaseInUseError
 from watchdog_gpu.store import create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.lock import FileLock, LockHeldError, database_lock, lock_path
