@@ -374,12 +374,17 @@ class Jobs:
         self._wake(self.wake_deliver, DELIVER)
         self._schedule_wake(report)
         self._refresh_summary(report.now)
-        if wake:
-            return report  # the dead-man's switch hears from the ticks (once per interval)
+        if not wake:  # the dead-man's switch hears from the ticks (once per interval)
+            self._report_health(report)
+        return report
+
+    def _report_health(self, report: TickReport) -> None:
+        """Tell the dead-man's switch how the tick went: a ping when healthy, else a failure
+        naming the accounts that could not be listed and the rules that failed."""
         if report.healthy:
             if self.dead_mans_switch is not None:
                 self.dead_mans_switch.ping()
-            return report
+            return
         unhealthy = {a: r for a, r in report.polled.items() if r != "ok"}
         reason = "accounts={} failed_rules={}".format(
             ",".join(f"{a}:{r}" for a, r in sorted(unhealthy.items())) or "-",
@@ -388,7 +393,6 @@ class Jobs:
         log.info("tick not healthy, dead-man's switch told of failure %s", reason)
         if self.dead_mans_switch is not None:
             self.dead_mans_switch.fail(f"watchdog-gpu tick not healthy: {reason}")
-        return report
 
     def _wake(self, wake: Callable[[], None] | None, job_id: str) -> None:
         if wake is None or self.stop.is_set():

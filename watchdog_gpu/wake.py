@@ -52,17 +52,33 @@ class Wakes:
         decision on listed state falls due (woken at it; :attr:`listing` then says the wake
         lists the accounts first)."""
         candidates = [at for at in (next_due, next_listed) if at is not None]
-        if next_change is not None and (probed_at is None or next_change > probed_at - self.lag):
-            # (At or before the last round − lag its rows are in and did not change the verdict:
-            # the host went blind or late, and the ticks take over.)
-            candidates.append(next_change + self.lag)
-        at = max(min(candidates), now) if candidates else None
-        if at is not None and self.last_ran is not None:
-            at = max(at, self.last_ran + self.spacing)
-        if at is not None and next_tick is not None and at >= next_tick:
-            at = None
+        rows_at = self._rows_change(next_change, probed_at)
+        if rows_at is not None:
+            candidates.append(rows_at)
+        at = self._spaced(max(min(candidates), now), next_tick) if candidates else None
         self.pending = at
         self.listing = at is not None and next_listed is not None and next_listed <= at
+        return at
+
+    def _rows_change(
+        self, next_change: datetime | None, probed_at: datetime | None
+    ) -> datetime | None:
+        """When the rows that may change a verdict at ``next_change`` are in; None when there
+        is none, or it is at or before the last round − lag: its rows are in and did not change
+        the verdict (the host went blind or late, and the ticks take over)."""
+        if next_change is None:
+            return None
+        if probed_at is not None and next_change <= probed_at - self.lag:
+            return None
+        return next_change + self.lag
+
+    def _spaced(self, at: datetime, next_tick: datetime | None) -> datetime | None:
+        """``at``, no sooner than :attr:`spacing` after the last wake; None when the next tick
+        comes first."""
+        if self.last_ran is not None:
+            at = max(at, self.last_ran + self.spacing)
+        if next_tick is not None and at >= next_tick:
+            return None
         return at
 
     def ran(self, at: datetime) -> None:
