@@ -76,10 +76,7 @@ def cleared_episodes(
     now: datetime,
 ) -> list[Resolution]:
     """The resolutions due at ``now`` (see the module docstring)."""
-    current = list(current)
-    present = {finding.episode_key for finding in current}
-    # a condition that changed severity is still present under its other episode key
-    present.update(key for finding in current for key in finding.same_condition_as)
+    present = _present_episodes(current)
     keys = view.notification_keys
     notices = index_notices(view.notice_times)
     # Episodes with an action (a dry run's too: it closes its episode as well).
@@ -87,25 +84,44 @@ def cleared_episodes(
     resolutions: list[Resolution] = []
     for record in recorded:
         episode = record.episode_key
-        if episode in present or episode in acted or f"{episode}:action" in keys:
+        if episode in present or _acted_on(episode, acted, keys):
             continue
         standing = notices.get(episode, EpisodeNotices()).standing_since is not None
         alerted = f"{episode}:alert" in keys and f"{episode}:resolution" not in keys
         if not (standing or alerted):
             continue
-        finding = Finding(
-            rule=record.rule,
-            account=record.account,
-            instance_id=record.instance_id,
-            severity=record.severity,
-            action=record.action,
-            summary=record.summary,
-            episode_started_at=record.episode_started_at,
-            due_at=record.due_at,
-            evidence=record.evidence,
-        )
+        finding = _recorded_finding(record)
         key = next_notice_key(episode, RESOLUTION, keys, now)
         resolutions.append(
             Resolution(finding, cleared_reason(finding, view), standing, episode, key)
         )
     return resolutions
+
+
+def _present_episodes(current: Iterable[Finding]) -> set[str]:
+    """The episodes the current findings stand for: a condition that changed severity is
+    still present under its other episode key."""
+    present: set[str] = set()
+    for finding in current:
+        present.add(finding.episode_key)
+        present.update(finding.same_condition_as)
+    return present
+
+
+def _acted_on(episode: str, acted: Collection[str], keys: Collection[str]) -> bool:
+    """Whether an action (a dry run's too) or its message closes the episode already."""
+    return episode in acted or f"{episode}:action" in keys
+
+
+def _recorded_finding(record: RecordedFinding) -> Finding:
+    return Finding(
+        rule=record.rule,
+        account=record.account,
+        instance_id=record.instance_id,
+        severity=record.severity,
+        action=record.action,
+        summary=record.summary,
+        episode_started_at=record.episode_started_at,
+        due_at=record.due_at,
+        evidence=record.evidence,
+    )

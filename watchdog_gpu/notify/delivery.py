@@ -174,25 +174,29 @@ class AppriseDelivery:
         if config is not None:
             self._services, problem = _config_services(config)
             problems.extend(problem)
-        self._secrets = _secret_parts(route.url for route in self._routes) | frozenset(
-            part for service in self._services for part in _service_secret_parts(service)
-        )
+        self._secrets = _every_secret_part(self._routes, self._services)
         self._unrouted_logged: set[Severity] = set()
         self._apprise = apprise_factory()
         self._masked: list[str] = []
         for index, route in enumerate(self._routes):
-            label = route.label or f"routes[{index}]"
-            if not route.severities:
-                problems.append(ConfigProblem(f"{label}.severities", "lists no severity"))
-            masked = _add_route(self._apprise, route)
-            if masked is None:
-                problems.append(ConfigProblem(f"{label}.url", _invalid_url_message(route.url)))
-            self._masked.append(mask_tokens(masked or "", self._secrets))
+            problems.extend(self._add_route(index, route))
         for service in self._services:
             self._apprise.add(service)
             self._masked.append(mask_tokens(_service_url(service, privacy=True), self._secrets))
         if problems:
             raise ConfigError(problems)
+
+    def _add_route(self, index: int, route: Route) -> list[ConfigProblem]:
+        """Add ``route`` to the Apprise instance; what is wrong with it (empty: nothing)."""
+        label = route.label or f"routes[{index}]"
+        problems: list[ConfigProblem] = []
+        if not route.severities:
+            problems.append(ConfigProblem(f"{label}.severities", "lists no severity"))
+        masked = _add_route(self._apprise, route)
+        if masked is None:
+            problems.append(ConfigProblem(f"{label}.url", _invalid_url_message(route.url)))
+        self._masked.append(mask_tokens(masked or "", self._secrets))
+        return problems
 
     @property
     def secret_parts(self) -> frozenset[str]:
@@ -405,6 +409,13 @@ def service_severities(service: NotifyBase) -> frozenset[Severity]:
     if ALWAYS_TAG in tags:
         return frozenset(Severity)
     return frozenset(severity for severity in Severity if severity.value in tags)
+
+
+def _every_secret_part(routes: Iterable[Route], services: Iterable[NotifyBase]) -> frozenset[str]:
+    """Every URL part of the inline routes and the config file's services that may be a
+    secret."""
+    from_services = (part for service in services for part in _service_secret_parts(service))
+    return _secret_parts(route.url for route in routes) | frozenset(from_services)
 
 
 def _config_services(
