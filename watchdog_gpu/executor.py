@@ -177,19 +177,30 @@ class Executor:
                 message=f"monitor mode: would {row.kind.value}",
             )
             return
-        if self._cancelled_by_guard(row, state):
-            return
-        orders = self.policy.orders(row.rule, row.kind)
-        if self._held_at_the_call(row, state, orders):
-            return
-        if row.result == AWAITING_ACCOUNT and self._account_unreadable(row, state):
-            return
-        if not resumed and not self._salvage_allows(row, state, orders):
+        if not self._cleared_for_the_call(row, state, resumed=resumed):
             return
         provider = self.providers.get(row.account)
         if provider is None:
             state.fail(row, f"no provider configured for account {row.account}")
             return
+        self._make_the_call(row, state, provider, resumed=resumed)
+
+    def _cleared_for_the_call(self, row: ActionRow, state: _Pass, *, resumed: bool) -> bool:
+        """Whether nothing stops the provider call now: no guard cancels it, the listing at the
+        call lets it go, its account can be read, and salvage allows it (a resumed call's
+        salvage ran before)."""
+        if self._cancelled_by_guard(row, state):
+            return False
+        orders = self.policy.orders(row.rule, row.kind)
+        if self._held_at_the_call(row, state, orders):
+            return False
+        if row.result == AWAITING_ACCOUNT and self._account_unreadable(row, state):
+            return False
+        return resumed or self._salvage_allows(row, state, orders)
+
+    def _make_the_call(
+        self, row: ActionRow, state: _Pass, provider: Provider, *, resumed: bool
+    ) -> None:
         # Record the intent before acting: a crash from here on resumes by verifying.
         self.store.transition_action(
             row.idempotency_key,
