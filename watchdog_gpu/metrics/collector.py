@@ -128,7 +128,6 @@ class StoreCollector(Collector):
 def _fill_fleet(
     view: FleetView, now: datetime, config: gauges.MetricsConfig, families: dict[str, Family]
 ) -> None:
-    providers = gauges.account_providers(view)
     # The fuse's own count (dry runs and the budget emergency's are not in it), as `fuse status`.
     families["watchdog_gpu_fuse_actions_last_hour"].add_metric(
         [], acted_in_last_hour(view.recent_actions, now)
@@ -139,6 +138,13 @@ def _fill_fleet(
         labels = [rate.account, rate.provider, rate.kind]
         families["watchdog_gpu_spend_rate_usd_per_hour"].add_metric(labels, rate.usd_per_hour)
         families["watchdog_gpu_spend_rate_unknown_items"].add_metric(labels, rate.unknown)
+    _fill_accounts(view, families)
+    _fill_period_spend(view, now, config, families)
+    _fill_instance_times(view, now, config, families)
+
+
+def _fill_accounts(view: FleetView, families: dict[str, Family]) -> None:
+    providers = gauges.account_providers(view)
     for name, account_view in view.accounts.items():
         labels = [name, providers[name]]
         latest = account_view.latest
@@ -151,6 +157,11 @@ def _fill_fleet(
         families["watchdog_gpu_last_successful_poll_timestamp_seconds"].add_metric(
             labels, last_ok_seconds
         )
+
+
+def _fill_period_spend(
+    view: FleetView, now: datetime, config: gauges.MetricsConfig, families: dict[str, Family]
+) -> None:
     for row in gauges.period_spend(view, now, config.budget):
         labels = [row.scope, row.period]
         families["watchdog_gpu_period_spend_usd"].add_metric(labels, row.spent.usd)
@@ -159,6 +170,11 @@ def _fill_fleet(
         )
         if row.ceiling_usd is not None:
             families["watchdog_gpu_period_ceiling_usd"].add_metric(labels, row.ceiling_usd)
+
+
+def _fill_instance_times(
+    view: FleetView, now: datetime, config: gauges.MetricsConfig, families: dict[str, Family]
+) -> None:
     times = gauges.state_times(view, now, config.idle)
     for time_row in times:
         labels = [time_row.account, time_row.instance_id, time_row.state]

@@ -172,16 +172,7 @@ class Metrics:
         (``increase()`` needs a sample before it)."""
         rule_actions = _rule_actions(self.config)
         for account, provider in self._providers.items():
-            for outcome in ("ok", "failed"):
-                self.polls.labels(account, provider, outcome)
-            for kind in (*PROVIDER_ERROR_KINDS, OTHER):
-                self.provider_errors.labels(account, provider, kind)
-            for kind in (*SSH_ERROR_KINDS, OTHER):
-                self.ssh_errors.labels(account, kind)
-            for rule, action in rule_actions.items():
-                outcomes = INITIAL_ACTION_OUTCOMES if action != ActionKind.NOTIFY else (NOTIFIED,)
-                for outcome in outcomes:
-                    self.actions.labels(account, rule, action.value, outcome)
+            self._initialise_account(account, provider, rule_actions)
         for rule in rule_actions:
             self.rule_errors.labels(rule)
         for outcome in ("delivered", "failed", "unrouted"):
@@ -191,6 +182,20 @@ class Metrics:
                 self.job_errors.labels(phase, event)
         for phase, interval in self.config.job_intervals.items():
             self.job_interval.labels(phase).set(interval.total_seconds())
+
+    def _initialise_account(
+        self, account: str, provider: str, rule_actions: Mapping[str, ActionKind]
+    ) -> None:
+        for outcome in ("ok", "failed"):
+            self.polls.labels(account, provider, outcome)
+        for kind in (*PROVIDER_ERROR_KINDS, OTHER):
+            self.provider_errors.labels(account, provider, kind)
+        for kind in (*SSH_ERROR_KINDS, OTHER):
+            self.ssh_errors.labels(account, kind)
+        for rule, action in rule_actions.items():
+            outcomes = INITIAL_ACTION_OUTCOMES if action != ActionKind.NOTIFY else (NOTIFIED,)
+            for outcome in outcomes:
+                self.actions.labels(account, rule, action.value, outcome)
 
     # -- a whole tick ------------------------------------------------------------------------
 
