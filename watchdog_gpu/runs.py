@@ -101,7 +101,11 @@ def _start_times(
 ) -> tuple[datetime, datetime | None]:
     """When the run started, and when it started running (None: not yet)."""
     started = own[0].first_seen
-    running = next((s.first_seen for s in own if s.state is InstanceState.RUNNING), None)
+    running = None
+    for span in own:
+        if span.state is InstanceState.RUNNING:
+            running = span.first_seen
+            break
     if running is None or provider_start is None or provider_start <= running + START_TOLERANCE:
         return started, running
     # The provider's start is later than our first running listing: a reboot none showed.

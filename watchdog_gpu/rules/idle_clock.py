@@ -344,7 +344,7 @@ def _gather(
             runs[gpu].append((instant(covers_from), instant(at)))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per instance each tick, a frozen one costs more
 class _Dating:
     """What dates an episode from its observations: the clock's start and what armed it."""
 
