@@ -3,8 +3,8 @@
 ``WATCHDOG_GPU_TEST_DATABASE=postgresql`` runs them on a real PostgreSQL server that this module
 starts on 127.0.0.1 the first time a database is asked for (``tests/support/postgres.py``) and
 stops when the test process exits; unset (or ``sqlite``) runs them on SQLite files, the default
-installation. ``scripts/test`` runs the scenario suite and the store tests a second time on
-PostgreSQL.
+installation. ``scripts/test`` runs the store tests and the scenarios that rest on the store a
+second time on PostgreSQL (docs/testing.md, "PostgreSQL").
 """
 
 from __future__ import annotations
