@@ -16,6 +16,7 @@ from watchdog_gpu.model import (
     AccountSnapshot,
     ActionKind,
     ActionStatus,
+    ActivityMark,
     GpuSample,
     InstanceSnapshot,
     InstanceState,
@@ -195,6 +196,9 @@ class FleetView:
     # What each configured account's GPU evidence can prove (evidence.py); an account not in it
     # gets the strict default (a provider's reading never proves idle).
     evidence: Mapping[str, AccountEvidence] = field(default_factory=dict)
+    # Each instance's recorded activity marks (activity.py) that describe the view's window, in
+    # the order recorded, by "account/instance_id"; loaded only when asked (the spend report).
+    activity: Mapping[str, tuple[ActivityMark, ...]] = field(default_factory=dict)
 
     def evidence_of(self, snapshot: InstanceSnapshot) -> AccountEvidence:
         """What the GPU evidence of ``snapshot``'s account can prove."""

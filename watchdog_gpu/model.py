@@ -285,6 +285,24 @@ class StateSpan:
         return billed_usd_per_hour(self.state, self.compute_usd_per_hour, self.storage_usd_per_hour)
 
 
+class Activity(StrEnum):
+    """What an instance's GPUs did, as the idle rule's clock judged it (activity.py): ``busy``
+    (a GPU worked lately), ``idle`` (the idle clock runs), ``blind`` (neither is known)."""
+
+    BUSY = "busy"
+    IDLE = "idle"
+    BLIND = "blind"
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityMark:
+    """A recorded change of activity: ``activity`` from ``since`` on, until a later mark (a
+    later mark with an earlier ``since`` overrides this one from its ``since``)."""
+
+    activity: Activity
+    since: datetime
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """A rule's conclusion about one instance (or one account when ``instance_id`` is None).

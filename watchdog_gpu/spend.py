@@ -65,12 +65,14 @@ class RateFigure:
 @dataclass(frozen=True, slots=True)
 class BillingPiece:
     """``[start, end)`` billed at ``usd_per_hour`` (``None``: unknown). ``estimated``: the time
-    after the instance's last listing, billed at its last known rate."""
+    after the instance's last listing, billed at its last known rate. ``state``: the instance's
+    state it bills in (None: a volume's piece)."""
 
     start: datetime
     end: datetime
     usd_per_hour: float | None
     estimated: bool = False
+    state: InstanceState | None = None
 
 
 def billing_pieces(
@@ -86,12 +88,16 @@ def billing_pieces(
     for index, span in enumerate(spans):
         end = spans[index + 1].first_seen if index + 1 < len(spans) else span.last_seen
         if end > span.first_seen:
-            pieces.append(BillingPiece(span.first_seen, end, span.billed_usd_per_hour))
+            pieces.append(
+                BillingPiece(span.first_seen, end, span.billed_usd_per_hour, state=span.state)
+            )
     if spans and until is not None and spans[-1].state is not InstanceState.GONE:
         last = spans[-1]
         tail_start = max(last.last_seen, last.first_seen)
         if until > tail_start:
-            pieces.append(BillingPiece(tail_start, until, last.billed_usd_per_hour, estimated=True))
+            pieces.append(
+                BillingPiece(tail_start, until, last.billed_usd_per_hour, True, last.state)
+            )
     return pieces
 
 
@@ -143,7 +149,10 @@ def view_billing_pieces(instance: InstanceView, *, until: datetime) -> list[Bill
         and spans[0].first_seen == instance.first_seen
         and started < instance.first_seen
     ):
-        before = BillingPiece(started, instance.first_seen, spans[0].billed_usd_per_hour, True)
+        first = spans[0]
+        before = BillingPiece(
+            started, instance.first_seen, first.billed_usd_per_hour, True, first.state
+        )
         pieces.insert(0, before)
     return pieces
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from watchdog_gpu.activity import activity_changes
 from watchdog_gpu.digest import (
     DIGEST_RULE,
     DigestConfig,
@@ -63,6 +64,9 @@ from watchdog_gpu.reports import DeliveryReport, ExecutorReport, TickReport
 from watchdog_gpu.resolutions import cleared_episodes
 from watchdog_gpu.rules import evaluate_rules
 from watchdog_gpu.rules.base import RuleConfig
+from watchdog_gpu.rules.idle_clock import IdleEpisode
+from watchdog_gpu.rules.idle_gpu import NAME as IDLE_RULE
+from watchdog_gpu.rules.idle_gpu import IdleGpuConfig
 from watchdog_gpu.rules.registry import earliest
 from watchdog_gpu.spend import month_start
 from watchdog_gpu.spend_report import build_report
@@ -352,6 +356,7 @@ class Watchdog:
         recorded = self.store.list_findings(seen_since=now - self.settings.continuity)
         findings = stitch_episodes(evaluation.findings, recorded, now, self.settings.continuity)
         self.store.record_findings(findings, now)
+        self._record_activity(view, evaluation.idle_episodes, now)
         self.store.mark(self.process, EVALUATED, now)
         if not wake:
             self.store.mark(self.process, TICK_STARTED, now)
@@ -374,6 +379,25 @@ class Watchdog:
             report.next_due = result.next_due(now)
             report.next_listed = earliest(evaluation.next_listed, result.next_listed_due(now))
         return result
+
+    def _record_activity(
+        self, view: FleetView, episodes: Mapping[str, IdleEpisode] | None, now: datetime
+    ) -> None:
+        """Append the activity marks that changed (activity.py), judged by the idle rule's clock
+        (``episodes``: its running episodes; None: the rule did not run, nothing is known)."""
+        if episodes is None:
+            return
+        config = self.settings.rules.get(IDLE_RULE)
+        idle = config if isinstance(config, IdleGpuConfig) else IdleGpuConfig()
+        changes = activity_changes(
+            view,
+            episodes,
+            {key: mark for key, mark in self.store.current_activity().items() if mark},
+            now=now,
+            settings=idle.clock_settings,
+            previous_evaluation=self.store.latest_mark_at(EVALUATED),
+        )
+        self.store.record_activity(changes, now)
 
     def _record(self, decision: Decision, now: datetime, enqueued: frozenset[str]) -> None:
         """Write what a decision calls for: the action, the message, the audit event.
@@ -549,7 +573,9 @@ class Watchdog:
         enqueued = False
         if self.store.get_notification(key) is None:
             start, end = digest_window(config, due)
-            view = self.store.load_fleet_view(end, timedelta(0), start, cached=False)
+            view = self.store.load_fleet_view(
+                end, timedelta(0), start, cached=False, activity=True
+            )
             actions = [row.to_record() for row in self.store.list_actions(since=start)]
             report = build_report(view, actions, start, end, "account")
             note = digest_notification(report, config, due, created_at=now)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -25,6 +25,9 @@ from pydantic_core import InitErrorDetails
 from watchdog_gpu.durations import Duration
 from watchdog_gpu.fleet import FleetView
 from watchdog_gpu.model import Finding, InstanceState
+
+if TYPE_CHECKING:
+    from watchdog_gpu.rules.idle_clock import IdleEpisode
 
 RuleMode = Literal["inherit", "monitor", "enforce"]
 DestructiveAction = Literal["destroy", "stop", "notify"]
@@ -233,6 +236,10 @@ class RuleOutcome:
     # itself with a fresh listing: a wake decides on listed state only from a listing that
     # covers the instant (docs/safety.md, "Warnings").
     next_listed: datetime | None = None
+    # idle_gpu only: the running idle episode of each instance whose clock runs, by
+    # "account/instance_id" — what the tick records as its activity (activity.py), from the
+    # rule's own pass over the samples.
+    idle_episodes: Mapping[str, IdleEpisode] | None = None
 
 
 ConfigT = TypeVar("ConfigT", bound=RuleConfig)

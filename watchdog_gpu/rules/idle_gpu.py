@@ -154,17 +154,20 @@ def evaluate_timed(view: FleetView, now: datetime, config: IdleGpuConfig) -> Rul
     findings: list[Finding] = []
     earliest: datetime | None = None
     settings = config.clock_settings
-    for instance in view.instances.values():
+    episodes: dict[str, IdleEpisode] = {}
+    for key, instance in view.instances.items():
         # Not only listed running: an unknown listing inside a run (a late heartbeat) is blind
         # time in it, and a standing warning must not be withdrawn for it (runs.current_run).
-        finding, point = _evaluate_instance(
+        finding, point, episode = _evaluate_instance(
             instance, now, config, settings, view.evidence_of(instance.latest)
         )
         if finding is not None:
             findings.append(finding)
         if point is not None and (earliest is None or point < earliest):
             earliest = point
-    return RuleOutcome(tuple(findings), earliest)
+        if episode is not None:
+            episodes[key] = episode
+    return RuleOutcome(tuple(findings), earliest, idle_episodes=episodes)
 
 
 def next_point(clock: IdleClock, observed: timedelta, config: IdleGpuConfig) -> datetime | None:
@@ -191,10 +194,11 @@ def _evaluate_instance(
     config: IdleGpuConfig,
     settings: IdleClockSettings,
     evidence: AccountEvidence,
-) -> tuple[Finding | None, datetime | None]:
-    """The instance's finding (if any) and its clock's next point (:func:`next_point`): on the
-    samples that can prove idle (``evidence``); when those do not, but the provider's readings
-    say idle for ``idle``, a notify-only finding (looks idle, not destroyed)."""
+) -> tuple[Finding | None, datetime | None, IdleEpisode | None]:
+    """The instance's finding (if any), its clock's next point (:func:`next_point`) and its
+    running episode: on the samples that can prove idle (``evidence``); when those do not, but
+    the provider's readings say idle for ``idle``, a notify-only finding (looks idle, not
+    destroyed)."""
     # The clock on every source (what the instance looks like) only where a provider reading
     # could make it differ: both clocks come from one pass over the samples.
     looks_too = not evidence.reading_proves_idle and sample_history(instance.samples).has_source(
@@ -205,8 +209,8 @@ def _evaluate_instance(
     )
     finding, point = _judge(instance, episode, now, config)
     if finding is not None or looks is None:
-        return finding, point
-    return _looks_idle(instance, looks, now, config), point
+        return finding, point, episode
+    return _looks_idle(instance, looks, now, config), point, episode
 
 
 def _looks_idle(

@@ -34,6 +34,7 @@ from watchdog_gpu.rules import (
     volume_storage,
 )
 from watchdog_gpu.rules.base import Rule, RuleConfig
+from watchdog_gpu.rules.idle_clock import IdleEpisode
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,9 @@ class Evaluation:
     # on streamed rows, and on listed state.
     next_change: datetime | None = None
     next_listed: datetime | None = None
+    # idle_gpu's running idle episodes by instance key (RuleOutcome.idle_episodes); None when
+    # the rule did not run (disabled or failed): no activity is known.
+    idle_episodes: Mapping[str, IdleEpisode] | None = None
 
 
 def idle_rules() -> frozenset[str]:
@@ -126,6 +130,7 @@ def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleCon
     failed: dict[str, str] = {}
     next_change: datetime | None = None
     next_listed: datetime | None = None
+    idle_episodes: Mapping[str, IdleEpisode] | None = None
     for name, rule in RULES.items():
         config = configs.get(name) or rule.config_model()
         if not config.enabled:
@@ -139,7 +144,9 @@ def evaluate_rules(view: FleetView, now: datetime, configs: Mapping[str, RuleCon
         findings.extend(produced.findings)
         next_change = earliest(next_change, produced.next_change)
         next_listed = earliest(next_listed, produced.next_listed)
-    return Evaluation(tuple(findings), failed, next_change, next_listed)
+        if produced.idle_episodes is not None:
+            idle_episodes = produced.idle_episodes
+    return Evaluation(tuple(findings), failed, next_change, next_listed, idle_episodes)
 
 
 def earliest(*instants: datetime | None) -> datetime | None:

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
 from watchdog_gpu.model import OPEN_ACTION_STATUSES, InstanceState, Verdict
 from watchdog_gpu.store import convert
+from watchdog_gpu.store.activity import window_marks
 from watchdog_gpu.store.history import FleetHistory, NewestIds
 from watchdog_gpu.store.history_queries import PROBES_QUERY, SAMPLES_QUERY
 from watchdog_gpu.store.history_rows import (
@@ -259,10 +260,12 @@ def load_fleet_view(
     notification_lookback: timedelta,
     history: FleetHistory | None = None,
     status_threshold: float | None = None,
+    activity: bool = False,
 ) -> FleetView:
     """See ``Store.load_fleet_view``; ``history`` keeps samples, probe outcomes and account
     snapshots between loads (None: read everything). ``status_threshold``: load only the samples
-    ``status`` reads with that threshold (``_STATUS_SAMPLES``; without ``history``)."""
+    ``status`` reads with that threshold (``_STATUS_SAMPLES``; without ``history``).
+    ``activity``: with the activity marks of the window (``store/activity.py``)."""
     newest = history.newest_ids(conn) if history is not None else None
     account_views = _account_views(conn, accounts, history, newest)
     names = list(account_views)
@@ -302,6 +305,7 @@ def load_fleet_view(
         notification_keys=frozenset(notices),
         notice_times=notices,
         fuse=fuse_state(conn),
+        activity=window_marks(conn, names, window_start, now) if activity else {},
     )
 
 

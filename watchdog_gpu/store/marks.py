@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Table, delete, func, insert, select, update
 
 from watchdog_gpu.store.schema import JobMarkRow
 
@@ -26,3 +26,10 @@ def write_mark(conn: Connection, process: str, name: str, at: datetime) -> None:
 def read_marks(conn: Connection, process: str) -> dict[str, datetime]:
     rows = conn.execute(select(MARKS.c.name, MARKS.c.at).where(MARKS.c.process == process))
     return {row.name: row.at for row in rows}
+
+
+def latest_mark_at(conn: Connection, name: str) -> datetime | None:
+    """The newest mark ``name`` of any process (a restarted daemon's first evaluation finds its
+    predecessor's last one)."""
+    latest: datetime | None = conn.scalar(select(func.max(MARKS.c.at)).where(MARKS.c.name == name))
+    return latest

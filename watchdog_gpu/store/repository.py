@@ -28,6 +28,7 @@ from watchdog_gpu.model import (
     AccountObservation,
     ActionResult,
     ActionStatus,
+    ActivityMark,
     Finding,
     GpuSample,
     InstanceSnapshot,
@@ -35,6 +36,7 @@ from watchdog_gpu.model import (
     PlannedNotification,
     ProbeOutcome,
 )
+from watchdog_gpu.store import activity as activity_store
 from watchdog_gpu.store import convert, decisions, fleet_loader, observations, outbox, rollup
 from watchdog_gpu.store import findings as findings_store
 from watchdog_gpu.store import marks as marks_store
@@ -252,6 +254,7 @@ class Store:
         *,
         notification_lookback: timedelta = DEFAULT_NOTIFICATION_LOOKBACK,
         cached: bool = True,
+        activity: bool = False,
     ) -> FleetView:
         """The read-only view the rules and the planner decide from, as of ``now``.
 
@@ -264,6 +267,7 @@ class Store:
         24 hours and any still in flight, and the notification keys of ``notification_lookback``.
         ``cached=False`` reads everything from the database and leaves the warm history of the
         evaluations alone (a view of another window, e.g. the digest's, would narrow it).
+        ``activity``: with the activity marks of the window (the spend report's).
         """
         with self._connection(write=False, own=True) as connection:
             return fleet_loader.load_fleet_view(
@@ -274,6 +278,7 @@ class Store:
                 accounts=accounts,
                 notification_lookback=notification_lookback,
                 history=self._history if cached else None,
+                activity=activity,
             )
 
     def load_status_view(
@@ -512,6 +517,23 @@ class Store:
         """``process``'s committed marks (its own uncommitted ones inside its batch), by name."""
         with self._connection(write=False) as connection:
             return marks_store.read_marks(connection, process)
+
+    def latest_mark_at(self, name: str) -> datetime | None:
+        """The newest mark ``name`` of any process (see ``store/marks.py``)."""
+        with self._connection(write=False) as connection:
+            return marks_store.latest_mark_at(connection, name)
+
+    # -- activity marks (store/activity.py) -----------------------------------------------
+
+    def current_activity(self) -> dict[str, ActivityMark | None]:
+        """Every present instance's newest activity mark, by "account/instance_id"."""
+        with self._connection(write=False) as connection:
+            return activity_store.current_marks(connection)
+
+    def record_activity(self, marks: Sequence[tuple[str, ActivityMark]], now: datetime) -> int:
+        """Append activity marks (instance key, mark) recorded at ``now``; how many."""
+        with self._connection(write=True) as connection:
+            return activity_store.record_marks(connection, marks, now)
 
     # -- protections and snoozes ----------------------------------------------------------
 

@@ -154,6 +154,24 @@ class InstanceSpan(Base):
     last_seen: Mapped[datetime]
 
 
+class ActivityMarkRow(Base):
+    """A change of an instance's GPU activity (busy, idle, blind; ``watchdog_gpu/activity.py``)
+    from ``since`` on, written by the evaluation at ``recorded_at`` only when it changed. A later
+    row with an earlier ``since`` overrides the rows before it from that instant."""
+
+    __tablename__ = "activity_marks"
+    __table_args__ = (
+        Index(None, "instance_pk", "since"),
+        Index(None, "since"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_pk: Mapped[int] = mapped_column(ForeignKey("instances.id", ondelete="CASCADE"))
+    activity: Mapped[str] = mapped_column(String(KIND_LENGTH))
+    since: Mapped[datetime]
+    recorded_at: Mapped[datetime]
+
+
 class Volume(Base):
     """The latest snapshot of a volume. ``gone_at`` is set when a complete listing no longer
     has it; ``detached_since`` is the first observation of the current detached run."""
