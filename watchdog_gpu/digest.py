@@ -148,6 +148,11 @@ def digest_notification(
         + (f" (estimated {format_usd(total.estimated_usd)})" if total.estimated_usd else "")
         + (f", {unknown_hours(total):.1f} h at unknown cost" if total.unknown_seconds else "")
     ]
+    split = report.activity
+    lines.append(
+        f"GPUs idle: {format_usd(split.idle_usd)} ({split.idle_gpu_hours:.1f} GPU-h); "
+        f"blind {format_usd(split.blind_usd)}, busy {format_usd(split.busy_usd)}"
+    )
     rows = sorted(report.rows, key=lambda row: -row.spend.usd)
     for row in rows[:MAX_ACCOUNT_LINES]:
         lines.append(f"{row.key['account']} ({row.key['provider']}): {format_usd(row.spend.usd)}")

@@ -5,15 +5,25 @@ recorded stop/destroy actions; the command and the digest only format the :class
 Rows are per provider and account, per instance and volume, or per UTC day; every action of
 the window carries the $/h the instance billed when it was decided, the rate it stopped billing
 (that rate less what the next recorded span bills, e.g. a stopped instance's disk) and, for
-actions verified done, an *estimated* saving: that stopped rate until the window's end.
+actions verified done, an *estimated* saving: that stopped rate until the window's end. Each row
+and the total also split the GPU-hours and dollars by activity — billed while the GPUs were
+observed idle, blind or busy, and dollars billed without a GPU (:mod:`watchdog_gpu.activity`,
+from the activity marks the evaluations recorded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from watchdog_gpu.activity import (
+    ActivityFigure,
+    ActivitySpan,
+    activity_split,
+    instance_activity_spans,
+    instance_gpus,
+)
 from watchdog_gpu.fleet import ActionRecord, FleetView, InstanceView
 from watchdog_gpu.model import ActionKind, ActionStatus, InstanceState
 from watchdog_gpu.spend import (
@@ -21,7 +31,6 @@ from watchdog_gpu.spend import (
     BillingPiece,
     SpendFigure,
     day_start,
-    ledger_pieces,
     next_day_start,
     period_spend,
     pieces_spend,
@@ -36,10 +45,12 @@ DONE = frozenset({ActionStatus.VERIFIED})
 
 @dataclass(frozen=True)
 class SpendRow:
-    """One line of spend: its key columns (provider, account, instance/volume or day) and figure."""
+    """One line of spend: its key columns (provider, account, instance/volume or day), its
+    figure and its split by activity."""
 
     key: dict[str, str]
     spend: SpendFigure
+    activity: ActivityFigure = field(default_factory=ActivityFigure)
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class Report:
     total: SpendFigure
     rows: tuple[SpendRow, ...]
     actions: tuple[ActionLine, ...]
+    activity: ActivityFigure = field(default_factory=ActivityFigure)
 
     @property
     def estimated_saving_usd(self) -> float:
@@ -76,15 +88,54 @@ def build_report(
 ) -> Report:
     """The report of ``[start, end]``: ``view`` holds the ledger since ``start`` (as of
     ``end``), ``actions`` the actions recorded since ``start``; notifications and actions
-    after ``end`` are left out. ``by`` is one of :data:`GROUPINGS`."""
+    after ``end`` are left out. ``by`` is one of :data:`GROUPINGS`. The activity split reads
+    the view's activity marks (``Store.load_fleet_view(..., activity=True)``)."""
     total = period_spend(view, start, end)
-    rows = tuple(_rows(view, start, end, by)) if by != "rule" else ()
+    owners = list(_owners(view, end))
+    rows = tuple(_rows(view, owners, start, end, by)) if by != "rule" else ()
     lines = tuple(
         _action_line(action, view, end)
         for action in actions
         if action.kind is not ActionKind.NOTIFY and start <= action.created_at <= end
     )
-    return Report(start, end, by, total, rows, lines)
+    activity = sum((owner.activity(start, end) for owner in owners), ActivityFigure())
+    return Report(start, end, by, total, rows, lines, activity)
+
+
+@dataclass(frozen=True)
+class _Owner:
+    """What bills: an instance or a volume, with its billed intervals and, for an instance,
+    its GPUs and recorded activity."""
+
+    account: str
+    kind: str
+    ident: str
+    pieces: list[BillingPiece]
+    gpus: int = 0
+    spans: Sequence[ActivitySpan] = ()
+
+    def spend(self, start: datetime, end: datetime) -> SpendFigure:
+        return pieces_spend(self.pieces, start, end)
+
+    def activity(self, start: datetime, end: datetime) -> ActivityFigure:
+        return activity_split(self.pieces, self.gpus, self.spans, start, end)
+
+
+def _owners(view: FleetView, end: datetime) -> Iterator[_Owner]:
+    """Every instance and volume of the ledger (:func:`~watchdog_gpu.spend.ledger_pieces`)."""
+    for key, instance in view.instances.items():
+        latest = instance.latest
+        yield _Owner(
+            latest.account,
+            "instance",
+            latest.instance_id,
+            view_billing_pieces(instance, until=end),
+            instance_gpus(instance),
+            instance_activity_spans(instance, view.activity.get(key, ())),
+        )
+    for volume in view.volume_ledgers:
+        pieces = volume_billing_pieces(volume, until=end)
+        yield _Owner(volume.account, "volume", volume.volume_id, pieces)
 
 
 def _provider(view: FleetView, account: str) -> str:
@@ -97,38 +148,34 @@ def _provider(view: FleetView, account: str) -> str:
     return ""
 
 
-def _rows(view: FleetView, start: datetime, end: datetime, by: str) -> Iterable[SpendRow]:
+def _rows(
+    view: FleetView, owners: Sequence[_Owner], start: datetime, end: datetime, by: str
+) -> Iterable[SpendRow]:
     if by == "day":
-        pieces = ledger_pieces(view, until=end)
         day = start
         while day < end:
             upto = min(next_day_start(day, "UTC"), end)
             key = {"day": day_start(day, "UTC").date().isoformat()}
-            yield SpendRow(key, pieces_spend(pieces, day, upto))
+            spent = sum((owner.spend(day, upto) for owner in owners), SpendFigure())
+            split = sum((owner.activity(day, upto) for owner in owners), ActivityFigure())
+            yield SpendRow(key, spent, split)
             day = upto
         return
-    per: dict[tuple[str, ...], list[BillingPiece]] = {}
-    for instance in view.instances.values():
-        latest = instance.latest
-        per.setdefault((latest.account, "instance", latest.instance_id), []).extend(
-            view_billing_pieces(instance, until=end)
-        )
-    for volume in view.volume_ledgers:
-        per.setdefault((volume.account, "volume", volume.volume_id), []).extend(
-            volume_billing_pieces(volume, until=end)
-        )
-    figures: dict[tuple[str, ...], SpendFigure] = {}
-    for (account, kind, ident), pieces in per.items():
-        spent = pieces_spend(pieces, start, end)
+    figures: dict[tuple[str, ...], tuple[SpendFigure, ActivityFigure]] = {}
+    for owner in owners:
+        spent = owner.spend(start, end)
         if spent == SpendFigure():
             continue
-        group: tuple[str, ...] = (account,) if by == "account" else (account, kind, ident)
-        figures[group] = figures.get(group, SpendFigure()) + spent
+        group: tuple[str, ...] = (owner.account,)
+        if by != "account":
+            group = (owner.account, owner.kind, owner.ident)
+        had, split = figures.get(group, (SpendFigure(), ActivityFigure()))
+        figures[group] = (had + spent, split + owner.activity(start, end))
     for group in sorted(figures):
         key = {"provider": _provider(view, group[0]), "account": group[0]}
         if by == "instance":
             key.update(kind=group[1], id=group[2])
-        yield SpendRow(key, figures[group])
+        yield SpendRow(key, *figures[group])
 
 
 def _action_line(action: ActionRecord, view: FleetView, end: datetime) -> ActionLine:

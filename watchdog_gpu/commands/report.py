@@ -30,6 +30,7 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
+from watchdog_gpu.activity import ActivityFigure
 from watchdog_gpu.cli import EXIT_OK, doc_paragraph, summary
 from watchdog_gpu.commands.common import (
     CommandError,
@@ -45,9 +46,10 @@ from watchdog_gpu.commands.common import (
     reports_errors,
     table,
 )
+from watchdog_gpu.model import Activity
 from watchdog_gpu.notify.render import format_rate, format_usd
 from watchdog_gpu.spend import SECONDS_PER_HOUR, SpendFigure
-from watchdog_gpu.spend_report import GROUPINGS, ActionLine, Report, build_report
+from watchdog_gpu.spend_report import GROUPINGS, ActionLine, Report, SpendRow, build_report
 
 DEFAULT_SINCE = "7d"
 
@@ -123,7 +125,7 @@ def _latest_record(source: ReadSource) -> datetime | None:
 
 def collect(source: ReadSource, start: datetime, end: datetime, by: str) -> Report:
     """The report of ``[start, end]`` from the recorded ledger and actions."""
-    view = source.store.load_fleet_view(end, timedelta(0), start)
+    view = source.store.load_fleet_view(end, timedelta(0), start, activity=True)
     actions = [row.to_record() for row in source.store.list_actions(since=start)]
     return build_report(view, actions, start, end, by)
 
@@ -131,14 +133,28 @@ def collect(source: ReadSource, start: datetime, end: datetime, by: str) -> Repo
 # -- output -----------------------------------------------------------------------------------
 
 SPEND_COLUMNS = ("usd", "listed_usd", "estimated_usd", "unknown_hours")
+# The activity split of each row (spend_report.py, activity.py), in the JSON and the CSV.
+ACTIVITY_COLUMNS = (
+    "idle_gpu_hours",
+    "idle_usd",
+    "blind_gpu_hours",
+    "blind_usd",
+    "busy_gpu_hours",
+    "busy_usd",
+    "no_gpu_usd",
+)
+FIGURE_COLUMNS = SPEND_COLUMNS + ACTIVITY_COLUMNS
+# Text width: the tables narrow and wrap their widest cells beyond it.
+TEXT_WIDTH = 100
 
 
-def _figures(spent: SpendFigure) -> dict[str, float]:
+def _figures(spent: SpendFigure, split: ActivityFigure) -> dict[str, float]:
     return {
         "usd": round(spent.usd, 4),
         "listed_usd": round(spent.usd - spent.estimated_usd, 4),
         "estimated_usd": round(spent.estimated_usd, 4),
         "unknown_hours": round(spent.unknown_seconds / SECONDS_PER_HOUR, 4),
+        **{name: round(getattr(split, name), 4) for name in ACTIVITY_COLUMNS},
     }
 
 
@@ -167,8 +183,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "start": json_time(report.start),
         "end": json_time(report.end),
         "by": report.by,
-        "total": _figures(report.total),
-        "rows": [{**row.key, **_figures(row.spend)} for row in report.rows],
+        "total": _figures(report.total, report.activity),
+        "rows": [{**row.key, **_figures(row.spend, row.activity)} for row in report.rows],
         "actions": [_action_json(line) for line in report.actions],
         "estimated_saving_usd": round(report.estimated_saving_usd, 4),
     }
@@ -176,31 +192,36 @@ def report_json(report: Report) -> dict[str, Any]:
 
 def csv_rows(report: Report) -> list[list[str]]:
     """The header row and the data rows of ``--csv``."""
-    start, end = json_time(report.start) or "", json_time(report.end) or ""
     if report.by == "rule":
         keys = list(_action_json(report.actions[0]) if report.actions else _ACTION_KEYS)
         return [
             keys,
             *([_cell(value) for value in _action_json(a).values()] for a in report.actions),
         ]
-    key_names = ["day"] if report.by == "day" else ["provider", "account"]
-    if report.by == "instance":
-        key_names += ["kind", "id"]
-    header = ["start", "end", *key_names, *SPEND_COLUMNS]
-    body = []
-    for row in report.rows:
-        day = row.key.get("day")
-        low, high = (day, day) if day else (start, end)
-        figures = _figures(row.spend)
-        body.append(
-            [
-                low,
-                high,
-                *(row.key[k] for k in key_names),
-                *(_cell(figures[c]) for c in SPEND_COLUMNS),
-            ]
-        )
-    return [header, *body]
+    key_names = _key_names(report.by)
+    header = ["start", "end", *key_names, *FIGURE_COLUMNS]
+    return [header, *(_csv_row(report, row, key_names) for row in report.rows)]
+
+
+def _key_names(by: str) -> list[str]:
+    """The key columns of a row of ``--by by`` in the CSV."""
+    if by == "day":
+        return ["day"]
+    if by == "instance":
+        return ["provider", "account", "kind", "id"]
+    return ["provider", "account"]
+
+
+def _csv_row(report: Report, row: SpendRow, key_names: list[str]) -> list[str]:
+    day = row.key.get("day")
+    low, high = (day, day) if day else (json_time(report.start), json_time(report.end))
+    figures = _figures(row.spend, row.activity)
+    return [
+        low or "",
+        high or "",
+        *(row.key[k] for k in key_names),
+        *(_cell(figures[c]) for c in FIGURE_COLUMNS),
+    ]
 
 
 _ACTION_KEYS = (
@@ -232,62 +253,105 @@ def write_csv(report: Report, out: Any) -> None:
 
 
 def report_lines(report: Report) -> list[str]:
-    """The text: the window, the spend table (unless ``--by rule``), the actions."""
-    total = report.total
+    """The text: the window and totals, the spend and activity tables (unless ``--by rule``),
+    the actions."""
+    lines = _total_lines(report)
+    if report.by != "rule":
+        lines += ["", *_spend_table(report)]
+        if report.rows:
+            lines += ["", *_activity_table(report)]
+    return [*lines, "", *_action_lines(report)]
+
+
+def _total_lines(report: Report) -> list[str]:
+    total, split = report.total, report.activity
     unknown = total.unknown_seconds / SECONDS_PER_HOUR
-    lines = [
+    return [
         f"window {json_time(report.start)} .. {json_time(report.end)}",
         f"spent {format_usd(total.usd)} (estimated {format_usd(total.estimated_usd)})"
         + (f", {unknown:.1f} h at unknown cost" if unknown else ""),
+        "GPU-hours "
+        + ", ".join(
+            f"{activity.value} {split.gpu_hours(activity):.1f} ({format_usd(split.usd(activity))})"
+            for activity in ACTIVITIES
+        ),
+        f"billed without a GPU (stopped disks, volumes): {format_usd(split.no_gpu_usd)}",
     ]
-    if report.by != "rule":
-        if report.by == "day":
-            names = ["DAY"]
-        elif report.by == "instance":
-            names = ["PROVIDER", "ACCOUNT", "INSTANCE/VOLUME"]
-        else:
-            names = ["PROVIDER", "ACCOUNT"]
-        rows = []
-        for row in report.rows:
-            key = row.key
-            if report.by == "day":
-                cells = [key["day"]]
-            elif report.by == "instance":
-                prefix = "" if key["kind"] == "instance" else "volume "
-                cells = [key["provider"], key["account"], _short(prefix + key["id"], 24)]
-            else:
-                cells = [key["provider"], key["account"]]
-            rows.append([*cells, *_money(row.spend)])
-        lines += [""]
-        if rows:
-            lines += table((*names, "USD", "LISTED", "ESTIMATED", "UNKNOWN H"), rows)
-        else:
-            lines.append("nothing billed in this window")
-    lines.append("")
+
+
+# The order activity columns and totals are shown in.
+ACTIVITIES = (Activity.IDLE, Activity.BLIND, Activity.BUSY)
+
+
+def _key_cells(by: str, key: dict[str, str]) -> list[str]:
+    if by == "day":
+        return [key["day"]]
+    if by == "instance":
+        prefix = "" if key["kind"] == "instance" else "volume "
+        return [key["provider"], key["account"], _short(prefix + key["id"], 24)]
+    return [key["provider"], key["account"]]
+
+
+def _key_headers(by: str) -> list[str]:
+    if by == "day":
+        return ["DAY"]
+    if by == "instance":
+        return ["PROVIDER", "ACCOUNT", "INSTANCE/VOLUME"]
+    return ["PROVIDER", "ACCOUNT"]
+
+
+def _spend_table(report: Report) -> list[str]:
+    if not report.rows:
+        return ["nothing billed in this window"]
+    rows = [[*_key_cells(report.by, row.key), *_money(row.spend)] for row in report.rows]
+    headers = (*_key_headers(report.by), "USD", "LISTED", "ESTIMATED", "UNKNOWN H")
+    return table(headers, rows, width=TEXT_WIDTH)
+
+
+def _activity_table(report: Report) -> list[str]:
+    """GPU-hours and dollars by activity, one line per row (the key without the provider)."""
+    by = report.by
+    rows = [
+        [*_key_cells(by, row.key)[1 if by != "day" else 0 :], *_activity_cells(row.activity)]
+        for row in report.rows
+    ]
+    headers = [*_key_headers(by)[1 if by != "day" else 0 :]]
+    for activity in ACTIVITIES:
+        name = activity.value.upper()
+        headers += [f"{name} GPU-H", f"{name} $"]
+    return table((*headers, "NO GPU $"), rows, width=TEXT_WIDTH)
+
+
+def _activity_cells(split: ActivityFigure) -> list[str]:
+    cells = []
+    for activity in ACTIVITIES:
+        cells += [f"{split.gpu_hours(activity):.1f}", format_usd(split.usd(activity))]
+    return [*cells, format_usd(split.no_gpu_usd)]
+
+
+def _action_lines(report: Report) -> list[str]:
     if not report.actions:
-        lines.append("no stops or destroys in this window")
-        return lines
-    action_rows = []
-    for line in report.actions:
-        action = line.action
-        saving = line.estimated_saving_usd
-        action_rows.append(
-            [
-                f"{action.created_at:%m-%d %H:%M}",
-                _short(ref(action.account, action.instance_id), 24),
-                f"{action.kind.value} {'dry-run' if action.dry_run else action.status.value}",
-                action.rule,
-                _rate(line.stopped_usd_per_hour),
-                "" if saving is None else format_usd(saving),
-            ]
-        )
+        return ["no stops or destroys in this window"]
+    rows = [_action_cells(line) for line in report.actions]
     headers = ("UTC", "INSTANCE", "ACTION", "RULE", "$/H STOP", "EST. SAVING")
-    lines += table(headers, action_rows)
-    lines.append(
+    return [
+        *table(headers, rows),
         f"estimated saving to the window's end: {format_usd(report.estimated_saving_usd)} "
-        "(what the stopped rates would have billed)"
-    )
-    return lines
+        "(what the stopped rates would have billed)",
+    ]
+
+
+def _action_cells(line: ActionLine) -> list[str]:
+    action = line.action
+    saving = line.estimated_saving_usd
+    return [
+        f"{action.created_at:%m-%d %H:%M}",
+        _short(ref(action.account, action.instance_id), 24),
+        f"{action.kind.value} {'dry-run' if action.dry_run else action.status.value}",
+        action.rule,
+        _rate(line.stopped_usd_per_hour),
+        "" if saving is None else format_usd(saving),
+    ]
 
 
 def _short(text: str, width: int) -> str:
