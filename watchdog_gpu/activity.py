@@ -97,7 +97,7 @@ def _first_busy(
     """The first busy sample after ``after`` (every sample up to ``now`` when None)."""
     floor = micros(after) if after is not None else None
     for row in history.rows(after, now):
-        at, _gpu, _covers, _source = history.coded_observation(row)
+        _gpu, at, _covers, _source = history.coded_observation(row)
         if floor is not None and at <= floor:
             continue
         if history.verdict(row, threshold) == BUSY:

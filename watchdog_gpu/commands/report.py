@@ -11,7 +11,10 @@ was decided, its outcome, the $/h the instance billed at that moment (its record
 JSON and CSV) and the rate it stopped billing (``$/H STOP``: that rate less what the next
 recorded span bills, e.g. a stopped instance's disk). ``EST. SAVING`` is that stopped rate times
 the time from the action to the end of the window, for actions verified done — an estimate, not
-a bill. GPU-hours idle / blind / busy are not in this report yet.
+a bill. Each row and the total also split the GPU-hours and dollars billed while the GPUs were
+idle (the idle rule's clock ran), blind (not observed: unreachable, no probe, not judged) and busy
+(a GPU worked), as each evaluation recorded it, and the dollars billed without a GPU (a stopped
+disk, a volume); the four add up to the spend. Time without a record is blind, never idle.
 
 The window ends at ``--until`` (a duration back or an ISO time; default: the database's latest
 record — the last poll —, so a stopped daemon's or a simulation's database is not extrapolated)
