@@ -286,7 +286,7 @@ class StateSpan:
 
 
 class Activity(StrEnum):
-    """What an instance's GPUs did, as the idle rule's clock judged it (activity.py): ``busy``
+    """What an instance's GPUs did, as the idle rule's clock judged it (activity_marks.py): ``busy``
     (a GPU worked lately), ``idle`` (the idle clock runs), ``blind`` (neither is known)."""
 
     BUSY = "busy"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from watchdog_gpu.activity import activity_changes
+from watchdog_gpu.activity_marks import activity_changes
 from watchdog_gpu.digest import (
     DIGEST_RULE,
     DigestConfig,
@@ -383,8 +383,9 @@ class Watchdog:
     def _record_activity(
         self, view: FleetView, episodes: Mapping[str, IdleEpisode] | None, now: datetime
     ) -> None:
-        """Append the activity marks that changed (activity.py), judged by the idle rule's clock
-        (``episodes``: its running episodes; None: the rule did not run, nothing is known)."""
+        """Append the activity marks that changed (activity_marks.py), judged by the idle rule's
+        clock (``episodes``: its running episodes; None: the rule did not run, nothing is
+        known)."""
         if episodes is None:
             return
         config = self.settings.rules.get(IDLE_RULE)
@@ -573,9 +574,7 @@ class Watchdog:
         enqueued = False
         if self.store.get_notification(key) is None:
             start, end = digest_window(config, due)
-            view = self.store.load_fleet_view(
-                end, timedelta(0), start, cached=False, activity=True
-            )
+            view = self.store.load_fleet_view(end, timedelta(0), start, cached=False, activity=True)
             actions = [row.to_record() for row in self.store.list_actions(since=start)]
             report = build_report(view, actions, start, end, "account")
             note = digest_notification(report, config, due, created_at=now)

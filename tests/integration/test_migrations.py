@@ -12,10 +12,12 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, Table, inspect
 
+from tests.integration.store_builders import T0, instance, observation
 from tests.support.databases import fresh_database_url
 from tests.support.interpreter import run_fresh
 from watchdog_gpu.cli import main
 from watchdog_gpu.errors import SchemaTooNewError
+from watchdog_gpu.model import Activity, ActivityMark
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url, upgrade_to_head
 from watchdog_gpu.store.migrate import (
     alembic_config,
@@ -360,3 +362,36 @@ def test_the_tests_database_copies_are_what_the_migrations_build(
         assert Store(store_engine).list_actions() == []
     finally:
         fresh.dispose()
+
+
+def test_activity_marks_come_with_their_migration_and_go_with_their_instance(
+    store_engine: Engine,
+) -> None:
+    config = alembic_config()
+    with store_engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, _revision_creating("activity_marks"))
+    with store_engine.connect() as connection:
+        assert "activity_marks" not in inspect(connection).get_table_names()
+    upgrade_to_head(store_engine)
+    store = Store(store_engine)
+    now = T0
+    listing = observation(instance("9001"))
+    store.record_observation(listing, now)
+    idle = ActivityMark(Activity.IDLE, now)
+    assert store.record_activity([("vast-main/9001", idle)], now) == 1
+    assert store.current_activity() == {"vast-main/9001": idle}
+    with store_engine.begin() as connection:
+        connection.exec_driver_sql("DELETE FROM instances")
+        assert connection.exec_driver_sql("SELECT count(*) FROM activity_marks").scalar() == 0
+
+
+def _revision_creating(table: str) -> str:
+    """The revision before the migration that creates ``table`` (found by its text, so
+    renumbering the migration does not break the test)."""
+    for script in ScriptDirectory.from_config(alembic_config()).walk_revisions():
+        text = Path(script.path).read_text(encoding="utf-8")
+        if f'op.create_table(\n        "{table}"' in text:
+            assert isinstance(script.down_revision, str)
+            return script.down_revision
+    raise AssertionError(f"no migration creates {table}")

@@ -1,5 +1,5 @@
-"""GPU activity (activity.py): how each evaluation classifies an instance, which marks it writes,
-and how the report splits the ledger's billed pieces by those marks."""
+"""GPU activity (activity_marks.py, activity.py): how each evaluation classifies an instance,
+which marks it writes, and how the report splits the ledger's billed pieces by those marks."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from tests.unit.rules.builders import at, instance, running, samples, span
 from watchdog_gpu.activity import (
     ActivityFigure,
     ActivitySpan,
-    activity_changes,
     activity_spans,
     activity_split,
-    instance_activity,
     instance_activity_spans,
 )
+from watchdog_gpu.activity_marks import activity_changes, instance_activity
 from watchdog_gpu.evidence import default_evidence
 from watchdog_gpu.fleet import FleetView, InstanceView
 from watchdog_gpu.model import Activity, ActivityMark, InstanceState

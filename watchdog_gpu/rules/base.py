@@ -237,7 +237,7 @@ class RuleOutcome:
     # covers the instant (docs/safety.md, "Warnings").
     next_listed: datetime | None = None
     # idle_gpu only: the running idle episode of each instance whose clock runs, by
-    # "account/instance_id" — what the tick records as its activity (activity.py), from the
+    # "account/instance_id" — what the tick records as its activity (activity_marks.py), from the
     # rule's own pass over the samples.
     idle_episodes: Mapping[str, IdleEpisode] | None = None
 

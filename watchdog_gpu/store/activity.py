@@ -1,8 +1,8 @@
 """Activity marks (``schema.ActivityMarkRow``): each instance's GPU activity, one row per change.
 
 The tick reads every present instance's current mark and appends the changed ones
-(``watchdog_gpu/activity.py`` decides which); the spend report reads the marks that describe its
-window.
+(``watchdog_gpu/activity_marks.py`` decides which); the spend report reads the marks that
+describe its window.
 """
 
 from __future__ import annotations

@@ -155,9 +155,9 @@ class InstanceSpan(Base):
 
 
 class ActivityMarkRow(Base):
-    """A change of an instance's GPU activity (busy, idle, blind; ``watchdog_gpu/activity.py``)
-    from ``since`` on, written by the evaluation at ``recorded_at`` only when it changed. A later
-    row with an earlier ``since`` overrides the rows before it from that instant."""
+    """A change of an instance's GPU activity (busy, idle, blind; ``activity_marks.py``) from
+    ``since`` on, written by the evaluation at ``recorded_at`` only when it changed. A later row
+    with an earlier ``since`` overrides the rows before it from that instant."""
 
     __tablename__ = "activity_marks"
     __table_args__ = (
