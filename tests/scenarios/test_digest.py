@@ -71,6 +71,12 @@ def test_the_daemon_enqueues_one_digest_per_period_with_the_reports_figures(
     assert note.title == f"Spend digest: {format_usd(report['total']['usd'])} this day"
     assert f"vast-main (vast): {format_usd(report['rows'][0]['usd'])}" in note.body
     assert "1 stop/destroy verified" in note.body
+    total = report["total"]
+    assert total["idle_usd"] > 0  # half an hour idle before the destroy
+    assert (
+        f"GPUs idle: {format_usd(total['idle_usd'])} ({total['idle_gpu_hours']:.1f} GPU-h); "
+        f"blind {format_usd(total['blind_usd'])}, busy {format_usd(total['busy_usd'])}"
+    ) in note.body
     saving = format_usd(report["estimated_saving_usd"])
     assert f"estimated saving to the period's end {saving} (an estimate" in note.body
 
