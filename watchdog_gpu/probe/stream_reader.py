@@ -10,12 +10,11 @@ reconnect on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
-from watchdog_gpu.probe import host_time
 from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
@@ -161,59 +160,60 @@ class StreamReader:
 
     def _read(self, lines: list[str]) -> None:
         """Read complete lines: each row joins its read's rows of its host time."""
-        # Every row of a steady stream is a dated line read before (``_line`` does the rest):
-        # this loop is the reader's cost per row, the largest part of a cycle's probe phase. The
-        # aux reading
-        # does not change during a read: each row is judged as it arrives.
-        reader, parsed_lines, hosts, groups = self._lines, self._parsed, self._hosts, self._groups
+        remaining = iter(lines)
+        while True:
+            fast = self._dated and self._lines.columns is self._parsed_columns
+            line = self._read_known_rows(remaining) if fast else next(remaining, None)
+            if line is None:
+                return
+            # The slow path may change the columns, the caches and the counters.
+            self._line(line)
+
+    def _read_known_rows(self, remaining: Iterator[str]) -> str | None:
+        """Read the dated rows of lines parsed before from ``remaining``, up to the first other
+        line, returned for the slow path (``_line``); ``None`` when the lines ran out."""
+        # Every row of a steady stream is a dated line read before: this loop is the reader's
+        # cost per row, the largest part of a cycle's probe phase. The aux reading does not
+        # change during a read: each row is judged as it arrives.
+        parsed_lines, hosts, groups = self._parsed, self._hosts, self._groups
         processes = self._processes
-        midnights, times_of_day = host_time.MIDNIGHTS, host_time.TIMES_OF_DAY
-        fast = self._dated and reader.columns is self._parsed_columns
         last_date = last_time = ""
         last_host: float | None = None
         entries: list[Entry] = []
-        counted = 0  # rows of the fast path not yet counted (nor garbage and error reset)
-        for line in lines:
-            if fast:
-                parts = line.split(None, 2)
-                if len(parts) == 3:
-                    date, time, rest = parts
-                    parsed = parsed_lines.get(rest)
-                    if parsed is not None:
-                        if time != last_time or date != last_date:
-                            last_date, last_time = date, time
-                            # host_seconds, its caches read here: a call a second of rows.
-                            midnight, of_day = midnights.get(date), times_of_day.get(time)
-                            last_host = (
-                                host_seconds(date, time)
-                                if midnight is None or of_day is None
-                                else midnight + of_day
-                            )
-                            if last_host is not None:
-                                entries = []
-                                hosts.append(last_host)
-                                groups.append(entries)
-                        if last_host is not None:
-                            if parsed.judged_under is processes:
-                                entries.append(parsed.entry)
-                            else:
-                                entries.append(self._judge(parsed, processes))
-                            counted += 1
-                            continue
-            if counted:
+        counted = 0  # rows read and not yet counted
+        for line in remaining:
+            parts = line.split(None, 2)
+            if len(parts) != 3:
                 self._count(counted)
-                counted = 0
-            self._line(line)
-            # The slow path may change the columns, the caches and the counters: start anew.
-            fast = self._dated and reader.columns is self._parsed_columns
-            last_date = last_time = ""
-            last_host = None
-        if counted:
-            self._count(counted)
+                return line
+            date, time, rest = parts
+            parsed = parsed_lines.get(rest)
+            if parsed is None:
+                self._count(counted)
+                return line
+            if time != last_time or date != last_date:
+                last_date, last_time = date, time
+                last_host = host_seconds(date, time)  # a call a second of rows
+                if last_host is not None:
+                    entries = []
+                    hosts.append(last_host)
+                    groups.append(entries)
+            if last_host is None:
+                self._count(counted)
+                return line
+            if parsed.judged_under is processes:
+                entries.append(parsed.entry)
+            else:
+                entries.append(self._judge(parsed, processes))
+            counted += 1
+        self._count(counted)
+        return None
 
     def _count(self, rows: int) -> None:
         """``rows`` good rows read in a row by the fast path (the line after them, if any, is
         the slow path's): as many lines read, and nothing went wrong since the last of them."""
+        if not rows:
+            return
         self._lines.line_number += rows
         self.rows += rows
         self.garbage = 0
@@ -235,22 +235,31 @@ class StreamReader:
         # A GPU's rows repeat (an idle GPU prints the same line every second): parse each
         # distinct data line once per header, and let its rows share one set of metric values
         # (a buffered row then costs its tuple and its instant: ``docs/probe.md``, memory).
-        columns = self._lines.columns
-        if columns is not self._parsed_columns:
-            if columns != self._parsed_columns:
-                self._parsed.clear()
-                self._inert.clear()
-                self._dated = columns is not None and columns[:2] == _DATED
-            self._parsed_columns = columns
+        self._follow_columns()
         key, host = self._key(line)
         parsed = self._parsed.get(key) if host is not None or not self._dated else None
         if parsed is not None:
             self._lines.line_number += 1
             self._arrive(parsed, host)
-            return
-        if line in self._inert:  # a header or units line read before under these columns
+        elif line in self._inert:  # a header or units line read before under these columns
             self._lines.line_number += 1
+        else:
+            self._parse(line, key, host)
+
+    def _follow_columns(self) -> None:
+        """Start both line caches over when the columns changed (a new header)."""
+        columns = self._lines.columns
+        if columns is self._parsed_columns:
             return
+        if columns != self._parsed_columns:
+            self._parsed.clear()
+            self._inert.clear()
+            self._dated = columns is not None and columns[:2] == _DATED
+        self._parsed_columns = columns
+
+    def _parse(self, line: str, key: str, host: float | None) -> None:
+        """Read a line not read before under the current columns."""
+        columns = self._lines.columns
         try:
             row = self._lines.read(line)
         except DmonError as error:
@@ -263,9 +272,7 @@ class StreamReader:
             return
         if row is None:
             if self._lines.columns == columns and line.lstrip().startswith("#"):
-                if len(self._inert) >= _PARSED_LINES:
-                    self._inert.clear()
-                self._inert.add(line)  # reading it again changes nothing
+                self._remember_inert(line)
             return
         if self._dated and host is None:
             self.garbage += 1  # a row whose date or time is not one: its second is unknown
@@ -275,6 +282,13 @@ class StreamReader:
         parsed = self._parsed[key] = _ParsedLine(row)
         self._seen_gpus.add(parsed.gpu)  # every parsed line arrives as a row, now
         self._arrive(parsed, host)
+
+    def _remember_inert(self, line: str) -> None:
+        """A header or units line that left the columns as they were: reading it again
+        changes nothing."""
+        if len(self._inert) >= _PARSED_LINES:
+            self._inert.clear()
+        self._inert.add(line)
 
     def _key(self, line: str) -> tuple[str, float | None]:
         """A line's cache key and its host time: under ``-o DT`` columns a row's text after
