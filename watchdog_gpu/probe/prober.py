@@ -150,21 +150,8 @@ class Prober:
         forgets connection and host-key pin of every instance listed as GONE.
         """
         targets = probe_targets(instances)
-        reads: dict[InstanceRef, StreamRead] = {}
-        if self._streams is not None:
-            self._streams.sync([self._target(target) for target in targets])
-            for target in targets:
-                read = self._streams.take(target.ref)
-                if read is not None:
-                    reads[target.ref] = read
-        burst = [target for target in targets if target.ref not in reads]
-        probed: dict[InstanceRef, ProbeOutcome] = {}
-        if burst:
-            with ThreadPoolExecutor(
-                max_workers=min(self._workers, len(burst)), thread_name_prefix="probe"
-            ) as pool:
-                for outcome in pool.map(lambda item: self.probe_one(item, now, log=False), burst):
-                    probed[InstanceRef(outcome.account, outcome.instance_id)] = outcome
+        reads = self._take_stream_reads(targets)
+        probed = self._probe_burst([target for target in targets if target.ref not in reads], now)
         gone = frozenset(leaving()) if leaving is not None else frozenset()
         outcomes = []
         for target in targets:
@@ -176,12 +163,48 @@ class Prober:
             else:
                 self._log(probed[target.ref])
                 outcomes.append(probed[target.ref])
+        self._after_round(instances, targets)
+        return outcomes
+
+    def _take_stream_reads(
+        self, targets: Sequence[InstanceSnapshot]
+    ) -> dict[InstanceRef, StreamRead]:
+        """The streamed rows of every target whose stream has a read (none without streams);
+        the stream manager first follows the round's targets."""
+        reads: dict[InstanceRef, StreamRead] = {}
+        if self._streams is None:
+            return reads
+        self._streams.sync([self._target(target) for target in targets])
+        for target in targets:
+            read = self._streams.take(target.ref)
+            if read is not None:
+                reads[target.ref] = read
+        return reads
+
+    def _probe_burst(
+        self, burst: Sequence[InstanceSnapshot], now: datetime
+    ) -> dict[InstanceRef, ProbeOutcome]:
+        """Burst-probe ``burst``, ``workers`` at a time (each outcome logged by the caller)."""
+        probed: dict[InstanceRef, ProbeOutcome] = {}
+        if not burst:
+            return probed
+        with ThreadPoolExecutor(
+            max_workers=min(self._workers, len(burst)), thread_name_prefix="probe"
+        ) as pool:
+            for outcome in pool.map(lambda item: self.probe_one(item, now, log=False), burst):
+                probed[InstanceRef(outcome.account, outcome.instance_id)] = outcome
+        return probed
+
+    def _after_round(
+        self, instances: Sequence[InstanceSnapshot], targets: Sequence[InstanceSnapshot]
+    ) -> None:
+        """Close the kept connections of instances not probed this round; forget connection
+        and host-key pin of every instance listed as GONE."""
         if isinstance(self._runner, ConnectionKeeper):
             self._runner.close_except({target.ref for target in targets})
         for instance in instances:
             if instance.state is InstanceState.GONE:
                 self.forget_instance(instance.account, instance.instance_id)
-        return outcomes
 
     def probe_one(
         self, instance: InstanceSnapshot, now: datetime, *, log: bool = True
@@ -228,49 +251,15 @@ class Prober:
         condensed into continuous samples when any arrived (the buffer condensed them into runs
         as they came), else the stream's failure status (no samples: the time is blind)."""
         health = read.health
-        gpus = sorted(read.runs)
         notes = (
             [] if health.status is ProbeStatus.OK else [f"{health.state.value}: {health.detail}"]
         )
         if read.dropped:
             notes.append(f"{read.dropped} rows dropped (buffer full)")
-        rows = read.row_count
-        if not rows:
-            status = health.status
-            recent = read.last_row_at is not None and now - read.last_row_at <= _JUST_READ
-            if status is ProbeStatus.OK and recent:
-                notes = ["no new row yet (the host sends its rows every few seconds)"]
-            elif status is ProbeStatus.OK:
-                status = ProbeStatus.TIMEOUT
-                notes = [f"no dmon row since the previous round ({health.state.value})"]
-            outcome = ProbeOutcome(
-                account=instance.account,
-                instance_id=instance.instance_id,
-                at=now,
-                status=status,
-                duration_seconds=0.0,
-                detail="stream: " + "; ".join(notes or [health.detail]),
-                mode=ProbeMode.STREAM.value,
-            )
+        if read.row_count:
+            outcome = _rows_outcome(instance, read, now, notes)
         else:
-            runs = run_samples(read, account=instance.account, instance_id=instance.instance_id)
-            # A bursty GPU's runs before its last busy one change no decision: one sample
-            # (probe/condense.py), not one a second or two, in the database and the window.
-            samples = fold_before_last_busy(runs)
-            # The same text every round while nothing changes (no counts of this round's rows
-            # or runs): a steady stream is one stored outcome row (store/observations.py).
-            text = f"stream: rows of {len(gpus)} GPU(s)"
-            outcome = ProbeOutcome(
-                account=instance.account,
-                instance_id=instance.instance_id,
-                at=now,
-                status=ProbeStatus.OK,
-                duration_seconds=0.0,
-                detail=f"{text} ({'; '.join(notes)})" if notes else text,
-                samples=samples,
-                interactive_login=read.aux.interactive_login if read.aux is not None else None,
-                mode=ProbeMode.STREAM.value,
-            )
+            outcome = _no_rows_outcome(instance, read, now, notes)
         if health.state is not StreamState.CONNECTING:
             self._log(outcome)  # state changes only (the stream manager logs its own too)
         return _clip_detail(outcome)
@@ -316,6 +305,55 @@ class Prober:
             outcome.interactive_login,
             outcome.detail,
         )
+
+
+def _no_rows_outcome(
+    instance: InstanceSnapshot, read: StreamRead, now: datetime, notes: list[str]
+) -> ProbeOutcome:
+    """A stream without a row since the previous round: its failure status, or OK while its
+    newest row is recent, else a timeout (no samples: the time is blind)."""
+    health = read.health
+    status = health.status
+    recent = read.last_row_at is not None and now - read.last_row_at <= _JUST_READ
+    if status is ProbeStatus.OK and recent:
+        notes = ["no new row yet (the host sends its rows every few seconds)"]
+    elif status is ProbeStatus.OK:
+        status = ProbeStatus.TIMEOUT
+        notes = [f"no dmon row since the previous round ({health.state.value})"]
+    return ProbeOutcome(
+        account=instance.account,
+        instance_id=instance.instance_id,
+        at=now,
+        status=status,
+        duration_seconds=0.0,
+        detail="stream: " + "; ".join(notes or [health.detail]),
+        mode=ProbeMode.STREAM.value,
+    )
+
+
+def _rows_outcome(
+    instance: InstanceSnapshot, read: StreamRead, now: datetime, notes: list[str]
+) -> ProbeOutcome:
+    """OK with the streamed rows condensed into continuous samples (the buffer condensed them
+    into runs as they came)."""
+    runs = run_samples(read, account=instance.account, instance_id=instance.instance_id)
+    # A bursty GPU's runs before its last busy one change no decision: one sample
+    # (probe/condense.py), not one a second or two, in the database and the window.
+    samples = fold_before_last_busy(runs)
+    # The same text every round while nothing changes (no counts of this round's rows
+    # or runs): a steady stream is one stored outcome row (store/observations.py).
+    text = f"stream: rows of {len(read.runs)} GPU(s)"
+    return ProbeOutcome(
+        account=instance.account,
+        instance_id=instance.instance_id,
+        at=now,
+        status=ProbeStatus.OK,
+        duration_seconds=0.0,
+        detail=f"{text} ({'; '.join(notes)})" if notes else text,
+        samples=samples,
+        interactive_login=read.aux.interactive_login if read.aux is not None else None,
+        mode=ProbeMode.STREAM.value,
+    )
 
 
 def _status(value: str) -> ProbeStatus:

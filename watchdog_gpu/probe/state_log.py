@@ -63,11 +63,7 @@ class StateChangeLog:
         Returns True when the line was logged above DEBUG."""
         with self._lock:
             previous = self._hosts.get(host)
-            changed = (previous is None and state != OK) or (
-                previous is not None and previous.state != state
-            )
-            if previous is None or changed:
-                self._hosts[host] = _HostState(state, at)
+            changed = self._record(host, previous, state, at)
             logged = changed and self._take_token(at)
             if changed:
                 self._changes += 1
@@ -75,16 +71,34 @@ class StateChangeLog:
                     self._held_back += 1
             summary = self._summary_if_due(at)
         if logged:
-            level = logging.INFO if state == OK else logging.WARNING
-            if state == OK:
-                message = f"{message} (recovered from {previous.state if previous else '?'})"
-            self._logger.log(level, message, *args)
+            self._log_change(state, previous, message, args)
         else:
             self._logger.debug(message, *args)
         if summary is not None:
             level, text, summary_args = summary
             self._logger.log(level, text, *summary_args)
         return logged
+
+    def _record(self, host: str, previous: _HostState | None, state: str, at: float) -> bool:
+        """Keep ``host``'s ``state`` since ``at`` if it changed; True when it did (a host's first
+        state is a change unless it is ok)."""
+        if previous is None:
+            self._hosts[host] = _HostState(state, at)
+            return state != OK
+        if previous.state == state:
+            return False
+        self._hosts[host] = _HostState(state, at)
+        return True
+
+    def _log_change(
+        self, state: str, previous: _HostState | None, message: str, args: tuple[object, ...]
+    ) -> None:
+        """A failure at WARNING, a recovery at INFO with the state it recovered from."""
+        if state != OK:
+            self._logger.log(logging.WARNING, message, *args)
+            return
+        recovered = f"{message} (recovered from {previous.state if previous else '?'})"
+        self._logger.log(logging.INFO, recovered, *args)
 
     def forget(self, host: str) -> None:
         """The host is gone: it no longer counts in the summary."""

@@ -266,14 +266,20 @@ class StreamManager:
                 continue
             if host.channel is not None:
                 self._check_session(host, now)
-            elif host.burst_until is not None:
-                if now >= host.burst_until:
-                    host.burst_until = None
-                    host.rowless_sessions = 0
-                    logger.info("probe stream retried instance=%s", host.target.ref.key)
-            elif not host.connecting and now >= host.next_attempt:
-                host.connecting = True
-                self._connectors.submit(self._connect, host)
+            else:
+                self._check_without_session(host, now)
+
+    def _check_without_session(self, host: _Host, now: float) -> None:
+        """A host between sessions: its stream is retried once its burst time is over, and a
+        connection is attempted once it is due."""
+        if host.burst_until is not None:
+            if now >= host.burst_until:
+                host.burst_until = None
+                host.rowless_sessions = 0
+                logger.info("probe stream retried instance=%s", host.target.ref.key)
+        elif not host.connecting and now >= host.next_attempt:
+            host.connecting = True
+            self._connectors.submit(self._connect, host)
 
     def _registered(self) -> list[_Host]:
         return [key.data for key in self._selector.get_map().values()]
