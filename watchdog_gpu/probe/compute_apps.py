@@ -73,22 +73,31 @@ def parse_compute_apps(text: str, fields: Sequence[str] | None = None) -> tuple[
     ``unparseable`` for a line that does not fit the fields or output without header or fields.
     """
     lines = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
-    if lines and _is_header(lines[0]):
-        columns = tuple(canonical_field(name) for name in lines[0].split(","))
-        lines = lines[1:]
-    elif fields is not None:
-        columns = tuple(canonical_field(name) for name in fields)
-    elif not lines:
+    columns, rows = _columns(lines, fields)
+    if columns is None:
         return ()
-    else:
-        kind = classify_error_line(lines[0])
-        if kind is not None:
-            raise DmonError(kind, lines[0].strip())
-        raise DmonError("unparseable", "compute-apps output without header: fields unknown")
     unknown = [name for name in columns if name not in _KNOWN_FIELDS]
     if unknown:
         raise DmonError("unparseable", f"unknown compute-apps fields: {', '.join(unknown)}")
-    return tuple(_parse_line(line, columns) for line in lines)
+    return tuple(_parse_line(line, columns) for line in rows)
+
+
+def _columns(
+    lines: list[str], fields: Sequence[str] | None
+) -> tuple[tuple[str, ...] | None, list[str]]:
+    """The columns of compute-apps output (its header's, else the queried ``fields``') and its
+    data lines; ``None`` for empty output without fields. Raise ``DmonError`` for an error text
+    or other output without header or fields."""
+    if lines and _is_header(lines[0]):
+        return tuple(canonical_field(name) for name in lines[0].split(",")), lines[1:]
+    if fields is not None:
+        return tuple(canonical_field(name) for name in fields), lines
+    if not lines:
+        return None, lines
+    kind = classify_error_line(lines[0])
+    if kind is not None:
+        raise DmonError(kind, lines[0].strip())
+    raise DmonError("unparseable", "compute-apps output without header: fields unknown")
 
 
 def _is_header(line: str) -> bool:

@@ -72,14 +72,16 @@ def _printed_times(rows: Sequence[DmonRow]) -> list[datetime] | None:
         clock, date = row.values.get("time"), row.values.get("date")
         if not isinstance(clock, str):
             return None
-        parsed = _parse_printed(date if isinstance(date, str) else None, clock, day)
+        printed_date = date if isinstance(date, str) else None
+        parsed = _parse_printed(printed_date, clock, day)
         if parsed is None:
             return None
-        if times and parsed < times[-1] and not isinstance(date, str):
-            parsed += timedelta(days=1)  # -o T alone: the clock passed midnight
-            day += timedelta(days=1)
         if times and parsed < times[-1]:
-            return None  # the remote clock went backwards: do not trust it
+            if printed_date is None:  # -o T alone: the clock may have passed midnight
+                parsed += timedelta(days=1)
+                day += timedelta(days=1)
+            if parsed < times[-1]:
+                return None  # the remote clock went backwards: do not trust it
         times.append(parsed)
     return times or None
 

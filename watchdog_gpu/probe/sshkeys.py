@@ -47,20 +47,9 @@ def load_private_keys(credentials: SshCredentials) -> list[paramiko.PKey]:
     ``<where>.private_key``) when a key cannot be read, is not a private key, is of an
     unsupported type or the passphrase is wrong, and when no source is configured at all.
     """
+    sources, problems = _key_sources(credentials)
     keys: list[paramiko.PKey] = []
-    problems: list[ConfigProblem] = []
-    sources: list[tuple[str, bytes | None]] = []
-    key_file, private_key = f"{credentials.where}.key_file", f"{credentials.where}.private_key"
-    if credentials.private_key_path is not None:
-        try:
-            sources.append((key_file, credentials.private_key_path.read_bytes()))
-        except OSError as exc:
-            problems.append(ConfigProblem(key_file, f"cannot read the key file: {exc.strerror}"))
-    if credentials.private_key_text is not None:
-        sources.append((private_key, credentials.private_key_text.encode()))
     for where, data in sources:
-        if data is None:
-            continue
         try:
             keys.append(_load_key(data, credentials.passphrase))
         except _KeyProblem as problem:
@@ -72,6 +61,24 @@ def load_private_keys(credentials: SshCredentials) -> list[paramiko.PKey]:
     if problems:
         raise ConfigError(problems)
     return keys
+
+
+def _key_sources(
+    credentials: SshCredentials,
+) -> tuple[list[tuple[str, bytes]], list[ConfigProblem]]:
+    """The configured keys' bytes, each with the configuration key it came from, and the
+    problem of a key file that cannot be read."""
+    sources: list[tuple[str, bytes]] = []
+    problems: list[ConfigProblem] = []
+    if credentials.private_key_path is not None:
+        key_file = f"{credentials.where}.key_file"
+        try:
+            sources.append((key_file, credentials.private_key_path.read_bytes()))
+        except OSError as exc:
+            problems.append(ConfigProblem(key_file, f"cannot read the key file: {exc.strerror}"))
+    if credentials.private_key_text is not None:
+        sources.append((f"{credentials.where}.private_key", credentials.private_key_text.encode()))
+    return sources, problems
 
 
 class _KeyProblem(Exception):

@@ -183,7 +183,7 @@ class HostBuffer:
     ) -> None:
         """:meth:`add_rows` of rows grouped by instant: each group's rows (GPU, verdict,
         metrics), in order, are at its instant (the reader's: one per second of the host)."""
-        gpus, capacity = self._gpus, self.capacity
+        gpus = self._gpus
         last: float | None = None
         with self._lock:
             try:
@@ -191,9 +191,7 @@ class HostBuffer:
                     for gpu, verdict, metrics in rows:
                         state = gpus.get(gpu)
                         if state is None:
-                            if not 0 <= gpu <= MAX_GPU_INDEX:
-                                raise ValueError(f"GPU index out of range: {gpu}")
-                            state = gpus[gpu] = _GpuRuns()
+                            state = self._new_gpu(gpu)
                         # A row before the newest (the clock stepped back) is at the newest:
                         # see the module docstring.
                         newest = state.newest
@@ -211,12 +209,23 @@ class HostBuffer:
                                     run.merged = metrics
                                     run.metrics = _maximum(run.metrics, metrics)
                                 continue
-                            if len(runs) >= capacity:
-                                self._dropped += runs.pop(0).rows
-                        runs.append(Run(at, verdict, metrics))
+                        self._open_run(runs, Run(at, verdict, metrics))
             finally:
                 if last is not None:
                     self._last_row_at = last
+
+    def _new_gpu(self, gpu: int) -> _GpuRuns:
+        """The runs of a GPU's first row (under the lock)."""
+        if not 0 <= gpu <= MAX_GPU_INDEX:
+            raise ValueError(f"GPU index out of range: {gpu}")
+        state = self._gpus[gpu] = _GpuRuns()
+        return state
+
+    def _open_run(self, runs: list[Run], run: Run) -> None:
+        """Append a GPU's new run; a full GPU drops its oldest (counted) first."""
+        if len(runs) >= self.capacity:
+            self._dropped += runs.pop(0).rows
+        runs.append(run)
 
     def add_aux(self, aux: AuxReading) -> None:
         with self._lock:

@@ -54,13 +54,23 @@ def metrics_verdict(
     """
     check_threshold(threshold)
     values = [metrics[name] for name in ACTIVITY_METRICS if name in metrics]
-    if any(value is not None and value > threshold for value in values):
+    if _any_above(values, threshold):
         return Verdict.BUSY
     if metrics.get("sm") is None:
         return Verdict.BUSY if processes else Verdict.UNKNOWN
-    if any(value is None or value < 0 for value in values):
+    if _any_unreadable(values):
         return Verdict.UNKNOWN
     return Verdict.IDLE
+
+
+def _any_above(values: Sequence[float | None], threshold: float) -> bool:
+    """Whether a printed value is above ``threshold``."""
+    return any(value is not None and value > threshold for value in values)
+
+
+def _any_unreadable(values: Sequence[float | None]) -> bool:
+    """Whether a value was printed as ``-`` or is negative (no reading)."""
+    return any(value is None or value < 0 for value in values)
 
 
 def row_verdict(row: DmonRow, *, threshold: float = 0.0, processes: int | None = None) -> Verdict:
@@ -97,16 +107,25 @@ def processes_per_gpu(
     counts = dict.fromkeys(gpu_indices, 0)
     unplaced = 0
     for app in apps:
-        ids = (app.gpu_uuid, app.gpu_bus_id)
-        placed = [gpu_ids[key] for key in ids if gpu_ids and key is not None and key in gpu_ids]
-        if placed:
-            if placed[0] in counts:
-                counts[placed[0]] += 1
+        placed = _placed_gpu(app, gpu_ids)
+        if placed is not None:
+            if placed in counts:
+                counts[placed] += 1
         elif len(counts) == 1:
             counts[gpu_indices[0]] += 1
         else:
             unplaced += 1
     return {index: count + unplaced for index, count in counts.items()}
+
+
+def _placed_gpu(app: ComputeApp, gpu_ids: Mapping[str, int] | None) -> int | None:
+    """The GPU index of ``app`` by its GPU UUID, else its bus id (``None``: not placed)."""
+    if not gpu_ids:
+        return None
+    for key in (app.gpu_uuid, app.gpu_bus_id):
+        if key is not None and key in gpu_ids:
+            return gpu_ids[key]
+    return None
 
 
 def summarise(
