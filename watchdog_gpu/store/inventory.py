@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -11,7 +12,14 @@ from sqlalchemy import Connection, Table, bindparam, delete, insert, select, upd
 
 from watchdog_gpu.model import AccountObservation, VolumeSnapshot
 from watchdog_gpu.store.schema import SshKey, Volume, VolumeSpan
-from watchdog_gpu.store.spans import chunks, current_span, same_rate, with_current_span
+from watchdog_gpu.store.spans import (
+    CurrentSpan,
+    SpanWrites,
+    chunks,
+    current_span,
+    same_rate,
+    with_current_span,
+)
 
 VOLUMES = cast(Table, Volume.__table__)
 VOLUME_SPANS = cast(Table, VolumeSpan.__table__)
@@ -60,43 +68,61 @@ def record_volumes(
     existing = {row.volume_id: row for row in conn.execute(_VOLUMES, params)}
     if not listed and not existing:
         return
-    new_spans: list[Values] = []
-    extended: list[Values] = []
-    updates: list[Values] = []
-    new: list[VolumeSnapshot] = []
+    changes = _VolumeChanges()
     for volume_id, snapshot in listed.items():
         row = existing.get(volume_id)
         if row is None:
-            new.append(snapshot)
-            continue
-        span = current_span(row)
-        if (
-            span is not None
-            and span.attached is snapshot.attached
-            and same_rate(span.usd_per_hour, snapshot.usd_per_hour)
-            and row.gone_at is None
-        ):
-            if span.last_seen < now:
-                extended.append({"pk": span.id, "last_seen": now})
+            changes.new.append(snapshot)
         else:
-            new_spans.append(_span(row.id, snapshot, now))
-        values = _volume_values(row, snapshot, now)
-        values["pk"] = row.id
-        updates.append(values)
-    gone = [
+            changes.observe(row, snapshot, now)
+    changes.gone = [
         {"pk": row.id, "gone_at": now, "detached_since": None}
         for volume_id, row in existing.items()
         if volume_id not in listed and row.gone_at is None
     ]
-    for rows in (updates, gone):
+    _write_volumes(conn, account, changes, now)
+
+
+@dataclass
+class _VolumeChanges:
+    """The writes a poll's volume listing calls for, gathered to be executed in bulk."""
+
+    spans: SpanWrites = field(default_factory=SpanWrites)
+    updates: list[Values] = field(default_factory=list)  # listed volumes recorded before
+    gone: list[Values] = field(default_factory=list)  # volumes absent from the listing
+    new: list[VolumeSnapshot] = field(default_factory=list)  # first seen: to insert
+
+    def observe(self, row: Any, snapshot: VolumeSnapshot, now: datetime) -> None:
+        """A listed volume recorded before: extend its current span or open a new one."""
+        span = current_span(row)
+        if span is not None and _continues_span(row, span, snapshot):
+            self.spans.extend(span.id, span.last_seen, now)
+        else:
+            self.spans.opened.append(_span(row.id, snapshot, now))
+        self.updates.append({**_volume_values(row, snapshot, now), "pk": row.id})
+
+
+def _write_volumes(conn: Connection, account: str, changes: _VolumeChanges, now: datetime) -> None:
+    """Execute a poll's volume writes in bulk."""
+    for rows in (changes.updates, changes.gone):
         if rows:
             conn.execute(_UPDATE_VOLUMES, rows)
-    if extended:
-        conn.execute(_EXTEND_SPANS, extended)
-    if new:
-        new_spans.extend(_insert_volumes(conn, account, new, now))
-    if new_spans:
-        conn.execute(_INSERT_VOLUME_SPANS, new_spans)
+    if changes.spans.extended:
+        conn.execute(_EXTEND_SPANS, changes.spans.extended)
+    if changes.new:
+        changes.spans.opened.extend(_insert_volumes(conn, account, changes.new, now))
+    if changes.spans.opened:
+        conn.execute(_INSERT_VOLUME_SPANS, changes.spans.opened)
+
+
+def _continues_span(row: Any, span: CurrentSpan, snapshot: VolumeSnapshot) -> bool:
+    """Whether the listing continues the volume's current span: present, same attachment,
+    same rate."""
+    return (
+        row.gone_at is None
+        and span.attached is snapshot.attached
+        and same_rate(span.usd_per_hour, snapshot.usd_per_hour)
+    )
 
 
 def _insert_volumes(

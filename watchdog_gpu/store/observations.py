@@ -37,7 +37,13 @@ from watchdog_gpu.store.schema import (
     PinnedHostKey,
     ProbeOutcomeRow,
 )
-from watchdog_gpu.store.spans import chunks, current_span, same_rate, with_current_span
+from watchdog_gpu.store.spans import (
+    SpanWrites,
+    chunks,
+    current_span,
+    same_rate,
+    with_current_span,
+)
 from watchdog_gpu.store.written_instances import Fingerprint, WrittenInstances, fingerprint
 
 logger = logging.getLogger(__name__)
@@ -339,42 +345,45 @@ def _record_instances(
     listed = _unique_by_id(account, snapshots)
     existing = _existing_instances(conn, account, list(listed))
     changes = _Changes(known)
-    new: list[InstanceSnapshot] = []
     for instance_id, snapshot in listed.items():
         row = existing.get(instance_id)
         if row is None:
-            new.append(snapshot)
+            changes.new.append(snapshot)
         else:
             changes.observe(row, snapshot, now)
-    new_spans, extended, updates, forget, written = (
-        changes.new_spans,
-        changes.extended,
-        changes.updates,
-        changes.forget,
-        changes.written,
-    )
-    gone: list[Values] = []
-    for instance_id, row in existing.items():
-        if instance_id not in listed and row.state != GONE:
-            logger.info("instance absent from listing account=%s instance=%s", account, instance_id)
-            gone.append(_absent(row, current_span(row), new_spans, now))
-            forget.append(instance_id)
-            written[row.id] = None
+    absent = [
+        row
+        for instance_id, row in existing.items()
+        if instance_id not in listed and row.state != GONE
+    ]
+    _gone(account, absent, changes, now)
+    _write_instances(conn, account, changes, now)
+    return changes.written
+
+
+def _write_instances(
+    conn: Connection,
+    account: str,
+    changes: _Changes,
+    now: datetime,
+) -> None:
+    """Execute a poll's instance writes in bulk (first-seen instances' fingerprints go into
+    ``changes.written``)."""
     if changes.seen:
         update_rows(conn, _UPDATE_INSTANCES, changes.seen)
-    if updates:
-        conn.execute(_UPDATE_INSTANCES, updates)
-    if gone:
-        conn.execute(_UPDATE_INSTANCES, gone)
-    if extended:
-        update_rows(conn, _EXTEND_SPANS, extended)
-    if forget:
-        _forget_host_keys(conn, account, forget)
-    if new:
-        new_spans.extend(_insert_instances(conn, account, new, now, written))
-    if new_spans:
-        conn.execute(_INSERT_SPANS, new_spans)
-    return written
+    for rows in (changes.updates, changes.gone):
+        if rows:
+            conn.execute(_UPDATE_INSTANCES, rows)
+    if changes.spans.extended:
+        update_rows(conn, _EXTEND_SPANS, changes.spans.extended)
+    if changes.forget:
+        _forget_host_keys(conn, account, changes.forget)
+    if changes.new:
+        changes.spans.opened.extend(
+            _insert_instances(conn, account, changes.new, now, changes.written)
+        )
+    if changes.spans.opened:
+        conn.execute(_INSERT_SPANS, changes.spans.opened)
 
 
 @dataclass
@@ -382,10 +391,11 @@ class _Changes:
     """The writes a poll's listing calls for, gathered to be executed in bulk."""
 
     known: WrittenInstances | None = None
-    new_spans: list[Values] = field(default_factory=list)
-    extended: list[Values] = field(default_factory=list)
+    spans: SpanWrites = field(default_factory=SpanWrites)
     updates: list[Values] = field(default_factory=list)  # whole rows
     seen: list[Values] = field(default_factory=list)  # rows unchanged but for the instants
+    gone: list[Values] = field(default_factory=list)  # rows absent from the listing
+    new: list[InstanceSnapshot] = field(default_factory=list)  # first seen: to insert
     forget: list[str] = field(default_factory=list)
     written: dict[int, Fingerprint | None] = field(default_factory=dict)
 
@@ -394,16 +404,10 @@ class _Changes:
         span or open a new one. The span's columns are read off the row directly (no
         ``CurrentSpan``): every listed instance passes here on every poll."""
         state = snapshot.state.value
-        if (
-            row.span_id is not None
-            and row.span_state == state
-            and same_rate(row.span_compute_usd_per_hour, snapshot.compute_usd_per_hour)
-            and same_rate(row.span_storage_usd_per_hour, snapshot.storage_usd_per_hour)
-        ):
-            if row.span_last_seen < now:
-                self.extended.append({"pk": row.span_id, "last_seen": now})
+        if _continues_span(row, state, snapshot):
+            self.spans.extend(row.span_id, row.span_last_seen, now)
         else:
-            self.new_spans.append(_span(row.id, state, snapshot.raw_state, snapshot, now))
+            self.spans.opened.append(_span(row.id, state, snapshot.raw_state, snapshot, now))
         state_changed = row.state != state
         if state_changed and snapshot.state is InstanceState.GONE:
             self.forget.append(snapshot.instance_id)
@@ -422,6 +426,26 @@ class _Changes:
         values["state_since"] = now if state_changed else row.state_since
         self.updates.append(values)
         self.written[row.id] = None if snapshot.state is InstanceState.GONE else print_
+
+
+def _continues_span(row: Any, state: str, snapshot: InstanceSnapshot) -> bool:
+    """Whether the listing continues the row's current span: same state, same rates."""
+    return (
+        row.span_id is not None
+        and row.span_state == state
+        and same_rate(row.span_compute_usd_per_hour, snapshot.compute_usd_per_hour)
+        and same_rate(row.span_storage_usd_per_hour, snapshot.storage_usd_per_hour)
+    )
+
+
+def _gone(account: str, absent: list[Any], changes: _Changes, now: datetime) -> None:
+    """The instances a complete listing no longer has become gone: their rows' updates, gone
+    spans and forgotten host keys join ``changes``."""
+    for row in absent:
+        logger.info("instance absent from listing account=%s instance=%s", account, row.instance_id)
+        changes.gone.append(_absent(row, current_span(row), changes.spans.opened, now))
+        changes.forget.append(row.instance_id)
+        changes.written[row.id] = None
 
 
 def _absent(row: Any, span: Any, new_spans: list[Values], now: datetime) -> Values:

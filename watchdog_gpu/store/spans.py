@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, Table, func, select
+
+Values = dict[str, Any]
 
 # Ids per ``IN (...)`` list: well under SQLite's bound-parameter limit.
 IN_CHUNK = 500
@@ -56,3 +60,18 @@ class CurrentSpan:
 def current_span(row: Any) -> CurrentSpan | None:
     """The row's current span, or None when the owner has no span yet."""
     return None if row.span_id is None else CurrentSpan(row)
+
+
+@dataclass
+class SpanWrites:
+    """A poll's writes to one span table, gathered to be executed in bulk: current spans
+    extended to the poll's instant, and new spans opened."""
+
+    extended: list[Values] = field(default_factory=list)
+    opened: list[Values] = field(default_factory=list)
+
+    def extend(self, span_id: int, last_seen: datetime, now: datetime) -> None:
+        """The listing continues the current span ``span_id``: its ``last_seen`` moves to
+        ``now`` (no write when it is there already)."""
+        if last_seen < now:
+            self.extended.append({"pk": span_id, "last_seen": now})
