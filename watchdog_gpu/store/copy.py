@@ -52,6 +52,27 @@ def copy_database(source: Engine, target: Engine) -> CopyResult:
     Raises StoreError (with passwords hidden) when the source is not at this package's schema
     revision, the target is not empty, or either database fails.
     """
+    _check_source_revision(source)
+    try:
+        upgrade_to_head(target)
+    except StoreError as error:
+        raise StoreError(
+            f"cannot use the target database {display_url(target)}: {error}"
+        ) from error
+    try:
+        with source.connect() as reader, writing(target).begin() as writer:
+            copied = _copy_tables(reader, writer, display_url(target))
+    except SQLAlchemyError as error:
+        original = getattr(error, "orig", None)
+        reason = str(original) if original is not None else type(error).__name__
+        raise StoreError(
+            f"cannot copy {display_url(source)} to {display_url(target)}: {reason}"
+        ) from error
+    return CopyResult(copied)
+
+
+def _check_source_revision(source: Engine) -> None:
+    """Raise StoreError unless ``source`` is at this package's schema revision."""
     head = head_revision()
     found = current_revision(source)
     if found != head:
@@ -60,32 +81,25 @@ def copy_database(source: Engine, target: Engine) -> CopyResult:
             f"this watchdog-gpu writes revision {head}: run 'watchdog-gpu db upgrade "
             "--database-url <source>' first (or use the watchdog-gpu version that wrote it)"
         )
-    try:
-        upgrade_to_head(target)
-    except StoreError as error:
+
+
+def _copy_tables(
+    reader: Connection, writer: Connection, target_name: str
+) -> tuple[tuple[str, int], ...]:
+    """Copy every table into the empty target, parents before children (foreign keys); the
+    rows copied per table. Raises StoreError when the target has rows."""
+    tables = list(metadata.sorted_tables)
+    occupied = [table.name for table in tables if _count(writer, table) > 0]
+    if occupied:
         raise StoreError(
-            f"cannot use the target database {display_url(target)}: {error}"
-        ) from error
-    tables = list(metadata.sorted_tables)  # parents before children (foreign keys)
-    try:
-        with source.connect() as reader, writing(target).begin() as writer:
-            occupied = [table.name for table in tables if _count(writer, table) > 0]
-            if occupied:
-                raise StoreError(
-                    f"the target database {display_url(target)} is not empty "
-                    f"(rows in {', '.join(occupied)}): copy into a new, empty database"
-                )
-            copied = tuple((table.name, _copy_table(reader, writer, table)) for table in tables)
-            if writer.dialect.name == "postgresql":
-                for table in tables:
-                    _advance_postgres_sequence(writer, table)
-    except SQLAlchemyError as error:
-        original = getattr(error, "orig", None)
-        reason = str(original) if original is not None else type(error).__name__
-        raise StoreError(
-            f"cannot copy {display_url(source)} to {display_url(target)}: {reason}"
-        ) from error
-    return CopyResult(copied)
+            f"the target database {target_name} is not empty "
+            f"(rows in {', '.join(occupied)}): copy into a new, empty database"
+        )
+    copied = tuple((table.name, _copy_table(reader, writer, table)) for table in tables)
+    if writer.dialect.name == "postgresql":
+        for table in tables:
+            _advance_postgres_sequence(writer, table)
+    return copied
 
 
 def _count(connection: Connection, table: Table) -> int:
