@@ -14,21 +14,25 @@ from datetime import UTC, datetime
 REANCHOR_SECONDS = 5.0
 _DATES = 64  # distinct dates remembered (a session sees one a day)
 _TIMES = 4096  # distinct times of day remembered (rows of every host, over about an hour)
+MIDNIGHTS: dict[str, float] = {}
+"""Epoch seconds of each date read (``YYYYMMDD``); :func:`host_seconds`'s, read only."""
 # Every GPU of a host, and every host with a synchronised clock, prints the same time each
-# second: parsing each date and time of day once saves most of a row's date/time cost.
-_MIDNIGHTS: dict[str, float] = {}  # epoch seconds of each valid date read (``YYYYMMDD``)
-_TIMES_OF_DAY: dict[str, int] = {}  # seconds since midnight of each valid ``HH:MM:SS`` read
+# second: parsing it once saves most of a row's date/time cost.
+TIMES_OF_DAY: dict[str, int] = {}
+"""Seconds since midnight of each valid time of day read (``HH:MM:SS``); read only. A date
+and a time found in both caches are ``host_seconds(date, time) == MIDNIGHTS[date] +
+TIMES_OF_DAY[time]`` (the stream reader reads them inline)."""
 
 
 def host_seconds(date: str, time: str) -> float | None:
     """Epoch seconds of dmon's ``date`` (``YYYYMMDD``) and ``time`` (``HH:MM:SS``) read as UTC;
     ``None`` when either is not a valid date or time of day (such a row is garbage)."""
-    midnight = _MIDNIGHTS.get(date)
+    midnight = MIDNIGHTS.get(date)
     if midnight is None:
         midnight = _read_date(date)
         if midnight is None:
             return None
-    of_day = _TIMES_OF_DAY.get(time)
+    of_day = TIMES_OF_DAY.get(time)
     if of_day is None:
         of_day = _read_time_of_day(time)
         if of_day is None:
@@ -44,9 +48,9 @@ def _read_date(date: str) -> float | None:
         day = datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=UTC)
     except ValueError:
         return None
-    if len(_MIDNIGHTS) >= _DATES:
-        _MIDNIGHTS.clear()
-    midnight = _MIDNIGHTS[date] = day.timestamp()
+    if len(MIDNIGHTS) >= _DATES:
+        MIDNIGHTS.clear()
+    midnight = MIDNIGHTS[date] = day.timestamp()
     return midnight
 
 
@@ -60,9 +64,9 @@ def _read_time_of_day(time: str) -> int | None:
     hours, minutes, seconds = int(digits[:2]), int(digits[2:4]), int(digits[4:])
     if hours > 23 or minutes > 59 or seconds > 59:
         return None
-    if len(_TIMES_OF_DAY) >= _TIMES:
-        _TIMES_OF_DAY.clear()
-    of_day = _TIMES_OF_DAY[time] = hours * 3600 + minutes * 60 + seconds
+    if len(TIMES_OF_DAY) >= _TIMES:
+        TIMES_OF_DAY.clear()
+    of_day = TIMES_OF_DAY[time] = hours * 3600 + minutes * 60 + seconds
     return of_day
 
 
@@ -93,17 +97,14 @@ class HostClockMap:
             if newest is not None:
                 self.observe(read_at, newest)
             return self.instants(hosts, read_at)
-        # Every row dated (every read of a steady stream).
+        # Every row dated (every read of a steady stream): stamped here, without a call a row
+        # (12 reads a minute of every host).
         dated: list[float] = hosts  # type: ignore[assignment]
         self.observe(read_at, max(dated))
-        return self._dated_instants(dated, read_at)
-
-    def _dated_instants(self, hosts: list[float], read_at: float) -> list[float]:
-        """:meth:`instants` of rows that all have a host time (after :meth:`observe`)."""
         stamping, last = self._stamping, self._last
         assert stamping is not None
         instants: list[float] = []
-        for host in hosts:
+        for host in dated:
             at = host + stamping
             if at > read_at:  # noqa: PLR1730 - max(min(…), last) without calls
                 at = read_at

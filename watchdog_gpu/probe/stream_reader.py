@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from watchdog_gpu.errors import DmonError
 from watchdog_gpu.model import Verdict
+from watchdog_gpu.probe import host_time
 from watchdog_gpu.probe.command import ProbeSections, interactive_login
 from watchdog_gpu.probe.compute_apps import COMPUTE_APPS_FIELDS, parse_compute_apps, parse_gpu_list
 from watchdog_gpu.probe.dmon import DmonLineReader, DmonRow
@@ -170,15 +171,16 @@ class StreamReader:
             self._line(line)
 
     def _read_known_rows(self, remaining: Iterator[str]) -> str | None:
-        """Read the dated rows of lines parsed before from ``remaining``, up to the first other
-        line, returned for the slow path (``_line``); ``None`` when the lines ran out."""
-        # Every row of a steady stream is a dated line read before: this loop is the reader's
-        # cost per row, the largest part of a cycle's probe phase. The aux reading does not
-        # change during a read: each row is judged as it arrives.
+        """Read the dated rows of lines parsed before, at a date and time read before, from
+        ``remaining``, up to the first other line, returned for the slow path (``_line``);
+        ``None`` when the lines ran out."""
+        # Every row of a steady stream is such a line: this loop is the reader's cost per row,
+        # the largest part of a cycle's probe phase. The aux reading does not change during a
+        # read: each row is judged as it arrives.
         parsed_lines, hosts, groups = self._parsed, self._hosts, self._groups
         processes = self._processes
+        midnights, times_of_day = host_time.MIDNIGHTS, host_time.TIMES_OF_DAY
         last_date = last_time = ""
-        last_host: float | None = None
         entries: list[Entry] = []
         counted = 0  # rows read and not yet counted
         for line in remaining:
@@ -192,15 +194,16 @@ class StreamReader:
                 self._count(counted)
                 return line
             if time != last_time or date != last_date:
+                # host_seconds, its caches read here (a second of rows, every host): a date or
+                # time not read before (or not one) is the slow path's, which reads it.
+                midnight, of_day = midnights.get(date), times_of_day.get(time)
+                if midnight is None or of_day is None:
+                    self._count(counted)
+                    return line
                 last_date, last_time = date, time
-                last_host = host_seconds(date, time)  # a call a second of rows
-                if last_host is not None:
-                    entries = []
-                    hosts.append(last_host)
-                    groups.append(entries)
-            if last_host is None:
-                self._count(counted)
-                return line
+                entries = []
+                hosts.append(midnight + of_day)
+                groups.append(entries)
             if parsed.judged_under is processes:
                 entries.append(parsed.entry)
             else:
