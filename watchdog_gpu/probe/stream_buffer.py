@@ -184,8 +184,8 @@ class HostBuffer:
         """:meth:`add_rows` of rows grouped by instant: each group's rows (GPU, verdict,
         metrics), in order, are at its instant (the reader's: one per second of the host)."""
         gpus = self._gpus
-        last: float | None = None
         with self._lock:
+            last = self._last_row_at  # each row added is the last one
             try:
                 for row_at, rows in groups:
                     for gpu, verdict, metrics in rows:
@@ -211,8 +211,7 @@ class HostBuffer:
                                 continue
                         self._open_run(runs, Run(at, verdict, metrics))
             finally:
-                if last is not None:
-                    self._last_row_at = last
+                self._last_row_at = last
 
     def _new_gpu(self, gpu: int) -> _GpuRuns:
         """The runs of a GPU's first row (under the lock)."""
