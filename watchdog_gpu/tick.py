@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from watchdog_gpu.activity_marks import activity_changes
+from watchdog_gpu.decision_record import audit_data, decision_message
 from watchdog_gpu.digest import (
     DIGEST_RULE,
     DigestConfig,
@@ -49,13 +50,9 @@ from watchdog_gpu.model import (
 )
 from watchdog_gpu.notify.delivery import Backoff, Deliverer, deliver_due
 from watchdog_gpu.notify.render import (
-    ActionOutcome,
-    render_action_result,
-    render_alert,
     render_resolution,
-    render_warning,
 )
-from watchdog_gpu.plan import Decision, Plan, PlanContext, plan, protected_report
+from watchdog_gpu.plan import Decision, Plan, PlanContext, plan
 from watchdog_gpu.probe.condense import condense_samples
 from watchdog_gpu.probe.prober import provider_api_samples
 from watchdog_gpu.probe.state_log import StateChangeLog
@@ -408,7 +405,7 @@ class Watchdog:
             message = f"{action.kind.value} planned: {finding.summary}"
             self._write(decision, now, "action_planned", message, action=action)
             return
-        note = self._note(decision, now)
+        note = decision_message(decision, now)
         if note is None or (action is None and note.idempotency_key in enqueued):
             # Already in the outbox when the view was read, and notifications are never
             # deleted: recording it would write nothing (an alert standing for a whole episode
@@ -432,29 +429,6 @@ class Watchdog:
             kind = "warning" if status is PlanStatus.WARN else "alert"
             self._write(decision, now, kind, finding.summary, notification=note)
 
-    @staticmethod
-    def _note(decision: Decision, now: datetime) -> PlannedNotification | None:
-        """The message a decision sends (None: it sends none)."""
-        finding, action, status = decision.finding, decision.action, decision.status
-        if status is PlanStatus.WARN and decision.warning_key is not None:
-            return render_warning(
-                finding,
-                due_at=decision.due_at or finding.due_at,
-                action=finding.action,
-                dry_run=decision.dry_run,
-                now=now,
-                key=decision.warning_key,
-            )
-        if status is PlanStatus.NOTIFY:
-            return render_alert(finding, now=now, dry_run=decision.dry_run)
-        if status is PlanStatus.PROTECTED:
-            return render_alert(protected_report(finding), now=now, protected=True)
-        if status is PlanStatus.BLOCKED and action is not None:
-            return render_action_result(
-                action, outcome=ActionOutcome.BLOCKED, now=now, episode_key=finding.episode_key
-            )
-        return None
-
     def _write(
         self,
         decision: Decision,
@@ -477,7 +451,7 @@ class Watchdog:
             account=finding.account,
             instance_id=finding.instance_id,
             rule=finding.rule,
-            data=_audit_data(decision),
+            data=audit_data(decision),
         )
 
     def _fuse_tripped(self, result: Plan, now: datetime) -> None:
@@ -598,19 +572,3 @@ class Watchdog:
         return self.store.prune(
             now, self.settings.sample_retention, raw_samples_for=raw_samples_for
         )
-
-
-def _audit_data(decision: Decision) -> dict[str, str | int | float | bool | None]:
-    finding = decision.finding
-    data: dict[str, str | int | float | bool | None] = {
-        "status": decision.status.value,
-        "dry_run": decision.dry_run,
-        "episode": finding.episode_key,
-        "due_at": finding.due_at.isoformat(),
-        "usd_per_hour": finding.usd_per_hour_at_stake,
-    }
-    if decision.note:
-        data["note"] = decision.note
-    for name, value in finding.evidence.items():
-        data[f"evidence.{name}"] = value
-    return data
