@@ -5,6 +5,7 @@ watchdog (:func:`outcomes`, read from the database and the simulated world)."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.story import clock_text, short_id
 from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, create_engine_for, sqlite_url
+from watchdog_gpu.store.rows import ActionRow, AuditEvent
 
 RESULT_WORDS = {
     ActionStatus.VERIFIED: "verified",
@@ -82,22 +84,7 @@ def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[
     outcomes = []
     for account in scenario.accounts:
         for instance in account.instances:
-            ref = (account.name, instance.id)
-            done = [
-                f"{row.kind.value} {clock_text(row.created_at)} by {row.rule}, "
-                + RESULT_WORDS.get(ActionStatus(row.status), str(row.status))
-                for row in actions
-                if (row.account, row.instance_id) == ref
-            ]
-            reports = sorted(
-                {
-                    str(event.rule)
-                    for event in audit
-                    if event.kind == "protected" and (event.account, event.instance_id) == ref
-                }
-            )
-            if reports:
-                done.append(f"protected: reported by {', '.join(reports)}, never touched")
+            done = _done(account.name, instance.id, actions, audit)
             spend, without = cents_with_and_without(
                 world.spend_usd(account.name, instance.id),
                 world.spend_without_watchdog_usd(account.name, instance.id),
@@ -116,6 +103,30 @@ def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[
     return outcomes
 
 
+def _done(
+    account: str, instance_id: str, actions: Sequence[ActionRow], audit: Sequence[AuditEvent]
+) -> list[str]:
+    """What was done to one instance: its actions and results, then the rules that reported it
+    protected."""
+    ref = (account, instance_id)
+    done = [
+        f"{row.kind.value} {clock_text(row.created_at)} by {row.rule}, "
+        + RESULT_WORDS.get(ActionStatus(row.status), str(row.status))
+        for row in actions
+        if (row.account, row.instance_id) == ref
+    ]
+    reports = sorted(
+        {
+            str(event.rule)
+            for event in audit
+            if event.kind == "protected" and (event.account, event.instance_id) == ref
+        }
+    )
+    if reports:
+        done.append(f"protected: reported by {', '.join(reports)}, never touched")
+    return done
+
+
 def print_header(
     scenario: Scenario, settings: Settings, out: TextIO, *, speed: float, database: Path
 ) -> None:
@@ -132,17 +143,29 @@ def print_header(
         "no network is used.\n\n"
         f"The fleet at {clock_text(scenario.start)} UTC on {scenario.start:%a %d %b %Y}:\n"
     )
+    out.writelines(_fleet_lines(scenario))
+    out.write(_rules_text(settings))
+    out.write(f"\nDatabase: {database}\nTimes are virtual, UTC.\n\n")
+    out.flush()
+
+
+def _fleet_lines(scenario: Scenario) -> list[str]:
     fleet = [(a, i) for a in scenario.accounts for i in a.instances]
     width = max(len(f"{a.name}/{short_id(i.id)}") for a, i in fleet)
     names = max(len(i.name) for _, i in fleet)
+    lines = []
     for account, instance in fleet:
         disk = f" + {instance.disk_gb:g} GB disk" if instance.disk_gb else ""
         bid = " interruptible" if instance.interruptible else ""
         ref = f"{account.name}/{short_id(instance.id)}"
-        out.write(
+        lines.append(
             f"  {ref:<{width}}  {instance.name:<{names}}  {instance.gpu_count}× "
             f"{instance.gpu_name}{bid}, ${instance.compute_usd_per_hour:.2f}/h{disk}\n"
         )
+    return lines
+
+
+def _rules_text(settings: Settings) -> str:
     rules = settings.rules
     idle, paused = rules.of(IdleGpuConfig), rules.of(PausedInterruptibleConfig)
     stopped = rules.of(StoppedDiskConfig)
@@ -151,7 +174,7 @@ def print_header(
         for name, limits in rules.of(BudgetConfig).accounts.items()
         if limits.daily_usd is not None
     )
-    out.write(
+    return (
         "\nRules (watchdog_gpu/sim/demo_config.toml, the rest are the documented defaults):\n"
         f"  idle_gpu: destroy after {format_duration(idle.idle)} with every GPU idle, "
         f"warned {format_duration(idle.warn_before)} before\n"
@@ -163,9 +186,7 @@ def print_header(
         f"  budget: {budgets or 'no ceiling'}; when reached, destroy every billing, "
         "unprotected instance at once\n"
         "  protected: instances named *keep* (watchdog-gpu protect --name '*keep*')\n"
-        f"\nDatabase: {database}\nTimes are virtual, UTC.\n\n"
     )
-    out.flush()
 
 
 def print_result(
@@ -175,28 +196,12 @@ def print_result(
     run watchdog-gpu from the user's shell, e.g. ``.venv/bin/watchdog-gpu``)."""
     state = "the night is over" if result.completed else "the demo was interrupted"
     out.write(f"\n{clock_text(result.ended_at)}  {state}. What the watchdog did:\n\n")
-    labels = [
-        f"{item.account}/{short_id(item.instance_id)} {item.name}" for item in result.instances
-    ]
-    width = max(len(label) for label in (*labels, "total"))
-    out.write(f"  {'instance':<{width}}  {'spent':>8}  {'without':>8}  what happened\n")
-    for label, item in zip(labels, result.instances, strict=True):
-        out.write(
-            f"  {label:<{width}}  {_usd(item.spend_usd):>8}  {_usd(item.without_usd):>8}  "
-            f"{item.done} [{item.final_state}]\n"
-        )
-    saved = result.without_usd - result.spend_usd
+    out.writelines(_outcome_table(result))
     out.write(
-        f"  {'total':<{width}}  {_usd(result.spend_usd):>8}  {_usd(result.without_usd):>8}  "
-        f"saved {_usd(saved)}\n\n"
-        "(spent: what the simulated providers billed; without: the same night with nobody "
+        "\n(spent: what the simulated providers billed; without: the same night with nobody "
         "acting)\n"
     )
-    counts: dict[str, int] = {}
-    for message in result.phone:
-        counts[message.severity] = counts.get(message.severity, 0) + 1
-    summary = ", ".join(f"{count} {severity}" for severity, count in sorted(counts.items()))
-    out.write(f"The phone received {len(result.phone)} messages ({summary or 'none'}).\n")
+    out.write(_phone_summary(result.phone))
     if result.metrics:
         out.write("Prometheus counters (GET /metrics) at the end of the night:\n")
         out.writelines(f"  {line}\n" for line in result.metrics)
@@ -211,6 +216,33 @@ def print_result(
         f"  {program} events --db {shlex.quote(str(database))}\n"
     )
     out.flush()
+
+
+def _outcome_table(result: DemoResult) -> list[str]:
+    labels = [
+        f"{item.account}/{short_id(item.instance_id)} {item.name}" for item in result.instances
+    ]
+    width = max(len(label) for label in (*labels, "total"))
+    lines = [f"  {'instance':<{width}}  {'spent':>8}  {'without':>8}  what happened\n"]
+    for label, item in zip(labels, result.instances, strict=True):
+        lines.append(
+            f"  {label:<{width}}  {_usd(item.spend_usd):>8}  {_usd(item.without_usd):>8}  "
+            f"{item.done} [{item.final_state}]\n"
+        )
+    saved = result.without_usd - result.spend_usd
+    lines.append(
+        f"  {'total':<{width}}  {_usd(result.spend_usd):>8}  {_usd(result.without_usd):>8}  "
+        f"saved {_usd(saved)}\n"
+    )
+    return lines
+
+
+def _phone_summary(phone: Sequence[PhoneMessage]) -> str:
+    counts: dict[str, int] = {}
+    for message in phone:
+        counts[message.severity] = counts.get(message.severity, 0) + 1
+    summary = ", ".join(f"{count} {severity}" for severity, count in sorted(counts.items()))
+    return f"The phone received {len(phone)} messages ({summary or 'none'}).\n"
 
 
 def _usd(amount: float) -> str:
