@@ -10,7 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from watchdog_gpu.sim.gpu import GpuState, GpuTimeline
+from watchdog_gpu.sim.gpu import GpuState, GpuTimeline, read_gpus
 from watchdog_gpu.sim.provider_states import ProviderState, generic_billing
 from watchdog_gpu.sim.scenario import ApiMode, ScenarioAccount, ScenarioInstance, ScenarioVolume
 
@@ -22,6 +22,9 @@ COMPUTE_STATES = frozenset({"starting", "running"})
 # ``storage_total_cost`` is exactly disk × storage_cost / 720 (both OpenAPI examples); Lambda's
 # billing page prices a month as 720 hours; RunPod does not say (730, the calendar average).
 HOURS_PER_MONTH = {"vast": 720.0, "runpod": 730.0, "lambda": 720.0}
+
+# An instance without a scripted SSH port listens on this plus its ordinal.
+_SSH_PORT_BASE = 22000
 
 
 class SimError(Exception):
@@ -119,6 +122,46 @@ class InstanceRecord:
         position = bisect.bisect_right(times, instant) - 1
         return self.history[position][1] if position >= 0 else None
 
+    def view(self, now: datetime, origin: datetime) -> InstanceView:
+        """The instance as the provider describes it at ``now`` (``origin``: offset 0)."""
+        assert self.state is not None
+        assert self.created_at is not None
+        assert self.state_since is not None
+        spec = self.spec
+        offset = now - origin
+        gpu = read_gpus(self.timeline.settings_at(offset), offset, self.state, self.ordinal)
+        return InstanceView(
+            account=self.account,
+            provider=self.provider,
+            instance_id=spec.id,
+            ordinal=self.ordinal,
+            name=spec.name or spec.id,
+            label=self.label,
+            state=self.state,
+            destroying=self.destroy_due is not None,
+            interruptible=spec.interruptible,
+            provider_state=self.provider_state,
+            compute_billed=self.compute_billed,
+            network_volume=spec.network_volume,
+            savings_plan_discount=spec.savings_plan_discount,
+            serverless_endpoint=spec.serverless_endpoint,
+            reserved_discount=spec.reserved_discount,
+            gpu_name=spec.gpu_name,
+            gpu_count=spec.gpu_count,
+            compute_usd_per_hour=spec.compute_usd_per_hour,
+            storage_usd_per_hour=self.storage_usd_per_hour(),
+            storage_usd_per_hour_running=self.storage_usd_per_hour("running"),
+            storage_usd_per_gb_month=spec.storage_usd_per_gb_month,
+            disk_gb=spec.disk_gb,
+            ssh_host=spec.ssh_host,
+            ssh_port=spec.ssh_port or _SSH_PORT_BASE + self.ordinal,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            state_since=self.state_since,
+            gpu=gpu,
+            spend_usd=self.spend_usd,
+        )
+
 
 @dataclass
 class VolumeRecord:
@@ -133,6 +176,18 @@ class VolumeRecord:
             return 0.0
         return (
             self.spec.size_gb * self.spec.storage_usd_per_gb_month / HOURS_PER_MONTH[self.provider]
+        )
+
+    def view(self, mounted: bool) -> VolumeView:
+        """The volume as listed; ``mounted``: an existing pod mounts it."""
+        return VolumeView(
+            volume_id=self.spec.id,
+            name=self.spec.name or self.spec.id,
+            size_gb=self.spec.size_gb,
+            storage_usd_per_gb_month=self.spec.storage_usd_per_gb_month,
+            usd_per_hour=self.usd_per_hour(),
+            attached=self.spec.attached or mounted,
+            created_at=self.created_at,
         )
 
 
@@ -166,6 +221,20 @@ class AccountRecord:
             for record in self.instances.values()
         )
         return instances + sum(volume.usd_per_hour() for volume in self.volumes.values())
+
+    def view(self) -> AccountView:
+        total = sum(item.spend_usd for item in self.instances.values()) + sum(
+            volume.spend_usd for volume in self.volumes.values()
+        )
+        return AccountView(
+            name=self.spec.name,
+            provider=self.provider,
+            balance_usd=self.balance_usd,
+            spend_usd_per_hour=self.usd_per_hour(),
+            spend_limit_usd_per_hour=self.spend_limit_usd_per_hour,
+            total_spend_usd=total,
+            api_mode=self.api_mode,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,6 @@ DEFAULT_SPEND_LIMITS: Mapping[str, float] = {"runpod": 80.0}
 # Balance crossings further away than this (a century) are treated as never.
 _NEVER_HOURS = 100 * 365 * 24
 _ONE_HOUR = timedelta(hours=1)
-_SSH_PORT_BASE = 22000
 # Below this a balance counts as reached zero (float dust from microsecond-rounded crossings).
 _BALANCE_EPSILON_USD = 1e-6
 
@@ -134,26 +133,14 @@ class SimulatedWorld:
     def account_view(self, account: str) -> AccountView:
         with self._lock:
             self._advance()
-            record = self._account(account)
-            total = sum(item.spend_usd for item in record.instances.values()) + sum(
-                volume.spend_usd for volume in record.volumes.values()
-            )
-            return AccountView(
-                name=record.spec.name,
-                provider=record.provider,
-                balance_usd=record.balance_usd,
-                spend_usd_per_hour=record.usd_per_hour(),
-                spend_limit_usd_per_hour=record.spend_limit_usd_per_hour,
-                total_spend_usd=total,
-                api_mode=record.api_mode,
-            )
+            return self._account(account).view()
 
     def list_instances(self, account: str) -> list[InstanceView]:
         """Every instance that exists now (including ones with a destroy pending), by ordinal."""
         with self._lock:
             now = self._advance()
             records = self._account(account).instances.values()
-            return [self._view(record, now) for record in records if record.exists]
+            return [record.view(now, self.origin) for record in records if record.exists]
 
     def instance(self, account: str, instance_id: str) -> InstanceView | None:
         """The instance if it exists now; None if it is gone, not yet created or never was."""
@@ -162,7 +149,7 @@ class SimulatedWorld:
             record = self._account(account).instances.get(instance_id)
             if record is None or not record.exists:
                 return None
-            return self._view(record, now)
+            return record.view(now, self.origin)
 
     def state(self, account: str, instance_id: str) -> str | None:
         """The scripted state now (``gone`` after a destroy; None before the instance exists)."""
@@ -223,15 +210,7 @@ class SimulatedWorld:
                 if instance.exists and instance.spec.network_volume is not None
             }
             return [
-                VolumeView(
-                    volume_id=volume.spec.id,
-                    name=volume.spec.name or volume.spec.id,
-                    size_gb=volume.spec.size_gb,
-                    storage_usd_per_gb_month=volume.spec.storage_usd_per_gb_month,
-                    usd_per_hour=volume.usd_per_hour(),
-                    attached=volume.spec.attached or volume.spec.id in mounted,
-                    created_at=volume.created_at,
-                )
+                volume.view(volume.spec.id in mounted)
                 for volume in record.volumes.values()
                 if not volume.deleted
             ]
@@ -455,18 +434,26 @@ class SimulatedWorld:
         """
         target = self._clock.now() if target is None else target
         while True:
-            next_event = self._queue[0][0] if self._queue else None
-            due = next_event is not None and next_event <= target
-            stop = next_event if due and next_event is not None else target
+            due = self._next_due(target)
+            stop = target if due is None else due
             if self._bill_towards(stop) < stop:
                 continue  # a balance reached zero first; its consequences may be scheduled
-            if not due:
+            if due is None:
                 break
-            while self._queue and self._queue[0][0] == stop:
-                _, _, action = heapq.heappop(self._queue)
-                action(stop)
-            self._settle_zero_balances(stop)
+            self._run_events_at(due)
         return max(target, self._billed_to)
+
+    def _next_due(self, target: datetime) -> datetime | None:
+        """The first scheduled instant at or before ``target`` (None: nothing due)."""
+        if self._queue and self._queue[0][0] <= target:
+            return self._queue[0][0]
+        return None
+
+    def _run_events_at(self, at: datetime) -> None:
+        while self._queue and self._queue[0][0] == at:
+            _, _, action = heapq.heappop(self._queue)
+            action(at)
+        self._settle_zero_balances(at)
 
     def _bill_towards(self, stop: datetime) -> datetime:
         """Bill one segment: up to ``stop`` or to the first zero-balance crossing before it
@@ -597,44 +584,6 @@ class SimulatedWorld:
         if not record.exists:
             raise UnknownInstanceError(f"instance {instance_id!r} does not exist")
         return record
-
-    def _view(self, record: InstanceRecord, now: datetime) -> InstanceView:
-        assert record.state is not None
-        assert record.created_at is not None
-        assert record.state_since is not None
-        offset = now - self.origin
-        gpu = read_gpus(record.timeline.settings_at(offset), offset, record.state, record.ordinal)
-        return InstanceView(
-            account=record.account,
-            provider=record.provider,
-            instance_id=record.spec.id,
-            ordinal=record.ordinal,
-            name=record.spec.name or record.spec.id,
-            label=record.label,
-            state=record.state,
-            destroying=record.destroy_due is not None,
-            interruptible=record.spec.interruptible,
-            provider_state=record.provider_state,
-            compute_billed=record.compute_billed,
-            network_volume=record.spec.network_volume,
-            savings_plan_discount=record.spec.savings_plan_discount,
-            serverless_endpoint=record.spec.serverless_endpoint,
-            reserved_discount=record.spec.reserved_discount,
-            gpu_name=record.spec.gpu_name,
-            gpu_count=record.spec.gpu_count,
-            compute_usd_per_hour=record.spec.compute_usd_per_hour,
-            storage_usd_per_hour=record.storage_usd_per_hour(),
-            storage_usd_per_hour_running=record.storage_usd_per_hour("running"),
-            storage_usd_per_gb_month=record.spec.storage_usd_per_gb_month,
-            disk_gb=record.spec.disk_gb,
-            ssh_host=record.spec.ssh_host,
-            ssh_port=record.spec.ssh_port or _SSH_PORT_BASE + record.ordinal,
-            created_at=record.created_at,
-            started_at=record.started_at,
-            state_since=record.state_since,
-            gpu=gpu,
-            spend_usd=record.spend_usd,
-        )
 
 
 def _scripted_raw_state(record: InstanceRecord, raw: str) -> Callable[[datetime], None]:
