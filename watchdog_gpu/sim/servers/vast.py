@@ -15,12 +15,7 @@ Auth: ``Authorization: Bearer <key>`` (or the legacy ``?api_key=``). No key → 
 requires login."; an unknown key → 401 "Invalid user key" (``error_403_no_auth.json`` /
 ``error_401_invalid_key.json``).
 
-State mapping: starting → ``loading``; running → ``running``; paused (outbid) → ``scheduling``
-with the bid below ``min_bid``; stopped → ``stopped`` in all four status fields; stopped by Vast
-itself (zero balance, or a scripted host fault with its ``status_msg``) → ``stopped`` with
-``intended_status`` still ``running`` and no ``min_bid``; ``exited`` → ``exited`` with
-``cur_state`` ``running`` (the GPU still held); a pending destroy keeps its status with
-``next_state: "unloaded"``; gone → absent from lists.
+Instance rows (and the state mapping) are rendered by :mod:`watchdog_gpu.sim.servers.vast_rows`.
 """
 
 from __future__ import annotations
@@ -29,54 +24,28 @@ import base64
 import binascii
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import ge, gt, le, lt
 from typing import Any
 
 from watchdog_gpu.sim.http import SimRequest, SimResponse, json_response
 from watchdog_gpu.sim.records import (
-    InstanceView,
     InvalidRequestError,
     UnknownInstanceError,
 )
 from watchdog_gpu.sim.servers.base import Dialect
+from watchdog_gpu.sim.servers.vast_rows import instance_row
 
-# (actual_status, intended_status, cur_state, next_state) of each generic state. A paused (outbid)
-# bid instance is shown the documented way: scheduling while its user wants it running, with its
-# bid below min_bid (docs/providers.md, "Vast.ai states").
-_STATUS: dict[str, tuple[str | None, str, str, str]] = {
-    "starting": ("loading", "running", "running", "running"),
-    "running": ("running", "running", "running", "running"),
-    "paused": ("scheduling", "running", "stopped", "running"),
-    "stopped": ("stopped", "stopped", "stopped", "stopped"),
-}
-# The same for each provider state a scenario may set (``provider_state``).
-_PROVIDER_STATUS: dict[str, tuple[str | None, str, str, str]] = {
-    "null": (None, "running", "running", "running"),
-    "created": ("created", "running", "running", "running"),
-    "loading": ("loading", "running", "running", "running"),
-    "scheduling": ("scheduling", "running", "stopped", "running"),
-    "running": ("running", "running", "running", "running"),
-    "stopped": ("stopped", "stopped", "stopped", "stopped"),
-    "exited": ("exited", "running", "running", "running"),
-    "frozen": ("frozen", "frozen", "running", "running"),
-    "rebooting": ("rebooting", "running", "running", "running"),
-    "offline": ("offline", "running", "running", "running"),
-    "unknown": ("unknown", "running", "running", "running"),
-}
-_STATUS_MESSAGES = {
-    "null": None,
-    "created": "Instance created, waiting to be provisioned",
-    "loading": "Pulling image layers",
-    "scheduling": "Attempting to schedule your instance. Your GPU is currently in use.",
-    "exited": ": OCI runtime create failed:",
-    "frozen": "Instance frozen",
-    "rebooting": "Rebooting",
-    "offline": "Host offline",
-    "unknown": "No recent heartbeat from the host",
-}
 # Computed columns the v1 list refuses to filter on (docs/providers.md, "Sources").
 _COMPUTED = frozenset({"dph_total", "num_gpus", "duration", "uptime_mins", "instance", "search"})
-_OPERATORS = ("eq", "neq", "gt", "gte", "lt", "lte", "in", "notin")
+_ORDERINGS: dict[str, Callable[[Any, Any], Any]] = {
+    "gt": gt,
+    "gte": ge,
+    "lt": lt,
+    "lte": le,
+}
+_OPERATORS = ("eq", "neq", "in", "notin", *_ORDERINGS)
 _MAX_LIMIT = 25
 
 
@@ -127,52 +96,39 @@ class VastDialect(Dialect):
 
     def list_v1(self, account: str, request: SimRequest) -> SimResponse:
         rows = self._rows(account)
-        filters = _json_param(request, "select_filters", {})
-        order_by = _json_param(request, "order_by", [{"col": "id", "dir": "asc"}])
-        columns = _json_param(request, "select_cols", ["*"])
-        if not isinstance(filters, dict) or not isinstance(order_by, list):
-            raise InvalidRequestError("select_filters must be an object and order_by a list")
+        query = _ListQuery.from_request(request)
         known = set(rows[0]) if rows else set(_row_columns())
-        for column, condition in filters.items():
-            if column in _COMPUTED or column not in known:
-                return _error(
-                    400,
-                    "invalid_request",
-                    f"Error in query parameters: {column} is not a valid search key",
-                )
-            rows = [row for row in rows if _matches(row.get(column), condition)]
-        for entry in reversed([*order_by, {"col": "id", "dir": "asc"}]):
-            column = entry.get("col") if isinstance(entry, dict) else None
-            if column not in known:
-                return _error(400, "invalid_request", f"{column} is not a valid order_by column")
-            descending = str(entry.get("dir", "asc")).lower() == "desc"
-            rows.sort(key=_column_key(str(column)), reverse=descending)
+        try:
+            rows = _filtered(rows, query.filters, known)
+            _sort(rows, query.order_by, known)
+        except _RejectedQuery as error:
+            return _error(400, "invalid_request", str(error))
         limit = _limit(request.query_value("limit"))
         offset = _token_offset(request.query_value("after_token"))
         if offset is None:
             return _error(400, "invalid_token", "after_token is not a valid token")
         page = rows[offset : offset + limit]
-        # The last page's token is null; an account in "partial" mode gets "" (which the
-        # official client also takes as the end).
-        next_token = "" if self.world.api_mode(account) == "partial" else None
-        if offset + limit < len(rows) and page:
-            next_token = _token(page[-1]["id"], offset + limit)
-        labels: dict[str, int] = {}
-        for row in rows:
-            labels[row.get("label") or ""] = labels.get(row.get("label") or "", 0) + 1
-        if columns != ["*"] and isinstance(columns, list):
-            page = [{column: row.get(column) for column in columns} for row in page]
         return json_response(
             200,
             {
                 "success": True,
                 "instances_found": len(page),
                 "total_instances": len(rows),
-                "label_counts": labels,
-                "next_token": next_token,
-                "instances": page,
+                "label_counts": _label_counts(rows),
+                "next_token": self._next_token(account, rows, page, offset + limit),
+                "instances": _selected(page, query.columns),
             },
         )
+
+    def _next_token(
+        self, account: str, rows: list[dict[str, Any]], page: list[dict[str, Any]], end: int
+    ) -> str | None:
+        """The token of the page after ``page`` (which ends at ``end``). The last page's token
+        is null; an account in "partial" mode gets "" (which the official client also takes as
+        the end)."""
+        if end < len(rows) and page:
+            return _token(page[-1]["id"], end)
+        return "" if self.world.api_mode(account) == "partial" else None
 
     def filters(self, account: str, request: SimRequest) -> SimResponse:
         combos = {
@@ -347,145 +303,61 @@ class VastDialect(Dialect):
         return json_response(200, {"success": True})
 
 
-def instance_row(view: InstanceView, now: datetime) -> dict[str, Any]:
-    """A Vast instance row (``GET /instances``) for ``view`` at ``now``."""
-    exact = view.provider_state
-    actual, intended, current, following = (
-        _PROVIDER_STATUS.get(exact.name, (exact.name, "running", "running", "running"))
-        if exact is not None
-        else _STATUS[view.state]
-    )
-    if exact is not None and exact.by_provider:
-        # Vast stopped it itself: its user still wants it running.
-        intended = "running"
-    running = view.state == "running" and (exact is None or exact.reachable)
-    billing_compute = view.compute_billed
-    # The bid against the current minimum winning bid: below it while outbid (paused).
-    min_bid_factor = 1.3 if view.state == "paused" and exact is None else 0.7
-    storage = view.storage_usd_per_hour
-    sm = [reading.sm for reading in view.gpu.gpus]
-    gpu_util = None
-    if running and sm and not view.gpu.mig:
-        gpu_util = float(sum(sm) / len(sm))
-    start = view.created_at.timestamp()
-    offered = {
-        "gpuCostPerHour": view.compute_usd_per_hour,
-        "diskHour": view.storage_usd_per_hour_running,
-        "totalHour": view.compute_usd_per_hour + view.storage_usd_per_hour_running,
-        "discountTotalHour": 0,
-        "discountedTotalPerHour": view.compute_usd_per_hour + view.storage_usd_per_hour_running,
-    }
-    compute_now = view.compute_usd_per_hour if billing_compute else 0
-    # A reserved instance lists its full rate and charges the discounted one (the charged
-    # pricing's discountedTotalPerHour; dph_total stays the listed rate).
-    discount = compute_now * view.reserved_discount
-    charged = {
-        "gpuCostPerHour": compute_now,
-        "diskHour": storage,
-        "totalHour": compute_now + storage,
-        "discountTotalHour": discount,
-        "discountedTotalPerHour": compute_now - discount + storage,
-    }
-    return {
-        "id": int(view.instance_id),
-        "machine_id": 30000 + view.ordinal,
-        "host_id": 180000 + view.ordinal,
-        "bundle_id": 1180000000 + view.ordinal,
-        "actual_status": actual,
-        "intended_status": "stopped" if view.destroying else intended,
-        "cur_state": current,
-        "next_state": "unloaded" if view.destroying else following,
-        "status_msg": _status_message(view),
-        "label": view.label,
-        "template_id": None,
-        "template_hash_id": None,
-        "template_name": None,
-        "image_uuid": "vastai/pytorch:cuda-12.4.1-auto",
-        "image_args": [],
-        "image_runtype": "ssh_direc ssh_proxy",
-        "extra_env": [],
-        "onstart": None,
-        "public_ipaddr": view.ssh_host,
-        "local_ipaddrs": "172.17.0.2",
-        "ssh_host": view.ssh_host,
-        "ssh_idx": "0",
-        "ssh_port": view.ssh_port,
-        "start_date": start,
-        "end_date": start + 30 * 86400,
-        "uptime_mins": (
-            round((now - view.started_at).total_seconds() / 60, 1)
-            if running and view.started_at
-            else None
-        ),
-        "duration": round(now.timestamp() - start, 1),
-        "cpu_name": "AMD EPYC 7543 32-Core Processor",
-        "cpu_cores_effective": 8.0 * view.gpu_count,
-        "cpu_ram": 64000 * view.gpu_count,
-        "cpu_util": 12.0 if running else None,
-        "gpu_name": view.gpu_name,
-        "gpu_arch": "nvidia",
-        "gpu_ram": 24564,
-        "gpu_totalram": 24564 * view.gpu_count,
-        "gpu_util": gpu_util,
-        "gpu_temp": (40.0 + 0.4 * gpu_util) if gpu_util is not None else None,
-        "gpu_frac": 1.0,
-        "num_gpus": view.gpu_count,
-        "cuda_max_good": 12.8,
-        "driver_version": "570.133.07",
-        "disk_space": view.disk_gb,
-        "disk_usage": -1,
-        "disk_util": -1,
-        "ports": (
-            {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(view.ssh_port)}]}  # noqa: S104
-            if running
-            else None
-        ),
-        "direct_port_start": -1,
-        "direct_port_end": -1,
-        "direct_port_count": 0,
-        "static_ip": False,
-        "geolocation": "Simulated, Loopback",
-        "country_code": None,
-        "verification": "verified",
-        "rentable": False,
-        "external": False,
-        # A contract Vast parked itself is quoted no winning bid (the simulator's assumption:
-        # Vast documents none, and the official client's v1 Instance has no min_bid at all).
-        "min_bid": (
-            None
-            if exact is not None and exact.by_provider
-            else round(view.compute_usd_per_hour * min_bid_factor, 4)
-        ),
-        "is_bid": view.interruptible,
-        "dph_base": view.compute_usd_per_hour,
-        "dph_total": view.compute_usd_per_hour + storage,
-        "storage_cost": view.storage_usd_per_gb_month,
-        "storage_total_cost": storage,
-        "inet_up_cost": 0.0,
-        "inet_down_cost": 0.0,
-        "reliability2": 0.99,
-        "time_remaining": "",
-        "time_remaining_isbid": "",
-        "search": offered,
-        "instance": charged,
-        "volume_info": [],
-    }
+@dataclass(frozen=True, slots=True)
+class _ListQuery:
+    """The v1 list's ``select_filters``, ``order_by`` and ``select_cols``."""
+
+    filters: dict[str, Any]
+    order_by: list[Any]
+    columns: Any
+
+    @classmethod
+    def from_request(cls, request: SimRequest) -> _ListQuery:
+        filters = _json_param(request, "select_filters", {})
+        order_by = _json_param(request, "order_by", [{"col": "id", "dir": "asc"}])
+        columns = _json_param(request, "select_cols", ["*"])
+        if not isinstance(filters, dict) or not isinstance(order_by, list):
+            raise InvalidRequestError("select_filters must be an object and order_by a list")
+        return cls(filters, order_by, columns)
 
 
-def _status_message(view: InstanceView) -> str | None:
-    if view.destroying:
-        return "Destroying instance"
-    if view.provider_state is not None and view.provider_state.detail is not None:
-        return view.provider_state.detail
-    if view.provider_state is not None and view.provider_state.name in _STATUS_MESSAGES:
-        return _STATUS_MESSAGES[view.provider_state.name]
-    if view.state == "paused":
-        return _STATUS_MESSAGES["scheduling"]
-    if view.state == "starting":
-        return "Loading image"
-    if view.state == "running":
-        return "success, running vastai/pytorch_cuda-12.4.1-auto/ssh"
-    return None
+class _RejectedQuery(Exception):
+    """A filter or sort column the v1 list refuses (answered 400 ``invalid_request``)."""
+
+
+def _filtered(
+    rows: list[dict[str, Any]], filters: dict[str, Any], known: set[str]
+) -> list[dict[str, Any]]:
+    for column, condition in filters.items():
+        if column in _COMPUTED or column not in known:
+            raise _RejectedQuery(f"Error in query parameters: {column} is not a valid search key")
+        rows = [row for row in rows if _matches(row.get(column), condition)]
+    return rows
+
+
+def _sort(rows: list[dict[str, Any]], order_by: list[Any], known: set[str]) -> None:
+    """Sort ``rows`` in place by each ``order_by`` entry, then by id."""
+    for entry in reversed([*order_by, {"col": "id", "dir": "asc"}]):
+        column = entry.get("col") if isinstance(entry, dict) else None
+        if column not in known:
+            raise _RejectedQuery(f"{column} is not a valid order_by column")
+        descending = str(entry.get("dir", "asc")).lower() == "desc"
+        rows.sort(key=_column_key(str(column)), reverse=descending)
+
+
+def _label_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    labels: dict[str, int] = {}
+    for row in rows:
+        label = row.get("label") or ""
+        labels[label] = labels.get(label, 0) + 1
+    return labels
+
+
+def _selected(page: list[dict[str, Any]], columns: Any) -> list[dict[str, Any]]:
+    """``page`` cut to ``select_cols`` (all columns for ``["*"]``)."""
+    if columns == ["*"] or not isinstance(columns, list):
+        return page
+    return [{column: row.get(column) for column in columns} for row in page]
 
 
 def _row_columns() -> list[str]:
@@ -515,13 +387,7 @@ def _compare(operator: str, value: Any, operand: Any) -> bool:
     if value is None or operand is None:
         return False
     try:
-        if operator == "gt":
-            return bool(value > operand)
-        if operator == "gte":
-            return bool(value >= operand)
-        if operator == "lt":
-            return bool(value < operand)
-        return bool(value <= operand)
+        return bool(_ORDERINGS[operator](value, operand))
     except TypeError:
         raise InvalidRequestError(f"cannot compare {value!r} with {operand!r}") from None
 
