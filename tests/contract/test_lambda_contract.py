@@ -54,10 +54,10 @@ def test_an_account_without_instances_lists_none() -> None:
     assert build("lambda", api).list_instances(NOW) == ()
 
 
-def test_a_single_instance_answer_parses() -> None:
-    instance = parse.parse_single_instance(
-        fixture_json("lambda/instance_single.json"), account="a", now=NOW
-    )
+def test_the_instance_of_a_single_instance_answer_parses() -> None:
+    answer = fixture_json("lambda/instance_single.json")
+    assert isinstance(answer, dict)
+    instance = parse.parse_instance(answer["data"], account="a", now=NOW)
 
     assert (instance.instance_id, instance.state) == (
         "0920582c7ff041399e34823a0be62549",
@@ -165,16 +165,6 @@ def test_lambda_cannot_stop_and_says_so_without_calling() -> None:
     with pytest.raises(PermanentError, match="cannot be stopped"):
         provider.stop("0920582c7ff041399e34823a0be62549")
     assert api.requests == []
-
-
-def test_instance_type_prices_parse_as_a_catalogue() -> None:
-    prices = parse.parse_instance_types(fixture_json("lambda/instance_types.json"))
-
-    assert prices == {
-        "gpu_1x_h100_pcie": pytest.approx(2.49),
-        "gpu_1x_a10": pytest.approx(0.75),
-        "gpu_8x_h100_sxm5": pytest.approx(23.92),
-    }
 
 
 def test_the_terminate_answer_lists_the_terminated_ids() -> None:

@@ -72,14 +72,11 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "runpod.account": lambda p: runpod.parse_account(p, account="a", now=NOW),
     "runpod.volumes": lambda p: runpod.parse_network_volumes(p, account="a", now=NOW),
     "runpod.keys": lambda p: runpod.parse_ssh_keys(p, account="a"),
-    "runpod.v1": lambda p: runpod.parse_rest_v1_pods(p, account="a", now=NOW),
-    "runpod.v2": lambda p: runpod.parse_rest_v2_pods(p, account="a", now=NOW),
     "runpod.mutation": lambda p: runpod.parse_mutation(p, "podTerminate"),
     "lambda.instances": lambda p: lambda_cloud.parse_instances(p, account="a", now=NOW),
     "lambda.filesystems": lambda p: lambda_cloud.parse_file_systems(p, account="a", now=NOW),
     "lambda.keys": lambda p: lambda_cloud.parse_ssh_keys(p, account="a"),
     "lambda.terminate": lambda_cloud.parse_terminated_ids,
-    "lambda.types": lambda_cloud.parse_instance_types,
 }
 
 
@@ -104,8 +101,6 @@ def test_any_instance_row_in_a_valid_envelope_parses_or_raises_a_provider_error(
         ("vast.instances", {"instances": [row]}),
         ("runpod.pods", {"data": {"myself": {"pods": [row]}}}),
         ("lambda.instances", {"data": [row]}),
-        ("runpod.v1", [row]),
-        ("runpod.v2", {"pods": [row]}),
     ]
     for name, payload in envelopes:
         _parse_or_typed_error(PARSERS[name], payload)

@@ -78,11 +78,6 @@ def parse_instances(
     return tuple(parse_instance(row, account=account, now=now) for row in rows)
 
 
-def parse_single_instance(payload: object, *, account: str, now: datetime) -> InstanceSnapshot:
-    """Parse ``GET /instances/{id}`` (``{"data": {...}}``)."""
-    return parse_instance(_data(payload, "instance"), account=account, now=now)
-
-
 def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnapshot:
     """One instance object; only an unreadable ``id`` is fatal (``PermanentError``)."""
     fields = as_object(row)
@@ -201,21 +196,6 @@ def parse_terminated_ids(payload: object) -> tuple[str, ...]:
         for row in rows
         if (fields := as_object(row)) is not None and (instance_id := get_id(fields, "id"))
     )
-
-
-def parse_instance_types(payload: object) -> dict[str, float]:
-    """Parse ``GET /instance-types`` into type name → catalogue $/h. Catalogue prices are for
-    display and cross-checks only: a snapshot's rate comes from the instance's own type."""
-    data = as_object(_data(payload, "instance types"))
-    if data is None:
-        raise broken_payload(PROVIDER, "instance types", "'data' is not an object")
-    prices = {}
-    for name, entry in data.items():
-        instance_type = as_object((as_object(entry) or {}).get("instance_type")) or {}
-        cents = get_money(instance_type, "price_cents_per_hour")
-        if cents is not None:
-            prices[name] = round(cents / 100, 6)
-    return prices
 
 
 def error_code(payload: object) -> str | None:

@@ -1,9 +1,8 @@
 """RunPod payloads into the normalised model (pure).
 
-The client speaks GraphQL (the only API with the balance, ``podType`` and per-GPU utilisation);
-the REST v1/v2 pod shapes map through the same state table, ``RUNPOD_STATES``. States, storage
-and compute rates, partial GraphQL errors and the SSH endpoint, each with its source:
-``docs/providers.md``, "RunPod" and "SSH endpoints".
+The client speaks GraphQL only (the one API with the balance, ``podType`` and per-GPU
+utilisation). States, storage and compute rates, partial GraphQL errors and the SSH endpoint,
+each with its source: ``docs/providers.md``, "RunPod" and "SSH endpoints".
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
+from typing import TypeGuard
 
 from watchdog_gpu.errors import AuthError, NotFoundError, ProviderError, TransientError
 from watchdog_gpu.model import (
@@ -38,7 +38,6 @@ from watchdog_gpu.providers.parsing.common import (
     get_str,
     key_comment,
     monthly_gb_rate_to_hourly,
-    parse_iso_datetime,
     seconds_before,
 )
 
@@ -69,6 +68,9 @@ RUNPOD_STATES = StateTable(
 
 _INTERRUPTIBLE_POD_TYPES = frozenset({"INTERRUPTABLE"})
 
+_AUTH_CODES = frozenset({"UNAUTHENTICATED", "FORBIDDEN"})
+_AUTH_WORDS = ("unauthorized", "not authorized", "authorization")
+
 # Where a pod's fields sit in a ``myself { pods { ... } }`` answer: errors under this path with
 # a pod index and a field name are partial (that pod's field is unknown).
 _PODS_PATH = ("myself", "pods")
@@ -81,9 +83,7 @@ def graphql_data(payload: object, operation: str) -> Mapping[str, object]:
     before ``data``. Raises the ``ProviderError`` that :func:`graphql_error` picks, or
     ``PermanentError`` when the answer is not a GraphQL response at all.
     """
-    envelope = as_object(payload)
-    if envelope is None:
-        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
+    envelope = _envelope(payload, operation)
     error = graphql_error(envelope, operation)
     if error is not None:
         raise error
@@ -102,31 +102,34 @@ def partial_field_errors(
     Raises the error of :func:`graphql_error` when any error lies elsewhere (on the list
     itself, on an item as a whole, or without a path): that is not a partial answer.
     """
-    envelope = as_object(payload)
-    if envelope is None:
-        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
-    errors = as_list(envelope.get("errors"))
-    if not errors:
-        return {}
+    envelope = _envelope(payload, operation)
     unreadable: dict[int, set[str]] = {}
-    for entry in errors:
-        path = as_list((as_object(entry) or {}).get("path")) or []
-        depth = len(list_path)
-        head, index, rest = path[:depth], path[depth : depth + 1], path[depth + 1 :]
-        names = [part for part in rest if isinstance(part, str)]
-        if (
-            tuple(head) != list_path
-            or not index
-            or not isinstance(index[0], int)
-            or isinstance(index[0], bool)
-            or not names
-            or names[0] == "id"
-        ):
-            error = graphql_error(envelope, operation)
-            assert error is not None  # errors is a non-empty array
-            raise error
-        unreadable.setdefault(index[0], set()).add(".".join(names))
+    for entry in as_list(envelope.get("errors")) or []:
+        located = _item_field(entry, list_path)
+        if located is None:
+            raise _whole_answer_error(envelope, operation)
+        index, field = located
+        unreadable.setdefault(index, set()).add(field)
     return {index: frozenset(fields) for index, fields in unreadable.items()}
+
+
+def _item_field(entry: object, list_path: tuple[str, ...]) -> tuple[int, str] | None:
+    """(item index, dotted field) of an error on one field of one item of the list at
+    ``list_path``; ``None`` when the error lies anywhere else. An error on an item's ``id``
+    is on the item as a whole."""
+    path = as_list((as_object(entry) or {}).get("path")) or []
+    depth = len(list_path)
+    if tuple(path[:depth]) != list_path:
+        return None
+    index, *rest = path[depth:] or [None]
+    names = [part for part in rest if isinstance(part, str)]
+    if not _is_index(index) or not names or names[0] == "id":
+        return None
+    return index, ".".join(names)
+
+
+def _is_index(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def graphql_error(envelope: Mapping[str, object], operation: str) -> ProviderError | None:
@@ -141,26 +144,44 @@ def graphql_error(envelope: Mapping[str, object], operation: str) -> ProviderErr
         if envelope.get("errors") not in (None, []):
             return broken_payload(PROVIDER, operation, "'errors' is not an array")
         return None
-    messages: list[str] = []
-    codes: set[str] = set()
-    for entry in errors:
-        fields = as_object(entry) or {}
-        messages.append(get_str(fields, "message") or "(no message)")
-        code = get_str(as_object(fields.get("extensions")) or {}, "code")
-        if code:
-            codes.add(code.upper())
-    text = "; ".join(messages)
-    lowered = text.lower()
-    message = f"{PROVIDER}: {operation}: GraphQL error: {text}"[:300]
+    entries = [as_object(entry) or {} for entry in errors]
+    text = "; ".join(get_str(fields, "message") or "(no message)" for fields in entries)
+    codes = {code for fields in entries if (code := _error_code(fields))}
+    kind = _error_kind(text.lower(), codes)
+    if kind is None:
+        return broken_payload(PROVIDER, operation, f"GraphQL error: {text}")
+    return kind(f"{PROVIDER}: {operation}: GraphQL error: {text}"[:300])
+
+
+def _error_kind(lowered: str, codes: set[str]) -> type[ProviderError] | None:
+    """The retry class of GraphQL errors from their lower-cased messages and codes (``None``:
+    permanent)."""
     if "not found" in lowered or "NOT_FOUND" in codes:
-        return NotFoundError(message)
-    if codes & {"UNAUTHENTICATED", "FORBIDDEN"} or any(
-        word in lowered for word in ("unauthorized", "not authorized", "authorization")
-    ):
-        return AuthError(message)
+        return NotFoundError
+    if codes & _AUTH_CODES or any(word in lowered for word in _AUTH_WORDS):
+        return AuthError
     if "INTERNAL_SERVER_ERROR" in codes or "try again later" in lowered:
-        return TransientError(message)
-    return broken_payload(PROVIDER, operation, f"GraphQL error: {text}")
+        return TransientError
+    return None
+
+
+def _error_code(fields: Mapping[str, object]) -> str:
+    """An error's upper-cased ``extensions.code`` ("" when it has none)."""
+    return (get_str(as_object(fields.get("extensions")) or {}, "code") or "").upper()
+
+
+def _envelope(payload: object, operation: str) -> Mapping[str, object]:
+    envelope = as_object(payload)
+    if envelope is None:
+        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
+    return envelope
+
+
+def _whole_answer_error(envelope: Mapping[str, object], operation: str) -> ProviderError:
+    """The error of an answer whose ``errors`` array is known to hold an entry."""
+    error = graphql_error(envelope, operation)
+    assert error is not None  # errors is a non-empty array
+    return error
 
 
 def parse_pods(payload: object, *, account: str, now: datetime) -> tuple[InstanceSnapshot, ...]:
@@ -188,30 +209,26 @@ def pod_network_volumes(payload: object) -> dict[str, str | None] | None:
         unreadable = partial_field_errors(payload, "pods", _PODS_PATH)
     except ProviderError:
         return None
-    envelope = as_object(payload) or {}
-    myself = as_object((as_object(envelope.get("data")) or {}).get("myself")) or {}
-    pods = as_list(myself.get("pods")) or []
     attached: dict[str, str | None] = {}
-    for index, pod in enumerate(pods):
+    for index, pod in enumerate(_listed_pods(payload)):
         fields = as_object(pod) or {}
         pod_id = get_id(fields, "id")
-        if (
-            pod_id is None
-            or "networkVolumeId" not in fields
-            or "networkVolumeId" in unreadable.get(index, frozenset())
-        ):
+        if pod_id is None or not _volume_readable(fields, unreadable.get(index, frozenset())):
             return None
         attached[pod_id] = get_str(fields, "networkVolumeId")
     return attached
 
 
+def _volume_readable(fields: Mapping[str, object], unreadable: frozenset[str]) -> bool:
+    """Whether a pod's ``networkVolumeId`` was asked for and read (its null means "none")."""
+    return "networkVolumeId" in fields and "networkVolumeId" not in unreadable
+
+
 def pod_endpoints(payload: object) -> frozenset[str]:
     """The ids of the pods in a pods answer that belong to a serverless endpoint (a non-empty
     ``endpointId``); empty when the field was not read."""
-    envelope = as_object(payload) or {}
-    myself = as_object((as_object(envelope.get("data")) or {}).get("myself")) or {}
     workers = set()
-    for pod in as_list(myself.get("pods")) or []:
+    for pod in _listed_pods(payload):
         fields = as_object(pod) or {}
         pod_id = get_id(fields, "id")
         if pod_id is not None and get_str(fields, "endpointId"):
@@ -219,23 +236,31 @@ def pod_endpoints(payload: object) -> frozenset[str]:
     return frozenset(workers)
 
 
+def _listed_pods(payload: object) -> list[object]:
+    """The pods of a pods answer already checked by :func:`parse_pods` (empty when absent)."""
+    envelope = as_object(payload) or {}
+    myself = as_object((as_object(envelope.get("data")) or {}).get("myself")) or {}
+    return as_list(myself.get("pods")) or []
+
+
 def validation_errors(payload: object) -> list[str]:
     """The messages of the validation errors in a GraphQL answer (errors without a ``path``
     that say the document cannot run: ``GRAPHQL_VALIDATION_FAILED``, "Cannot query field");
     empty when there are none. Some servers answer these with HTTP 200."""
-    envelope = as_object(payload)
-    if envelope is None:
-        return []
-    messages = []
-    for entry in as_list(envelope.get("errors")) or []:
-        fields = as_object(entry) or {}
-        if fields.get("path"):
-            continue
-        message = get_str(fields, "message") or ""
-        code = (get_str(as_object(fields.get("extensions")) or {}, "code") or "").upper()
-        if code == "GRAPHQL_VALIDATION_FAILED" or message.startswith("Cannot query field"):
-            messages.append(message)
-    return messages
+    envelope = as_object(payload) or {}
+    entries = [as_object(entry) or {} for entry in as_list(envelope.get("errors")) or []]
+    return [
+        get_str(fields, "message") or ""
+        for fields in entries
+        if not fields.get("path") and _is_validation_error(fields)
+    ]
+
+
+def _is_validation_error(fields: Mapping[str, object]) -> bool:
+    message = get_str(fields, "message") or ""
+    return _error_code(fields) == "GRAPHQL_VALIDATION_FAILED" or message.startswith(
+        "Cannot query field"
+    )
 
 
 def attach_network_volumes(
@@ -274,12 +299,6 @@ def _attached(volume_id: str, used: set[str], maybe: set[str]) -> bool | None:
     if volume_id in used:
         return True
     return None if volume_id in maybe else False
-
-
-def parse_single_pod(payload: object, *, account: str, now: datetime) -> InstanceSnapshot | None:
-    """Parse ``query { pod(input: {podId}) { ... } }``; ``None`` when the pod is gone."""
-    pod = graphql_data(payload, "pod").get("pod")
-    return None if pod is None else parse_pod(pod, account=account, now=now)
 
 
 def parse_pod(
@@ -406,13 +425,6 @@ def parse_network_volumes(
     return _network_volumes(myself.get("networkVolumes"), account=account, now=now)
 
 
-def parse_rest_network_volumes(
-    payload: object, *, account: str, now: datetime
-) -> tuple[VolumeSnapshot, ...]:
-    """Parse REST v1 ``GET /networkvolumes`` (a bare array of the same objects)."""
-    return _network_volumes(payload, account=account, now=now)
-
-
 def parse_ssh_keys(payload: object, *, account: str) -> tuple[SshKeyRecord, ...]:
     """Parse ``myself { pubKey }``: every account key in one newline-separated string. RunPod
     keys have no ids, so each gets a stable one derived from its text."""
@@ -449,110 +461,6 @@ def parse_mutation(payload: object, operation: str) -> object:
     return data[operation]
 
 
-def parse_rest_v1_pods(
-    payload: object, *, account: str, now: datetime
-) -> tuple[InstanceSnapshot, ...]:
-    """Parse REST v1 ``GET /pods`` (a bare array). v1 has no runtime block: a ``RUNNING`` pod
-    is taken as running, SSH is ``publicIp`` + ``portMappings["22"]``."""
-    pods = as_list(payload)
-    if pods is None:
-        raise broken_payload(PROVIDER, "REST v1 pods", f"got {describe(payload)}")
-    return tuple(_rest_v1_pod(pod, account=account, now=now) for pod in pods)
-
-
-def parse_rest_v2_pods(
-    payload: object, *, account: str, now: datetime
-) -> tuple[InstanceSnapshot, ...]:
-    """Parse REST v2 ``GET /v2/pods`` (``{"pods": [...]}``). v2 shows no spot flag, and its
-    ``cost`` is what the pod bills now (0.0 when EXITED), so compute $/h is only read while the
-    pod is up."""
-    envelope = as_object(payload)
-    pods = as_list(envelope.get("pods")) if envelope is not None else None
-    if pods is None:
-        raise broken_payload(PROVIDER, "REST v2 pods", f"got {describe(payload)}")
-    return tuple(_rest_v2_pod(pod, account=account, now=now) for pod in pods)
-
-
-def _rest_v1_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
-    fields = _pod_fields(pod)
-    pod_id = get_id(fields, "id")
-    if pod_id is None:
-        raise broken_payload(PROVIDER, "REST v1 pod", "pod without a usable 'id'")
-    interruptible = get_bool(fields, "interruptible") is True
-    desired = fields.get("desiredStatus")
-    state = _state(desired, runtime_up=True)
-    gpu = as_object(fields.get("gpu")) or {}
-    volume_gb = get_money(fields, "volumeInGb")
-    container_gb = get_money(fields, "containerDiskInGb")
-    host = get_str(fields, "publicIp")
-    mappings = as_object(fields.get("portMappings")) or {}
-    ssh_port = as_port(mappings.get("22"))
-    published = {port for key in mappings if host and (port := as_port(key)) is not None}
-    published |= (
-        _http_ports(as_list(fields.get("ports"))) if state is InstanceState.RUNNING else set()
-    )
-    return InstanceSnapshot(
-        provider=PROVIDER,
-        account=account,
-        instance_id=pod_id,
-        name=get_str(fields, "name") or "",
-        state=state,
-        raw_state=_raw_state(desired),
-        observed_at=now,
-        interruptible=interruptible,
-        compute_usd_per_hour=pod_compute_usd_per_hour(fields),
-        storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
-        disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
-        gpu_name=get_str(gpu, "displayName"),
-        gpu_count=get_int(gpu, "count"),
-        ssh_host=host if host and ssh_port else None,
-        ssh_port=ssh_port if host and ssh_port else None,
-        ssh_user=SSH_USER if host and ssh_port else None,
-        started_at=parse_iso_datetime(fields.get("lastStartedAt")),
-        public_ports=tuple(sorted(published)),
-    )
-
-
-def _rest_v2_pod(pod: object, *, account: str, now: datetime) -> InstanceSnapshot:
-    fields = _pod_fields(pod)
-    pod_id = get_id(fields, "id")
-    if pod_id is None:
-        raise broken_payload(PROVIDER, "REST v2 pod", "pod without a usable 'id'")
-    status = fields.get("status")
-    state = _state(status, runtime_up=True)
-    gpu = as_object(fields.get("gpu")) or {}
-    mounts = as_object(fields.get("mounts")) or {}
-    persistent = as_object(mounts.get("persistent"))
-    volume_gb = get_money(persistent, "size") if persistent is not None else 0.0
-    container_gb = get_money(fields, "disk")
-    ssh = as_object(fields.get("ssh")) or {}
-    direct = as_object(ssh.get("direct")) or {}
-    host, port = get_str(direct, "host"), as_port(direct.get("port"))
-    runtime = as_object(fields.get("runtime"))
-    up = state in (InstanceState.RUNNING, InstanceState.STARTING)
-    return InstanceSnapshot(
-        provider=PROVIDER,
-        account=account,
-        instance_id=pod_id,
-        name=get_str(fields, "name") or "",
-        state=state,
-        raw_state=_raw_state(status),
-        observed_at=now,
-        interruptible=False,
-        compute_usd_per_hour=get_money(fields, "cost") if up else None,
-        storage_usd_per_hour=pod_storage_usd_per_hour(state, volume_gb, container_gb),
-        disk_gb=_billed_disk_gb(state, volume_gb, container_gb),
-        gpu_name=None,  # v2 names the GPU type id only ("NVIDIA GeForce RTX 4090")
-        gpu_count=get_int(gpu, "count"),
-        ssh_host=host if host and port else None,
-        ssh_port=port if host and port else None,
-        ssh_user=(get_str(direct, "username") or SSH_USER) if host and port else None,
-        created_at=parse_iso_datetime(fields.get("createdAt")),
-        started_at=parse_iso_datetime(fields.get("startedAt")),
-        public_ports=_public_ports_from_v2(runtime, as_list(fields.get("ports"))),
-    )
-
-
 def _myself(
     payload: object,
     operation: str,
@@ -562,16 +470,11 @@ def _myself(
     part does not need leaves that field ``null`` (unknown, and the part keeps the rest); one
     on a field it ``needs``, on ``myself`` itself or without a path raises the error of
     :func:`graphql_error`."""
-    envelope = as_object(payload)
-    if envelope is None:
-        raise broken_payload(PROVIDER, operation, f"got {describe(payload)}")
+    envelope = _envelope(payload, operation)
     for entry in as_list(envelope.get("errors")) or []:
-        path = as_list((as_object(entry) or {}).get("path")) or []
-        field = path[1] if len(path) >= 2 and path[0] == "myself" else None
-        if not isinstance(field, str) or field in needs:
-            error = graphql_error(envelope, operation)
-            assert error is not None  # errors holds this entry
-            raise error
+        field = _myself_field(entry)
+        if field is None or field in needs:
+            raise _whole_answer_error(envelope, operation)
     data = as_object(envelope.get("data"))
     if data is None:
         error = graphql_error(envelope, operation)
@@ -582,6 +485,14 @@ def _myself(
     if myself is None:
         raise broken_payload(PROVIDER, operation, "'myself' is missing or not an object")
     return myself
+
+
+def _myself_field(entry: object) -> str | None:
+    """The ``myself`` field a GraphQL error lies on (``None``: elsewhere, or no path)."""
+    path = as_list((as_object(entry) or {}).get("path")) or []
+    if len(path) < 2 or path[0] != "myself" or not isinstance(path[1], str):
+        return None
+    return path[1]
 
 
 def _pod_fields(pod: object) -> Mapping[str, object]:
@@ -678,29 +589,5 @@ def _public_ports_from_runtime(ports: list[object] | None) -> tuple[int, ...]:
         if private is None:
             continue
         if get_bool(entry, "isIpPublic") is True or get_str(entry, "type") == "http":
-            published.add(private)
-    return tuple(sorted(published))
-
-
-def _http_ports(specs: list[object] | None) -> set[int]:
-    """``"8888/http"`` entries of a REST pod's ``ports``: served through RunPod's public proxy."""
-    ports = set()
-    for spec in specs or []:
-        if isinstance(spec, str) and spec.strip().endswith("/http"):
-            port = as_port(spec.split("/", 1)[0])
-            if port is not None:
-                ports.add(port)
-    return ports
-
-
-def _public_ports_from_v2(
-    runtime: Mapping[str, object] | None, specs: list[object] | None
-) -> tuple[int, ...]:
-    if runtime is None:
-        return ()
-    published = _http_ports(specs)
-    for entry in _runtime_port_entries(as_list(runtime.get("ports"))):
-        private = as_port(entry.get("private"))
-        if private is not None and get_str(entry, "ip") and as_port(entry.get("public")):
             published.add(private)
     return tuple(sorted(published))

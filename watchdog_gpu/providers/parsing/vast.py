@@ -96,20 +96,6 @@ def parse_instances_page(
     return instances, token or None
 
 
-def parse_single_instance(
-    payload: object, *, account: str, now: datetime
-) -> InstanceSnapshot | None:
-    """Parse ``GET /api/v0/instances/{id}/`` (``{"instances": {...}}``); ``None`` when the
-    instance no longer exists (``{"instances": null}``)."""
-    envelope = as_object(payload)
-    if envelope is None or "instances" not in envelope:
-        raise broken_payload(PROVIDER, "instance", f"got {describe(payload)} without 'instances'")
-    row = envelope["instances"]
-    if row is None:
-        return None
-    return parse_instance(row, account=account, now=now)
-
-
 def parse_instance(row: object, *, account: str, now: datetime) -> InstanceSnapshot:
     """One instance row. Only a missing/unreadable ``id`` is fatal (``PermanentError``); any
     other odd field becomes ``None`` or an ``unknown`` state."""
