@@ -221,19 +221,7 @@ class ProviderHttp:
             raise AuthError(message, status_code=status)
         if status in accept_status and decoded is not _NOT_JSON and decoded is not None:
             return payload
-        if status == 429:
-            raise RateLimitedError(message, retry_after_seconds=retry_after_seconds(response))
-        if status >= 500 or status in _RETRYABLE_STATUS:
-            raise _RetryableHttpError(
-                message, status_code=status, retry_after_seconds=retry_after_seconds(response)
-            )
-        if status == 404:
-            raise NotFoundError(message, status_code=status)
-        if 300 <= status < 400:
-            raise PermanentError(
-                f"{where}: unexpected redirect (HTTP {status})", status_code=status
-            )
-        raise PermanentError(message, status_code=status)
+        raise _status_error(where, message, response)
 
     def _excerpt(self, response: httpx.Response, payload: object) -> str:
         text = _message_from(payload) if payload is not None else None
@@ -348,17 +336,38 @@ def _message_from(payload: object) -> str | None:
         return payload
     if not isinstance(payload, dict):
         return None
+    parts = _message_parts(payload)
+    texts = [str(part) for part in parts if isinstance(part, (str, int)) and part != ""]
+    return ": ".join(texts) if texts else None
+
+
+def _message_parts(payload: dict[str, object]) -> list[object]:
     error = payload.get("error")
     if isinstance(error, dict):
         parts = [error.get("code"), error.get("message")]
     else:
-        parts = [error, payload.get("msg"), payload.get("message")]
-        parts += [payload.get("title"), payload.get("detail")]
+        parts = [error, *(payload.get(key) for key in ("msg", "message", "title", "detail"))]
     errors = payload.get("errors")
     if isinstance(errors, list):
         parts += [entry.get("message") for entry in errors if isinstance(entry, dict)]
-    texts = [str(part) for part in parts if isinstance(part, (str, int)) and part != ""]
-    return ": ".join(texts) if texts else None
+    return parts
+
+
+def _status_error(where: str, message: str, response: httpx.Response) -> ProviderError:
+    """The error of a non-2xx answer that is neither an auth failure nor accepted: 429 and
+    5xx (and the other retryable statuses) are retried, 404 is "not found", the rest fail."""
+    status = response.status_code
+    if status == 429:
+        return RateLimitedError(message, retry_after_seconds=retry_after_seconds(response))
+    if status >= 500 or status in _RETRYABLE_STATUS:
+        return _RetryableHttpError(
+            message, status_code=status, retry_after_seconds=retry_after_seconds(response)
+        )
+    if status == 404:
+        return NotFoundError(message, status_code=status)
+    if 300 <= status < 400:
+        return PermanentError(f"{where}: unexpected redirect (HTTP {status})", status_code=status)
+    return PermanentError(message, status_code=status)
 
 
 def _says_auth_failure(payload: object) -> bool:
