@@ -215,23 +215,46 @@ class RunPodProvider(BaseProvider):
             if rejected is None or not fields:
                 raise
             first_error = error
-        # Named fields first (repeatedly: a truncated message may name only some), then blind.
+        answer, fields = self._ask_without_named(fields, rejected)
+        if answer is None:
+            answer = self._ask_without_each(fields)
+        if answer is None:
+            raise first_error
+        return answer
+
+    def _ask_without_named(
+        self, fields: tuple[str, ...], rejected: frozenset[str]
+    ) -> tuple[object | None, tuple[str, ...]]:
+        """Asks without the fields the refusal named, again while refusals name more (a
+        truncated message may name only some). Returns the accepted answer (``None``: refused
+        still) and the fields left."""
         while named := tuple(field for field in fields if field in rejected):
             fields = tuple(field for field in fields if field not in named)
-            try:
-                return self._accept_fields(fields)
-            except PermanentError as error:
-                rejected = _rejected_fields(error)
-                if rejected is None:
-                    raise
-        for candidate in [*((f,) for f in fields), fields]:
-            remaining = tuple(field for field in fields if field not in candidate)
-            try:
-                return self._accept_fields(remaining)
-            except PermanentError as error:
-                if _rejected_fields(error) is None:
-                    raise
-        raise first_error
+            answer, rejected = self._attempt(fields)
+            if answer is not None:
+                return answer, fields
+        return None, fields
+
+    def _ask_without_each(self, fields: tuple[str, ...]) -> object | None:
+        """Asks without each of ``fields`` in turn, then without all of them (``None``: every
+        query refused)."""
+        for candidate in [*((field,) for field in fields), fields]:
+            answer, _ = self._attempt(tuple(field for field in fields if field not in candidate))
+            if answer is not None:
+                return answer
+        return None
+
+    def _attempt(self, fields: tuple[str, ...]) -> tuple[object | None, frozenset[str]]:
+        """The answer with the optional ``fields``, or ``None`` and the fields a refusal of the
+        document named; any other error is raised. An accepted answer is never ``None``: it is a
+        checked GraphQL object."""
+        try:
+            return self._accept_fields(fields), frozenset()
+        except PermanentError as error:
+            rejected = _rejected_fields(error)
+            if rejected is None:
+                raise
+            return None, rejected
 
     def _accept_fields(self, fields: tuple[str, ...]) -> object:
         """The pods answer with the optional ``fields``; when it passes, they are the account's
