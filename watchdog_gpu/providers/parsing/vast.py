@@ -266,28 +266,57 @@ def _state(fields: Mapping[str, object], *, interruptible: bool) -> tuple[Instan
     key = "null" if actual is None else actual
     intended = get_str(fields, "intended_status")
     contract = get_str(fields, "cur_state")
-    outbid = _bid_below_minimum(fields)
-    if outbid and status_message_is_error(get_str(fields, "status_msg")):
-        outbid = None  # Vast parked it for a fault: the bid is not why it is off its GPU
+    outbid = _outbid(fields)
     state = vast_state(
         key, intended=intended, interruptible=interruptible, outbid=outbid, contract=contract
     )
-    raw = actual.strip() if isinstance(actual, str) else str(key)
-    notes = []
-    if _unloading(fields):
+    unloading = _unloading(fields)
+    if unloading:
         # Destroyed: Vast lists the row until the contract is unloaded (≈ 30 s), as Lambda lists
         # "terminating". Gone, so a destroy is verified and never sent twice.
         state = InstanceState.GONE
-        notes.append("unloading")
-    if intended and intended != raw:
-        notes.append(f"intended {intended}")
-    if contract and contract != raw and str(key).strip().lower() == "exited":
-        notes.append(f"contract {contract}")
-    if interruptible and outbid:
-        notes.append("bid < min_bid")
+    raw = actual.strip() if isinstance(actual, str) else str(key)
+    notes = _raw_state_notes(
+        raw,
+        exited=str(key).strip().lower() == "exited",
+        intended=intended,
+        contract=contract,
+        unloading=unloading,
+        outbid=bool(interruptible and outbid),
+    )
     if notes:
         raw = f"{raw} ({', '.join(notes)})"
     return state, raw[:80]
+
+
+def _outbid(fields: Mapping[str, object]) -> bool | None:
+    """Whether the bid is below the current minimum, unless Vast parked the instance for a
+    fault (its ``status_msg`` an error): then the bid is not why it is off its GPU."""
+    outbid = _bid_below_minimum(fields)
+    if outbid and status_message_is_error(get_str(fields, "status_msg")):
+        return None
+    return outbid
+
+
+def _raw_state_notes(
+    raw: str,
+    *,
+    exited: bool,
+    intended: str | None,
+    contract: str | None,
+    unloading: bool,
+    outbid: bool,
+) -> list[str]:
+    """What the raw state shown beside ``actual_status`` adds: the status Vast intends, the
+    contract's state of an exited container, an unloading contract, a losing bid."""
+    notes = ["unloading"] if unloading else []
+    if intended and intended != raw:
+        notes.append(f"intended {intended}")
+    if exited and contract and contract != raw:
+        notes.append(f"contract {contract}")
+    if outbid:
+        notes.append("bid < min_bid")
+    return notes
 
 
 def _unloading(fields: Mapping[str, object]) -> bool:
