@@ -177,24 +177,41 @@ def _value(parser: _Parser) -> Any:
     if token is None:
         raise GraphQLError("Syntax Error: Unexpected <EOF>.")
     kind, text = token
-    if kind == "punct" and text == "$":
-        parser.take()
-        return Variable(parser.take("name"))
-    if kind == "punct" and text == "[":
-        parser.take()
-        items = []
-        while not parser.accept("]"):
-            items.append(_value(parser))
-        return items
-    if kind == "punct" and text == "{":
-        parser.take()
-        fields: dict[str, Any] = {}
-        while not parser.accept("}"):
-            key = parser.take("name")
-            parser.take("punct", ":")
-            fields[key] = _value(parser)
-        return fields
     parser.take()
+    if kind == "punct" and text in _COMPOUND_VALUES:
+        return _COMPOUND_VALUES[text](parser)
+    return _scalar_value(kind, text)
+
+
+def _variable(parser: _Parser) -> Variable:
+    return Variable(parser.take("name"))
+
+
+def _list_value(parser: _Parser) -> list[Any]:
+    items = []
+    while not parser.accept("]"):
+        items.append(_value(parser))
+    return items
+
+
+def _object_value(parser: _Parser) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    while not parser.accept("}"):
+        key = parser.take("name")
+        parser.take("punct", ":")
+        fields[key] = _value(parser)
+    return fields
+
+
+# The values a punctuator opens, each read after it.
+_COMPOUND_VALUES: Mapping[str, Callable[[_Parser], Any]] = {
+    "$": _variable,
+    "[": _list_value,
+    "{": _object_value,
+}
+
+
+def _scalar_value(kind: str, text: str) -> Any:
     if kind == "number":
         return float(text) if any(char in text for char in ".eE") else int(text)
     if kind == "string":
@@ -294,20 +311,36 @@ def project(
         return value
     if isinstance(value, list):
         return [project(item, selections, type_name, schema) for item in value]
-    known = schema.get(type_name) if schema is not None and type_name is not None else None
-    fields = known.fields if known is not None else {}
-    result = {}
-    for selection in selections:
-        if selection.name == "__typename":
-            result[selection.key] = type_name
-            continue
-        item = value.get(selection.name)
-        if callable(item):
-            item = item()
-        result[selection.key] = project(
-            item, selection.selections, fields.get(selection.name), schema
-        )
-    return result
+    fields = _field_types(schema, type_name)
+    return {
+        selection.key: _selected_value(value, selection, type_name, fields, schema)
+        for selection in selections
+    }
+
+
+def _field_types(
+    schema: Mapping[str, ObjectType] | None, type_name: str | None
+) -> Mapping[str, str | None]:
+    """The field types of ``type_name`` (empty when the schema does not know it)."""
+    if schema is None or type_name is None:
+        return {}
+    known = schema.get(type_name)
+    return known.fields if known is not None else {}
+
+
+def _selected_value(
+    value: Mapping[str, Any],
+    selection: Selection,
+    type_name: str | None,
+    fields: Mapping[str, str | None],
+    schema: Mapping[str, ObjectType] | None,
+) -> Any:
+    if selection.name == "__typename":
+        return type_name
+    item = value.get(selection.name)
+    if callable(item):
+        item = item()  # a lazy field, resolved only when selected
+    return project(item, selection.selections, fields.get(selection.name), schema)
 
 
 Resolver = Callable[[Mapping[str, Any]], Any]
