@@ -30,7 +30,12 @@ from watchdog_gpu.sim import graphql
 from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.graphql import GraphQLError, ObjectType, Selection
 from watchdog_gpu.sim.http import SimRequest, SimResponse, json_response
-from watchdog_gpu.sim.records import InstanceView, SimError, UnknownInstanceError
+from watchdog_gpu.sim.records import (
+    InstanceView,
+    InvalidRequestError,
+    SimError,
+    UnknownInstanceError,
+)
 from watchdog_gpu.sim.servers.base import Dialect
 from watchdog_gpu.sim.servers.runpod_rest import RunpodRestV1, RunpodRestV2
 from watchdog_gpu.sim.world import SimulatedWorld
@@ -223,25 +228,36 @@ class RunpodDialect(Dialect):
 
     # ------------------------------------------------------------ GraphQL
     def graphql(self, account: str, request: SimRequest) -> SimResponse:
-        body = request.json()
-        if not isinstance(body, dict) or not isinstance(body.get("query"), str):
-            return self.bad_request("Must provide query string.")
-        variables = body.get("variables") or {}
-        if not isinstance(variables, dict):
-            return self.bad_request("variables must be an object")
+        query, variables = _query_and_variables(request)
         strict = self.world.api_mode(account) == "strict"
         try:
-            operation = graphql.parse(body["query"])
+            operation = graphql.parse(query)
             root = "Mutation" if operation.kind == "mutation" else "Query"
             graphql.validate(operation.selections, root, STRICT_SCHEMA if strict else SCHEMA)
         except GraphQLError as error:
             if strict:
                 return json_response(200, {"errors": [_validation_entry(str(error))]})
             return self.bad_request(str(error))
+        data, errors = self._execute(account, operation.selections, root, variables)
+        if self.world.api_mode(account) == "partial":
+            errors += _partial_gpu_errors(data)
+        payload: dict[str, Any] = {"data": data}
+        if errors:
+            payload = {"errors": errors, "data": data}
+        return json_response(200, payload)
+
+    def _execute(
+        self,
+        account: str,
+        selections: tuple[Selection, ...],
+        root: str,
+        variables: Mapping[str, Any],
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Each top-level field resolved and projected, or ``null`` with its error entry."""
         data: dict[str, Any] = {}
         errors: list[dict[str, Any]] = []
         resolvers = self._mutations() if root == "Mutation" else self._queries()
-        for selection in operation.selections:
+        for selection in selections:
             if selection.name == "__typename":
                 data[selection.key] = root
                 continue
@@ -254,12 +270,7 @@ class RunpodDialect(Dialect):
             except (SimError, GraphQLError, KeyError, TypeError) as error:
                 data[selection.key] = None
                 errors.append(_error_entry(selection, _message(selection, error)))
-        if self.world.api_mode(account) == "partial":
-            errors += _partial_gpu_errors(data)
-        payload: dict[str, Any] = {"data": data}
-        if errors:
-            payload = {"errors": errors, "data": data}
-        return json_response(200, payload)
+        return data, errors
 
     def _queries(self) -> dict[str, Callable[[str, Mapping[str, Any]], Any]]:
         return {"myself": self._myself, "pod": self._pod}
@@ -461,6 +472,17 @@ def _partial_gpu_errors(data: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return errors
+
+
+def _query_and_variables(request: SimRequest) -> tuple[str, Mapping[str, Any]]:
+    """The body's ``query`` text and ``variables`` (400 through the dialect when malformed)."""
+    body = request.json()
+    if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+        raise InvalidRequestError("Must provide query string.")
+    variables = body.get("variables") or {}
+    if not isinstance(variables, dict):
+        raise InvalidRequestError("variables must be an object")
+    return body["query"], variables
 
 
 def _validation_entry(message: str) -> dict[str, Any]:
