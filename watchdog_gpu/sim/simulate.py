@@ -36,6 +36,7 @@ from watchdog_gpu.reports import TickReport
 from watchdog_gpu.secrets import SecretReference
 from watchdog_gpu.sim.faults import FaultSettings
 from watchdog_gpu.sim.http import SimRequest, normalise_path
+from watchdog_gpu.sim.records import ActionRecord
 from watchdog_gpu.sim.scenario import Scenario
 from watchdog_gpu.sim.servers import DIALECTS
 from watchdog_gpu.sim.servers.base import Dialect
@@ -43,6 +44,7 @@ from watchdog_gpu.sim.ssh import SimulatedSshRunner
 from watchdog_gpu.sim.ssh_stream import simulated_streams
 from watchdog_gpu.sim.world import SimulatedWorld, cents_with_and_without
 from watchdog_gpu.store import Store, sqlite_url
+from watchdog_gpu.store.rows import ActionRow
 from watchdog_gpu.wake import Wakes
 from watchdog_gpu.wiring import Assembly, assemble, open_store
 
@@ -376,48 +378,43 @@ class Simulation:
         )
 
     def _actions(self) -> list[dict[str, Any]]:
+        verified_at = self._verified_at()
+        calls = [call for call in self.world.actions() if call.source == "api"]
+        return [self._action_entry(row, calls, verified_at) for row in self.store.list_actions()]
+
+    def _verified_at(self) -> dict[str, datetime]:
+        """When each (account, instance, rule)'s first action was verified, by its key."""
         verified_at: dict[str, datetime] = {}
         for event in self.store.list_audit_events():
             if event.kind == "action_verified" and event.instance_id is not None:
                 verified_at.setdefault(
                     f"{event.account}/{event.instance_id}/{event.rule}", event.at
                 )
-        calls = [call for call in self.world.actions() if call.source == "api"]
-        entries = []
-        for row in self.store.list_actions():
-            item: dict[str, Any] = {
-                "offset_s": self.offset(row.created_at),
-                "at": _iso(row.created_at),
-                "account": row.account,
-                "instance": row.instance_id,
-                "rule": row.rule,
-                "action": row.kind.value,
-                "dry_run": row.dry_run,
-                "result": _RESULTS.get(ActionStatus(row.status), row.status),
-            }
-            onset = row.evidence.get("idle_onset")
-            if isinstance(onset, str):
-                item["idle_onset_offset_s"] = self.offset(datetime.fromisoformat(onset))
-            # When the simulated provider received the call (what it saw): later than the
-            # decision when the call failed and was repeated, or the fuse deferred it.
-            called = next(
-                (
-                    call.at
-                    for call in calls
-                    if (call.account, call.instance_id, call.action)
-                    == (row.account, row.instance_id, row.kind.value)
-                    and call.at >= row.created_at
-                    and row.status in _CALLED
-                ),
-                None,
-            )
-            if called is not None:
-                item["called_offset_s"] = self.offset(called)
-            verified = verified_at.get(f"{row.account}/{row.instance_id}/{row.rule}")
-            if verified is not None and row.status == ActionStatus.VERIFIED:
-                item["verified_offset_s"] = self.offset(verified)
-            entries.append(item)
-        return entries
+        return verified_at
+
+    def _action_entry(
+        self, row: ActionRow, calls: list[ActionRecord], verified_at: dict[str, datetime]
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "offset_s": self.offset(row.created_at),
+            "at": _iso(row.created_at),
+            "account": row.account,
+            "instance": row.instance_id,
+            "rule": row.rule,
+            "action": row.kind.value,
+            "dry_run": row.dry_run,
+            "result": _RESULTS.get(ActionStatus(row.status), row.status),
+        }
+        onset = row.evidence.get("idle_onset")
+        if isinstance(onset, str):
+            item["idle_onset_offset_s"] = self.offset(datetime.fromisoformat(onset))
+        called = _provider_call_at(row, calls)
+        if called is not None:
+            item["called_offset_s"] = self.offset(called)
+        verified = verified_at.get(f"{row.account}/{row.instance_id}/{row.rule}")
+        if verified is not None and row.status == ActionStatus.VERIFIED:
+            item["verified_offset_s"] = self.offset(verified)
+        return item
 
     def _notifications(self) -> list[dict[str, Any]]:
         return [
@@ -456,3 +453,19 @@ class Simulation:
 
 def _iso(instant: datetime) -> str:
     return instant.isoformat().replace("+00:00", "Z")
+
+
+def _provider_call_at(row: ActionRow, calls: list[ActionRecord]) -> datetime | None:
+    """When the simulated provider received the action's call (what it saw): later than the
+    decision when the call failed and was repeated, or the fuse deferred it."""
+    if row.status not in _CALLED:
+        return None
+    wanted = (row.account, row.instance_id, row.kind.value)
+    return next(
+        (
+            call.at
+            for call in calls
+            if (call.account, call.instance_id, call.action) == wanted and call.at >= row.created_at
+        ),
+        None,
+    )

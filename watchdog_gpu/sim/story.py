@@ -75,22 +75,30 @@ def clock_text(at: datetime) -> str:
 
 def describe_event(instance: ScenarioInstance, event: InstanceEvent) -> str:
     """What a scripted event does, in words (``running, GPU 96%``, ``paused by the provider``)."""
-    parts: list[str] = []
+    state = _state_words(instance, event)
+    parts = ([state] if state else []) + _gpu_words(event)
+    return ", ".join(parts) or "changes"
+
+
+def _state_words(instance: ScenarioInstance, event: InstanceEvent) -> str | None:
     if event.state == "starting":
-        parts.append(f"launched: {instance.gpu_count}× {instance.gpu_name}, starting")
-    elif event.state == "paused" and instance.interruptible:
-        parts.append("paused by the provider (outbid); its disk keeps billing")
-    elif event.state == "stopped":
-        parts.append(f"stopped; its {instance.disk_gb:g} GB disk keeps billing")
-    elif event.state is not None:
-        parts.append(event.state)
+        return f"launched: {instance.gpu_count}× {instance.gpu_name}, starting"
+    if event.state == "paused" and instance.interruptible:
+        return "paused by the provider (outbid); its disk keeps billing"
+    if event.state == "stopped":
+        return f"stopped; its {instance.disk_gb:g} GB disk keeps billing"
+    return event.state
+
+
+def _gpu_words(event: InstanceEvent) -> list[str]:
+    parts: list[str] = []
     if isinstance(event.gpu_util, int):
         parts.append(f"GPU {event.gpu_util}%")
     elif event.gpu_util is not None:
         parts.append("GPUs " + ", ".join(f"{value}%" for value in event.gpu_util))
     if event.gpu_pattern is not None:
         parts.append(f"bursty GPU ({event.gpu_pattern.util}%)")
-    return ", ".join(parts) or "changes"
+    return parts
 
 
 class StoryLog(logging.Handler):
@@ -249,29 +257,30 @@ class Narrator:
         return marks
 
     def _audit_lines(self, store: Store) -> list[Line]:
-        since = None if self._last_audit_at is None else self._last_audit_at - AUDIT_MARGIN
-        fresh = [e for e in store.list_audit_events(since=since) if e.id > self._last_audit_id]
-        if not fresh:
-            return []
-        self._last_audit_id = max(event.id for event in fresh)
-        self._last_audit_at = max(event.at for event in fresh)
-        told = [event for event in fresh if event.kind in AUDIT_WORDS]
-        kinds = _action_kinds(store) if any(e.kind == "action_planned" for e in told) else {}
+        told = [event for event in self._fresh_audit_events(store) if event.kind in AUDIT_WORDS]
+        planned = any(event.kind == "action_planned" for event in told)
+        kinds = _action_kinds(store) if planned else {}
         return [self._audit_line(event, kinds) for event in told]
 
+    def _fresh_audit_events(self, store: Store) -> list[AuditEvent]:
+        """The audit events not told yet (read with a margin: ids, not times, say what is new)."""
+        since = None if self._last_audit_at is None else self._last_audit_at - AUDIT_MARGIN
+        fresh = [e for e in store.list_audit_events(since=since) if e.id > self._last_audit_id]
+        if fresh:
+            self._last_audit_id = max(event.id for event in fresh)
+            self._last_audit_at = max(event.at for event in fresh)
+        return fresh
+
     def _audit_line(self, event: AuditEvent, kinds: dict[tuple[str, str, str], str]) -> Line:
+        action = _audit_action(event, kinds)
         word = AUDIT_WORDS[event.kind]
-        action = str(event.data.get("action") or "")
-        if event.kind == "action_planned":
-            key = (event.account or "", event.instance_id or "", event.rule or "")
-            action = kinds.get(key, "")
         what = f"{action} {word}" if action else word
         target = self.ref(event.account, event.instance_id)
+        if event.kind == "protection_added" or (not target and event.message):
+            return Line(event.at, 2, f"watchdog  {what:<17} {event.message}")
         rule = f" ({event.rule})" if event.rule else ""
         text = f"watchdog  {what:<17} {target}{rule}"
-        if event.kind == "protection_added" or (not target and event.message):
-            text = f"watchdog  {what:<17} {event.message}"
-        elif event.kind in WITH_REASON and event.message:
+        if event.kind in WITH_REASON and event.message:
             reason = event.message.removeprefix(f"{action} planned: ")
             text += f"\n{INDENT}{reason}"
         return Line(event.at, 2, text)
@@ -289,6 +298,14 @@ class Narrator:
 def short_id(instance_id: str) -> str:
     """Instance ids longer than 16 characters (Lambda's) cut to 8 and an ellipsis."""
     return instance_id if len(instance_id) <= 16 else instance_id[:8] + "…"
+
+
+def _audit_action(event: AuditEvent, kinds: dict[tuple[str, str, str], str]) -> str:
+    """The action an audit event is about: a planned one's kind comes from its newest action
+    (``kinds``), the others name it in their data."""
+    if event.kind == "action_planned":
+        return kinds.get((event.account or "", event.instance_id or "", event.rule or ""), "")
+    return str(event.data.get("action") or "")
 
 
 def _action_kinds(store: Store) -> dict[tuple[str, str, str], str]:
