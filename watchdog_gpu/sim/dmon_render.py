@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from watchdog_gpu.sim.gpu import GpuState
+from watchdog_gpu.sim.gpu import GpuProcess, GpuState
 
 UTILISATION_COLUMNS = ("sm", "mem", "enc", "dec", "jpg", "ofa")
 LEGACY_COLUMNS = ("sm", "mem", "enc", "dec")
@@ -118,27 +118,41 @@ def render_compute_apps(
     ``pid``, ``process_name`` (alias ``name``), ``used_gpu_memory`` (alias ``used_memory``).
     No processes → the header line alone (or nothing with ``header=False``).
     """
-    canonical = [_APP_ALIASES.get(field, field) for field in fields]
-    unknown = [field for field in canonical if field not in _APP_FIELDS]
-    if unknown:
-        raise ValueError(f"not a compute-apps field: {', '.join(unknown)}")
+    canonical = _app_fields(fields)
     lines = []
     if header:
         lines.append(", ".join(field + _APP_UNITS.get(field, "") for field in canonical))
     stamp = (at or datetime(2026, 1, 1, tzinfo=UTC)).astimezone(UTC)
     for process in state.processes:
-        values = {
-            "timestamp": stamp.strftime("%Y/%m/%d %H:%M:%S.") + f"{stamp.microsecond // 1000:03d}",
-            "gpu_name": gpu_name,
-            "gpu_bus_id": f"00000000:{process.gpu_index + 1:02X}:00.0",
-            "gpu_serial": "0000000000000",
-            "gpu_uuid": gpu_uuid(process.gpu_index),
-            "pid": str(process.pid),
-            "process_name": process.name,
-            "used_gpu_memory": f"{process.used_mib} MiB" if units else str(process.used_mib),
-        }
+        values = _app_values(process, stamp, gpu_name, units=units)
         lines.append(", ".join(values[field] for field in canonical))
     return "".join(line + "\n" for line in lines)
+
+
+def _app_fields(fields: Sequence[str]) -> list[str]:
+    """``fields`` under their canonical names; ``ValueError`` names any unknown one."""
+    canonical = [_APP_ALIASES.get(field, field) for field in fields]
+    unknown = [field for field in canonical if field not in _APP_FIELDS]
+    if unknown:
+        raise ValueError(f"not a compute-apps field: {', '.join(unknown)}")
+    return canonical
+
+
+def _app_values(
+    process: GpuProcess, stamp: datetime, gpu_name: str, *, units: bool
+) -> dict[str, str]:
+    """Every compute-apps field of ``process``, as text."""
+    memory = f"{process.used_mib} MiB" if units else str(process.used_mib)
+    return {
+        "timestamp": stamp.strftime("%Y/%m/%d %H:%M:%S.") + f"{stamp.microsecond // 1000:03d}",
+        "gpu_name": gpu_name,
+        "gpu_bus_id": f"00000000:{process.gpu_index + 1:02X}:00.0",
+        "gpu_serial": "0000000000000",
+        "gpu_uuid": gpu_uuid(process.gpu_index),
+        "pid": str(process.pid),
+        "process_name": process.name,
+        "used_gpu_memory": memory,
+    }
 
 
 _APP_FIELDS = frozenset(

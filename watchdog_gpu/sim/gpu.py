@@ -12,7 +12,7 @@ import bisect
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from watchdog_gpu.sim.scenario import GpuPattern, ScenarioInstance, SshMode
+from watchdog_gpu.sim.scenario import GpuPattern, InstanceEvent, ScenarioInstance, SshMode
 
 # Memory-controller load that goes with a given SM load: a plausible ratio for training jobs;
 # only ``sm``/``enc``/``dec`` decide busy vs idle, ``mem`` is there for realism.
@@ -87,21 +87,7 @@ class GpuTimeline:
         self._offsets: list[timedelta] = [timedelta(0)]
         self._settings: list[GpuSettings] = [current]
         for event in instance.events:
-            changed = current
-            if event.gpu_util is not None:
-                util = event.gpu_util
-                per_gpu = util if isinstance(util, tuple) else (util,) * instance.gpu_count
-                changed = replace(changed, util=per_gpu, pattern=None)
-            if event.gpu_pattern is not None:
-                changed = replace(changed, pattern=event.gpu_pattern, pattern_since=event.at)
-            if event.enc is not None:
-                changed = replace(changed, enc=event.enc)
-            if event.mig is not None:
-                changed = replace(changed, mig=event.mig)
-            if event.ssh is not None:
-                changed = replace(changed, ssh=event.ssh)
-            if event.interactive_login is not None:
-                changed = replace(changed, interactive_login=event.interactive_login)
+            changed = _settings_after(current, event, instance.gpu_count)
             if changed is not current:
                 self._offsets.append(event.at)
                 self._settings.append(changed)
@@ -110,6 +96,24 @@ class GpuTimeline:
     def settings_at(self, offset: timedelta) -> GpuSettings:
         position = bisect.bisect_right(self._offsets, offset) - 1
         return self._settings[max(position, 0)]
+
+
+# Event fields copied as they are into the GPU settings when an event sets them.
+_PLAIN_SETTINGS = ("enc", "mig", "ssh", "interactive_login")
+
+
+def _settings_after(current: GpuSettings, event: InstanceEvent, gpu_count: int) -> GpuSettings:
+    """``current`` changed by what ``event`` sets (``current`` itself when it sets nothing)."""
+    changed = current
+    if event.gpu_util is not None:
+        util = event.gpu_util
+        per_gpu = util if isinstance(util, tuple) else (util,) * gpu_count
+        changed = replace(changed, util=per_gpu, pattern=None)
+    if event.gpu_pattern is not None:
+        changed = replace(changed, pattern=event.gpu_pattern, pattern_since=event.at)
+    plain = {name: getattr(event, name) for name in _PLAIN_SETTINGS}
+    set_now = {name: value for name, value in plain.items() if value is not None}
+    return replace(changed, **set_now) if set_now else changed
 
 
 def read_gpus(

@@ -143,17 +143,20 @@ class SimulatedStreams:
 
     def _second(self, host: _Host, at: datetime) -> None:
         state = self._state(host, at)
-        if (
-            state is None
-            or not state.running
-            or state.ssh in ("down", "refused", "hostkey_changed")
-        ):
+        if state is None or not state.running or state.ssh in _SESSION_ENDING:
             host.session, host.kept = False, None  # the session ends with what the host kept
             return
         if state.ssh == "garbage":
             host.reader.feed_stdout(_GARBAGE, at)
             host.session, host.kept = False, None  # the watchdog replaces such a session
             return
+        self._feed_row(host, self._row_text(state, at), at)
+        if at >= host.next_aux:
+            host.reader.feed_stderr(_aux_block(state, at), at)
+            host.next_aux = at + self._aux_interval
+
+    def _row_text(self, state: GpuState, at: datetime) -> str:
+        """The dmon rows of ``state`` stamped ``at`` (both parts cached: a fleet repeats them)."""
         rows = self._rendered.get(state)
         if rows is None:
             if len(self._rendered) >= 1024:
@@ -164,20 +167,21 @@ class SimulatedStreams:
             if len(self._stamps) >= 64:
                 self._stamps.clear()
             stamp = self._stamps[at] = dmon_stamp(at)
-        text = rows.replace("\0", stamp)
+        return rows.replace("\0", stamp)
+
+    def _feed_row(self, host: _Host, text: str, at: datetime) -> None:
+        """A new session gets the header and its first row at once; later rows are kept and
+        flushed every ``batch`` seconds, as a pipe's buffer does."""
         if not host.session or host.kept is None:
             host.session, host.kept, host.seconds_kept = True, [], 0
-            host.reader.feed_stdout(_HEADER + text, at)  # the header and first row: at once
-        else:
-            host.seconds_kept += 1
-            if host.seconds_kept >= self._batch:
-                host.reader.feed_stdout("".join(host.kept), at)
-                host.kept.clear()
-                host.seconds_kept = 0
-            host.kept.append(text)
-        if at >= host.next_aux:
-            host.reader.feed_stderr(_aux_block(state, at), at)
-            host.next_aux = at + self._aux_interval
+            host.reader.feed_stdout(_HEADER + text, at)
+            return
+        host.seconds_kept += 1
+        if host.seconds_kept >= self._batch:
+            host.reader.feed_stdout("".join(host.kept), at)
+            host.kept.clear()
+            host.seconds_kept = 0
+        host.kept.append(text)
 
     def _health(self, host: _Host, now: datetime) -> StreamHealth:
         state = self._state(host, now)
@@ -192,6 +196,10 @@ class SimulatedStreams:
         return StreamHealth(
             ProbeMode.STREAM, StreamState.STREAMING, ProbeStatus.OK, now, last_row_at=last_row
         )
+
+
+# SSH modes in which no session survives the second.
+_SESSION_ENDING = frozenset({"down", "refused", "hostkey_changed"})
 
 
 def _aux_block(state: GpuState, at: datetime) -> str:
