@@ -7,6 +7,7 @@ world's lock; views are immutable snapshots that the dialect servers and tests m
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -210,6 +211,35 @@ class AccountRecord:
     volumes: dict[str, VolumeRecord] = field(default_factory=dict)
     ssh_keys: list[SshKeyRecord] = field(default_factory=list)
     next_ssh_key_id: int = 40001
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: ScenarioAccount,
+        origin: datetime,
+        ordinals: Iterator[int],
+        *,
+        spend_limit: float | None,
+    ) -> AccountRecord:
+        """The account as the scenario starts it: instances (numbered from ``ordinals``),
+        volumes and SSH keys created at ``origin``; nothing scheduled yet."""
+        record = cls(spec=spec, balance_usd=spec.balance_usd, spend_limit_usd_per_hour=spend_limit)
+        for instance in spec.instances:
+            record.instances[instance.id] = InstanceRecord(
+                spec=instance,
+                account=spec.name,
+                provider=spec.provider,
+                ordinal=next(ordinals),
+                timeline=GpuTimeline(instance),
+                label=instance.name or None,
+            )
+        for volume in spec.volumes:
+            record.volumes[volume.id] = VolumeRecord(volume, spec.provider, origin)
+        for key in spec.ssh_keys:
+            key_id = str(record.next_ssh_key_id)
+            record.ssh_keys.append(SshKeyRecord(key_id, key.name, key.public_key, origin))
+            record.next_ssh_key_id += 1
+        return record
 
     @property
     def provider(self) -> str:

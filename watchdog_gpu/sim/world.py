@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from watchdog_gpu.clock import Clock, VirtualClock
-from watchdog_gpu.sim.gpu import GpuState, GpuTimeline, read_gpus
+from watchdog_gpu.sim.gpu import GpuState, read_gpus
 from watchdog_gpu.sim.provider_states import (
     VAST_STOPPED_BY_VAST,
     ProviderState,
@@ -37,7 +37,6 @@ from watchdog_gpu.sim.records import (
     UnknownAccountError,
     UnknownInstanceError,
     UnsupportedActionError,
-    VolumeRecord,
     VolumeView,
 )
 from watchdog_gpu.sim.scenario import (
@@ -347,49 +346,25 @@ class SimulatedWorld:
         limit = spec.spend_limit_usd_per_hour
         if limit is None:
             limit = DEFAULT_SPEND_LIMITS.get(spec.provider)
-        record = AccountRecord(
-            spec=spec, balance_usd=spec.balance_usd, spend_limit_usd_per_hour=limit
-        )
-        for instance in spec.instances:
-            item = InstanceRecord(
-                spec=instance,
-                account=spec.name,
-                provider=spec.provider,
-                ordinal=next(ordinals),
-                timeline=GpuTimeline(instance),
-                label=instance.name or None,
-            )
-            record.instances[instance.id] = item
-            for event in instance.events:
-                scripted = scripted_state(
-                    spec.provider,
-                    event.state,
-                    event.provider_state,
-                    event.runtime,
-                    event.status_msg,
-                )
-                if scripted is not None:
-                    self._schedule(
-                        self.origin + event.at, self._scripted_state(spec.name, item, *scripted)
-                    )
-                elif event.provider_state is not None:  # a raw state no table maps
-                    self._schedule(
-                        self.origin + event.at, _scripted_raw_state(item, event.provider_state)
-                    )
-        for volume in spec.volumes:
-            record.volumes[volume.id] = VolumeRecord(volume, spec.provider, self.origin)
-        for number, key in enumerate(spec.ssh_keys):
-            record.ssh_keys.append(
-                SshKeyRecord(
-                    str(record.next_ssh_key_id + number), key.name, key.public_key, self.origin
-                )
-            )
-        record.next_ssh_key_id += len(spec.ssh_keys)
+        record = AccountRecord.from_spec(spec, self.origin, ordinals, spend_limit=limit)
+        for item in record.instances.values():
+            self._schedule_instance_events(item)
         for account_event in spec.events:
             self._schedule(
                 self.origin + account_event.at, self._account_event(record, account_event)
             )
         return record
+
+    def _schedule_instance_events(self, item: InstanceRecord) -> None:
+        for event in item.spec.events:
+            scripted = scripted_state(
+                item.provider, event.state, event.provider_state, event.runtime, event.status_msg
+            )
+            at = self.origin + event.at
+            if scripted is not None:
+                self._schedule(at, self._scripted_state(item.account, item, *scripted))
+            elif event.provider_state is not None:  # a raw state no table maps
+                self._schedule(at, _scripted_raw_state(item, event.provider_state))
 
     def _scripted_state(
         self, account: str, record: InstanceRecord, state: str, exact: ProviderState | None
