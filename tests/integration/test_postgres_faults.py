@@ -244,14 +244,16 @@ def team() -> Iterator[tuple[Team, PostgresServer]]:
                 node.stop()
 
 
-def _freeze_inside_a_transaction(crew: Team, leader: Node) -> None:
+def _freeze_inside_a_transaction(crew: Team, leader: Node) -> float:
     """SIGSTOP ``leader`` at a moment one of its database sessions has a transaction open (seen
     by the server, through the ports of the leader's proxy); try again until one is caught.
     A tick's transactions are a percent or two of its poll interval: the attempts go on for
-    a span of ticks (under CI's load 400 attempts once missed them all), not a count."""
+    a span of ticks (under CI's load 400 attempts once missed them all), not a count.
+    Returns the instant (``time.monotonic()``) of the SIGSTOP that caught one."""
     server_port = leader.proxy.upstream_port
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline:
+        stopped = time.monotonic()
         leader.running.send_signal(signal.SIGSTOP)
         with psycopg.connect(
             host="127.0.0.1", port=server_port, user="postgres", dbname=DATABASE, autocommit=True
@@ -262,7 +264,7 @@ def _freeze_inside_a_transaction(crew: Team, leader: Node) -> None:
                 (sorted(leader.proxy.upstream_ports()),),
             ).fetchone()
         if open_transactions is not None and open_transactions[0] > 0:
-            return
+            return stopped
         leader.running.send_signal(signal.SIGCONT)
         _pause(random.uniform(0.001, 0.05))
     pytest.fail(f"{leader.name} was never caught inside a transaction\n{leader.log()[-2000:]}")
@@ -272,11 +274,13 @@ def _silent_leader_fault(crew: Team, fault: str) -> float:
     """Apply ``fault`` to the current leader; returns the seconds to the next epoch."""
     name, epoch = crew.current()
     leader = crew.nodes[name]
+    # The takeover is timed from the moment the leader went silent (the search for a moment
+    # inside a transaction may take seconds of attempts before it).
     started = time.monotonic()
     if fault == "sigstop":
         leader.running.send_signal(signal.SIGSTOP)
     elif fault == "sigstop-in-transaction":
-        _freeze_inside_a_transaction(crew, leader)
+        started = _freeze_inside_a_transaction(crew, leader)
     elif fault == "blackhole":
         leader.proxy.blackhole()
     elif fault == "cut":
