@@ -106,6 +106,7 @@ class Daemon:
         # flight, so a stop during an outage does not wait out their retry budgets.
         self.stop = assembly.stop
         self.progress = Progress(clock)
+        self.scheduled_from: float | None = None  # see start()
         self._woken: dict[str, datetime] = {}  # job → the run time its last wake-up asked for
         self.observer = observer
         # Freed heap back to the OS after the jobs (heap_release.py: why), paced in real time.
@@ -126,6 +127,7 @@ class Daemon:
             wakes=wakes_for(settings, assembly),
             waker=self,
             act_at=self.act_at,
+            job_scope=assembly.job_scope,
         )
         self.supervisor = Supervisor(
             self.progress,
@@ -142,6 +144,9 @@ class Daemon:
         )
         # After a failed job too: an outage that fails every job must not stop the passes.
         self.scheduler.add_listener(self._after_job, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        # The wall clock's instant the schedule counts from, read just before it (an accelerated
+        # night begins here: each job then runs at or just after its own instant of the night).
+        self.scheduled_from = self.wall_clock.monotonic()
         specs = job_specs(
             self.jobs, self.settings, self.wall_clock.now(), time_scale=self.time_scale
         )

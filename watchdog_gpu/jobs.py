@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
@@ -223,8 +224,10 @@ class Jobs:
         wakes: Wakes | None = None,
         waker: WakeScheduler | None = None,
         act_at: Callable[[datetime], None] | None = None,
+        job_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
-        """``act_at(at)``: run the act job at ``at`` (engine time) if it would run later."""
+        """``act_at(at)``: run the act job at ``at`` (engine time) if it would run later;
+        ``job_scope()``: the context each job runs in (``Assembly.job_scope``)."""
         self.watchdog = watchdog
         self.clock = clock
         self.progress = progress
@@ -235,6 +238,7 @@ class Jobs:
         self.wake_act = wake_act
         self.wake_deliver = wake_deliver
         self.act_at = act_at
+        self.job_scope = job_scope
         self.wakes = wakes if waker is not None else None
         self.waker = waker
         # One probe round at a time: the probe job's and a wake's (their pools differ).
@@ -255,16 +259,17 @@ class Jobs:
             return None
         self.progress.started(job_id)
         started = self.clock.monotonic()
-        now = self.clock.now()
-        try:
-            result = body(now)
-        except Exception as error:  # the boundary: log, count, carry on with the other jobs
-            kind = str(getattr(error, "kind", "")) or type(error).__name__
-            log.exception("job failed job=%s error_kind=%s", job_id, kind)
-            self.progress.failed(job_id, kind)
-            self._observe_done(job_id, started)
-            self._observe(lambda: self.observer.on_job_event(job_id, "error"))
-            return None
+        with self.job_scope():
+            now = self.clock.now()
+            try:
+                result = body(now)
+            except Exception as error:  # the boundary: log, count, carry on with the other jobs
+                kind = str(getattr(error, "kind", "")) or type(error).__name__
+                log.exception("job failed job=%s error_kind=%s", job_id, kind)
+                self.progress.failed(job_id, kind)
+                self._observe_done(job_id, started)
+                self._observe(lambda: self.observer.on_job_event(job_id, "error"))
+                return None
         self.progress.succeeded(job_id, now)
         self._observe_done(job_id, started)
         return result

@@ -11,6 +11,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -316,6 +317,10 @@ class Assembly:
     runner: CommandRunner | None
     stop: threading.Event = field(default_factory=threading.Event)
     streams: StreamSource | None = None
+    # The context every daemon job runs in: nothing for a real run; the demo's night holds its
+    # clock still in it (sim/night_clock.py), so a job's listings, calls and records share one
+    # instant of the night as they do on simulate's virtual clock.
+    job_scope: Callable[[], AbstractContextManager[object]] = nullcontext
 
     def fence_provider_calls(self) -> None:
         """Make every provider HTTP request prove, just before it is sent, that the store's

@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -267,6 +268,38 @@ def test_each_job_reads_the_clock_once_and_works_at_that_instant(harness: Harnes
     assert len(reads) == 2
     assert report is not None
     assert report.now == reads[1]
+
+
+def test_each_job_reads_its_instant_and_works_inside_the_job_scope(harness: Harness) -> None:
+    # The demo's night holds its clock still in the scope: the instant a job stamps must be read
+    # inside it, and the whole body (the listing, the records) must run there too.
+    events: list[str] = []
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    class ScopedClock:
+        def now(self) -> datetime:
+            events.append("now")
+            return harness.clock.now()
+
+        def monotonic(self) -> float:
+            return harness.clock.monotonic()
+
+        def sleep(self, seconds: float) -> None:
+            harness.clock.sleep(seconds)
+
+    harness.jobs.clock = ScopedClock()
+    harness.jobs.job_scope = scope
+    observed: list[str] = []
+    harness.jobs.observer.on_poll = lambda *_: observed.append(events[-1])  # type: ignore[method-assign]
+    harness.jobs.poll("vast-ok")
+
+    assert events == ["enter", "now", "exit"]
+    assert observed == ["now"]  # the poll was recorded and observed inside the scope
 
 
 def test_polls_older_than_three_intervals_are_stale_and_accounts_never_polled_say_so(

@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SPEED = 720.0  # one real second is 12 virtual minutes: the 8 h night in 40 s
 EXIT_INTERRUPTED = 130
 PROTECTED_NAME_GLOB = "*keep*"
+# A first poll that takes longer (a starved machine) lets the night begin without it.
+FIRST_POLLS_WAIT_SECONDS = 10.0
 
 
 def demo_scenario(now: datetime) -> Scenario:
@@ -183,12 +185,21 @@ class _Night:
             metrics: list[str] = []
 
             def on_started(daemon: Daemon) -> None:
-                self.clock.begin()  # the night starts when the jobs do, not while building
+                # The watchdog's first look at every account is at the night's first instant
+                # (the clock stands there until it begins), then the night runs from the
+                # instant the schedule counts from, so each poll lists the world at or just
+                # after its own instant of the night, never before a change due then.
+                wait_for_first_polls(daemon, wall)
+                self.clock.begin(daemon.scheduled_from)
 
                 def on_end(completed: bool) -> None:
                     # Not completed: the daemon is stopping already (a signal), or the
                     # narrator failed (logged) and the demo must not go on without it.
                     if completed:
+                        # A last listing at the night's end, where the clock stands: the
+                        # ledger then covers the whole night the providers billed.
+                        for account in daemon.assembly.providers:
+                            daemon.jobs.poll(account)
                         metrics.extend(scrape_actions(self.metrics_port))
                     if not daemon.stop.is_set():
                         daemon.request_stop("the night is over" if completed else "no narrator")
@@ -223,7 +234,21 @@ class _Night:
         """The engine over the demo's store, with the simulator's SSH hosts for the probe."""
         runner = SimulatedSshRunner(self.world)
         streams = simulated_streams(settings, self.world)
-        return assemble(settings, clock, environ, store=self.store, runner=runner, streams=streams)
+        assembly = assemble(
+            settings, clock, environ, store=self.store, runner=runner, streams=streams
+        )
+        assembly.job_scope = self.clock.hold  # a job happens at one instant of the night
+        return assembly
+
+
+def wait_for_first_polls(daemon: Daemon, wall: Clock) -> None:
+    """Wait (real time, at most :data:`FIRST_POLLS_WAIT_SECONDS`) until every account's first
+    poll has an outcome, or the daemon stops."""
+    deadline = wall.monotonic() + FIRST_POLLS_WAIT_SECONDS
+    while not daemon.stop.is_set() and wall.monotonic() < deadline:
+        if "not_polled" not in daemon.jobs.polled().values():
+            return
+        wall.sleep(0.001)
 
 
 def _protect_keep(store: Store, now: datetime) -> None:

@@ -64,6 +64,57 @@ def test_freezing_stops_the_night_where_it_is() -> None:
     assert clock.now() == frozen
 
 
+def test_a_hold_keeps_the_night_at_the_instant_it_opened_then_it_catches_up() -> None:
+    clock, base = night_clock(720.0)
+    clock.begin()
+    base.advance(timedelta(seconds=5))  # 01:00 of the night
+
+    with clock.hold() as instant:
+        base.advance(timedelta(milliseconds=2))  # a job's real work: 1.44 s of the night
+        assert instant == NIGHT + timedelta(hours=1)
+        assert clock.now() == instant
+        with clock.hold() as nested:  # another job meanwhile shares the instant
+            base.advance(timedelta(milliseconds=3))
+            assert nested == instant
+        assert clock.now() == instant
+    assert clock.now() == NIGHT + timedelta(hours=1, seconds=3.6)
+    assert clock.monotonic() == pytest.approx(3603.6)  # deadlines never stood still
+
+
+def test_holds_from_several_threads_share_one_instant_until_the_last_closes() -> None:
+    clock, base = night_clock(720.0)
+    clock.begin()
+    first, second = clock.hold(), clock.hold()
+    opened = first.__enter__()
+    base.advance(timedelta(milliseconds=1))
+    assert second.__enter__() == opened
+    first.__exit__(None, None, None)
+    base.advance(timedelta(milliseconds=1))
+    assert clock.now() == opened  # the second job still works at that instant
+    second.__exit__(None, None, None)
+    assert clock.now() == NIGHT + timedelta(seconds=1.44)
+
+
+def test_a_night_begun_from_an_earlier_instant_catches_up_to_it() -> None:
+    clock, base = night_clock(720.0)
+    scheduled_from = base.monotonic()
+    base.advance(timedelta(milliseconds=20))  # the first polls, while the night stood at start
+
+    assert clock.now() == NIGHT
+    clock.begin(scheduled_from)
+    assert clock.now() == NIGHT + timedelta(seconds=14.4)
+
+
+def test_freezing_inside_a_hold_stops_the_night_at_the_held_instant() -> None:
+    clock, base = night_clock(720.0)
+    clock.begin()
+    with clock.hold() as instant:
+        base.advance(timedelta(seconds=1))
+        assert clock.freeze() == instant
+    base.advance(timedelta(seconds=1))
+    assert clock.now() == instant
+
+
 def test_sleeping_a_virtual_minute_sleeps_a_fraction_of_a_real_second() -> None:
     clock, base = night_clock(600.0)
     clock.sleep(60)
