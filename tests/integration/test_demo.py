@@ -231,13 +231,36 @@ def test_report_reads_the_spend_and_the_destroys_from_the_database_the_demo_leav
     assert report["estimated_saving_usd"] == pytest.approx(
         sum(a["estimated_saving_usd"] for a in destroys.values()), abs=1e-3
     )
-    # The night plays in accelerated real time: the ledger sees each change (a destroy completed,
-    # an outbid, the runaway's launch) at the next listing, up to a poll interval after the
-    # simulator billed it, and each listing is recorded seconds of virtual time off the
-    # simulator's clock (docs/safety.md, "Period spend"): close, never a different order of money.
+    # The ledger the watchdog recorded is what the simulated providers billed, to the cent: per
+    # instance and in total, and the demo says so beside its own table.
     totals = [m for line in night.stdout.splitlines() if (m := TOTAL.match(line))]
-    spent = float(totals[0].group(1))
-    assert report["total"]["usd"] == pytest.approx(spent, rel=0.05)
+    spent = totals[0].group(1)
+    assert f"{report['total']['usd']:.2f}" == spent
+    assert f"recorded ${spent} for the night; the providers billed ${spent}." in night.stdout
+    by_instance = watchdog_gpu(
+        "report",
+        "--db",
+        str(night.database),
+        "--by",
+        "instance",
+        "--json",
+        cwd=night.database.parent,
+    )
+    assert by_instance.returncode == 0, by_instance.stderr
+    recorded = {
+        (row["account"], row["id"]): f"{row['usd']:.2f}"
+        for row in json.loads(by_instance.stdout)["rows"]
+    }
+    billed = {}
+    for line in night.stdout.splitlines():
+        match = ROW.match(line)
+        if match:
+            account, short = match.group(1).split("/")
+            instance = next(
+                i for a, i in recorded if a == account and i.startswith(short.rstrip("…"))
+            )
+            billed[(account, instance)] = match.group(3)
+    assert recorded == billed
     text = watchdog_gpu(
         "report", "--db", str(night.database), "--by", "instance", cwd=night.database.parent
     )
@@ -320,7 +343,11 @@ def test_the_phone_ignores_what_is_not_an_apprise_message() -> None:
 def test_the_closing_hint_works_as_pasted(night: Night, tmp_path: Path) -> None:
     hints = night.stdout.split("The database stays for you to look at:\n", 1)[1].splitlines()
     commands = [line.strip() for line in hints if line.startswith("  ")]
-    assert [command.split()[-3] for command in commands] == ["status", "events"]
+    assert [c.split()[c.split().index("--db") - 1] for c in commands] == [
+        "status",
+        "events",
+        "report",
+    ]
     for command in commands:
         done = subprocess.run(
             ["bash", "-c", command],

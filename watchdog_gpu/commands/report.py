@@ -53,6 +53,7 @@ from watchdog_gpu.model import Activity
 from watchdog_gpu.notify.render import format_rate, format_usd
 from watchdog_gpu.spend import SECONDS_PER_HOUR, SpendFigure
 from watchdog_gpu.spend_report import GROUPINGS, ActionLine, Report, SpendRow, build_report
+from watchdog_gpu.store import Store
 
 DEFAULT_SINCE = "7d"
 
@@ -99,7 +100,7 @@ def run_report(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"--since: the window is empty ({json_time(start)} is not before {json_time(end)})"
             )
-        report = collect(source, start, end, args.by)
+        report = collect(source.store, start, end, args.by)
     if args.json:
         print_json(report_json(report))
     elif args.csv:
@@ -126,10 +127,11 @@ def _latest_record(source: ReadSource) -> datetime | None:
     return max(moments, default=None)
 
 
-def collect(source: ReadSource, start: datetime, end: datetime, by: str) -> Report:
-    """The report of ``[start, end]`` from the recorded ledger and actions."""
-    view = source.store.load_fleet_view(end, timedelta(0), start, activity=True)
-    actions = [row.to_record() for row in source.store.list_actions(since=start)]
+def collect(store: Store, start: datetime, end: datetime, by: str) -> Report:
+    """The report of ``[start, end]`` from the recorded ledger and actions (``watchdog-gpu
+    demo`` prints its total beside the simulated providers' bill)."""
+    view = store.load_fleet_view(end, timedelta(0), start, activity=True)
+    actions = [row.to_record() for row in store.list_actions(since=start)]
     return build_report(view, actions, start, end, by)
 
 

@@ -44,7 +44,7 @@ from watchdog_gpu.daemon import EXIT_OK, Daemon, run_daemon
 from watchdog_gpu.fleet import ProtectionKind
 from watchdog_gpu.log import QUIET_LOGGERS, install_redaction
 from watchdog_gpu.secrets import SecretReference
-from watchdog_gpu.sim.demo_report import DemoResult, outcomes, print_header
+from watchdog_gpu.sim.demo_report import DemoResult, ledger_usd, outcomes, print_header
 from watchdog_gpu.sim.night_clock import NightClock
 from watchdog_gpu.sim.phone import Phone
 from watchdog_gpu.sim.scenario import Scenario, parse_scenario
@@ -227,6 +227,7 @@ class _Night:
             phone=self.phone.messages(),
             metrics=metrics,
             scheduler_notes=story_log.scheduler_notes,
+            ledger_usd=ledger_usd(database, self.scenario.start, ended_at),
         )
         return (EXIT_OK if result.completed else EXIT_INTERRUPTED), result
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+from watchdog_gpu.commands.report import collect
 from watchdog_gpu.config import Settings
 from watchdog_gpu.model import ActionStatus
 from watchdog_gpu.notify.render import format_duration
@@ -41,7 +42,10 @@ RESULT_WORDS = {
 
 @dataclass
 class InstanceOutcome:
-    """What happened to one instance during the night, and what it cost."""
+    """What happened to one instance during the night, and what it cost: ``spend_usd`` and
+    ``without_usd`` to the cent (:func:`cents_with_and_without`), ``billed_usd`` and
+    ``billed_without_usd`` as billed (the totals are the sums of these, rounded once, as
+    ``watchdog-gpu report`` rounds its total)."""
 
     account: str
     instance_id: str
@@ -50,6 +54,8 @@ class InstanceOutcome:
     final_state: str
     spend_usd: float
     without_usd: float
+    billed_usd: float = 0.0
+    billed_without_usd: float = 0.0
 
 
 @dataclass
@@ -62,14 +68,17 @@ class DemoResult:
     phone: list[PhoneMessage]
     metrics: list[str]
     scheduler_notes: int
+    # What the watchdog's own ledger recorded for the night (``watchdog-gpu report``'s total
+    # over the night): it must equal what the simulated providers billed, to the cent.
+    ledger_usd: float | None = None
 
     @property
     def spend_usd(self) -> float:
-        return sum(item.spend_usd for item in self.instances)
+        return round(sum(item.billed_usd for item in self.instances), 2)
 
     @property
     def without_usd(self) -> float:
-        return sum(item.without_usd for item in self.instances)
+        return round(sum(item.billed_without_usd for item in self.instances), 2)
 
 
 def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[InstanceOutcome]:
@@ -85,10 +94,9 @@ def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[
     for account in scenario.accounts:
         for instance in account.instances:
             done = _done(account.name, instance.id, actions, audit)
-            spend, without = cents_with_and_without(
-                world.spend_usd(account.name, instance.id),
-                world.spend_without_watchdog_usd(account.name, instance.id),
-            )
+            billed = world.spend_usd(account.name, instance.id)
+            billed_without = world.spend_without_watchdog_usd(account.name, instance.id)
+            spend, without = cents_with_and_without(billed, billed_without)
             outcomes.append(
                 InstanceOutcome(
                     account=account.name,
@@ -98,9 +106,20 @@ def outcomes(scenario: Scenario, world: SimulatedWorld, database: Path) -> list[
                     final_state=world.state(account.name, instance.id) or "not created",
                     spend_usd=spend,
                     without_usd=without,
+                    billed_usd=billed,
+                    billed_without_usd=billed_without,
                 )
             )
     return outcomes
+
+
+def ledger_usd(database: Path, start: datetime, end: datetime) -> float:
+    """``watchdog-gpu report``'s total of ``[start, end]`` on ``database`` (the same function)."""
+    reader = Store(create_engine_for(sqlite_url(database)))
+    try:
+        return collect(reader, start, end, "account").total.usd
+    finally:
+        reader.engine.dispose()
 
 
 def _done(
@@ -201,6 +220,11 @@ def print_result(
         "\n(spent: what the simulated providers billed; without: the same night with nobody "
         "acting)\n"
     )
+    if result.ledger_usd is not None:
+        out.write(
+            f"The watchdog's own ledger (watchdog-gpu report) recorded {_usd(result.ledger_usd)} "
+            f"for the night; the providers billed {_usd(result.spend_usd)}.\n"
+        )
     out.write(_phone_summary(result.phone))
     if result.metrics:
         out.write("Prometheus counters (GET /metrics) at the end of the night:\n")
@@ -214,6 +238,7 @@ def print_result(
         "\nThe database stays for you to look at:\n"
         f"  {program} status --db {shlex.quote(str(database))}\n"
         f"  {program} events --db {shlex.quote(str(database))}\n"
+        f"  {program} report --db {shlex.quote(str(database))} --by instance\n"
     )
     out.flush()
 

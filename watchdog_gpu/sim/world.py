@@ -59,18 +59,22 @@ DEFAULT_SPEND_LIMITS: Mapping[str, float] = {"runpod": 80.0}
 # Balance crossings further away than this (a century) are treated as never.
 _NEVER_HOURS = 100 * 365 * 24
 _ONE_HOUR = timedelta(hours=1)
+# Two bills of one instance closer than this are one bill (float noise of segment sums).
+_FLOAT_NOISE_USD = 1e-6
 # Below this a balance counts as reached zero (float dust from microsecond-rounded crossings).
 _BALANCE_EPSILON_USD = 1e-6
 
 
 def cents_with_and_without(spend_usd: float, without_usd: float) -> tuple[float, float]:
-    """(spent, without the watchdog) rounded to the cent together: the two worlds bill in
+    """(spent, without the watchdog), each rounded to the cent — the bill as an invoice shows it,
+    which the watchdog's ledger (``watchdog-gpu report``) must equal. The two worlds bill in
     different segments, so an untouched instance's figures differ by float noise, and rounding
-    each on its own could show a cent more spent than without. ``without`` is rounded, and
-    ``spent`` is it minus the rounded saving."""
-    without = round(without_usd, 2)
-    saved = round(without_usd - spend_usd, 2)
-    return round(without - saved, 2) + 0.0, without  # + 0.0: never "-0.00"
+    each on its own could show a cent more spent than without: within
+    :data:`_FLOAT_NOISE_USD` of each other they are the same bill, ``without``'s."""
+    without = round(without_usd, 2) + 0.0  # + 0.0: never "-0.00"
+    if abs(spend_usd - without_usd) < _FLOAT_NOISE_USD:
+        return without, without
+    return round(spend_usd, 2) + 0.0, without
 
 
 class SimulatedWorld:

@@ -402,11 +402,12 @@ def test_the_world_is_safe_to_read_and_act_on_from_many_threads() -> None:
     [
         (3.9750000001, 3.9749999999, (3.97, 3.97)),  # untouched: float noise either side
         (3.9749999999, 3.9750000001, (3.98, 3.98)),
-        (0.6449, 3.4251, (0.65, 3.43)),  # saved $2.78 (2.7802): spent = 3.43 - 2.78, not 0.64
+        (0.6449, 3.4251, (0.64, 3.43)),  # each to the cent, as the ledger rounds its bill
+        (1.2349, 1.2351, (1.23, 1.24)),  # a saving of $0.0002 is still one
         (0.0, 0.0, (0.0, 0.0)),
     ],
 )
-def test_spent_and_without_are_rounded_together(
+def test_spent_and_without_are_each_rounded_to_the_cent_and_equal_when_untouched(
     spend: float, without: float, shown: tuple[float, float]
 ) -> None:
     rounded = cents_with_and_without(spend, without)
