@@ -109,6 +109,9 @@ class InstanceSnapshot:
     ssh_user: str | None = None
     created_at: datetime | None = None
     started_at: datetime | None = None
+    # When the provider says the instance was rented (RunPod's "Rented by User: <date>"): its
+    # compute bills from then, but a pod stopped and resumed since may still carry an older date.
+    rented_at: datetime | None = None
     # The provider's own per-GPU utilisation in percent (RunPod), oldest API first; None if absent.
     provider_gpu_util_percent: tuple[float | None, ...] | None = None
     # Ports the provider publishes to the internet (for the hygiene rule: Jupyter/HTTP exposed).

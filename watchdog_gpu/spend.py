@@ -134,7 +134,8 @@ def pieces_spend(pieces: Iterable[BillingPiece], start: datetime, end: datetime)
 def view_billing_pieces(instance: InstanceView, *, until: datetime) -> list[BillingPiece]:
     """:func:`billing_pieces` of ``instance``'s spans, preceded by what it billed before its
     first listing: from ``billed_from`` — the provider's start time (Vast.ai's uptime, RunPod's
-    runtime uptime or ``lastStartedAt``) recorded once, at the first sighting — to the first
+    runtime uptime or ``lastStartedAt``, a starting pod's rented date) recorded once, at the
+    first sighting, never before the account's previous complete listing — to the first
     sighting, at the rate of the first span, counted as estimated. An instance launched while
     its account could not be listed, or before the watchdog ran, was billing all along. The
     anchor is a recorded fact, never recomputed from the latest listing: a stop or a restart

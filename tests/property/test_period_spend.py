@@ -9,7 +9,8 @@ or missing from a failed volume listing; whole polls fail (outages). After every
 spend is read the way the budget rule reads it: the fleet view the store loads, summed by
 ``period_spend``. The oracle integrates the rates listed: each listing's rate holds until the
 next listing (the last one's, while not gone, until now), plus the stretch billed before the
-first sighting at the first listing's rate, from the provider's start time at that sighting.
+first sighting at the first listing's rate, from the provider's start time at that sighting or
+from the previous complete listing (which did not have the instance), whichever is later.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.databases import copy_migrated_sqlite
@@ -104,6 +105,15 @@ class Oracle:
     launched_minutes_before=st.integers(0, 120),
     sequence=st.lists(polls, min_size=1, max_size=25),
 )
+# Dated 30 minutes before a complete listing that does not have it: absent then, it was not
+# billing then, so it bills from that listing on, not from its start.
+@example(
+    launched_minutes_before=30,
+    sequence=[
+        Poll(5, False, listed, InstanceState.RUNNING, 1.25, 0.02, False, "listed", 0.05)
+        for listed in (False, True, True)
+    ],
+)
 def test_period_spend_never_decreases_and_is_the_integral_of_the_billed_rates(
     tmp_path_factory: pytest.TempPathFactory,
     launched_minutes_before: int,
@@ -123,6 +133,7 @@ def check(store: Store, launched_minutes_before: int, sequence: list[Poll]) -> N
     started: datetime | None = now - timedelta(minutes=launched_minutes_before)
     instance, volume = Oracle(), Oracle()
     anchored = False
+    listed_at: datetime | None = None  # the latest complete listing recorded
     volume_deleted = False
     previous = 0.0
     for poll in sequence:
@@ -141,7 +152,8 @@ def check(store: Store, launched_minutes_before: int, sequence: list[Poll]) -> N
                 if instance.last is None and not anchored:
                     anchored = True
                     if poll.state is InstanceState.RUNNING and started is not None:
-                        instance.usd += (rate or 0.0) * (now - started).total_seconds() / 3600
+                        since = started if listed_at is None else max(started, listed_at)
+                        instance.usd += (rate or 0.0) * (now - since).total_seconds() / 3600
                 instance.listing(now, rate)
             elif instance.last is not None and not instance.gone:
                 instance.listing(now, 0.0, gone=True)
@@ -160,6 +172,7 @@ def check(store: Store, launched_minutes_before: int, sequence: list[Poll]) -> N
             store.record_observation(
                 AccountObservation(account, instances, volumes, (), problems), now
             )
+            listed_at = now
         period = day_start(now, "UTC")
         view = store.load_fleet_view(now, LOOKBACK, period, {ACCOUNT: "vast"})
         spent = period_spend(view, period, now).usd

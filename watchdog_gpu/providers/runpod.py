@@ -32,9 +32,9 @@ from watchdog_gpu.providers.parsing import runpod as parse
 GRAPHQL_PATH = "/graphql"
 
 # Only what the watchdog reads. The official SDK's own pods query (runpod 1.12.0,
-# api/queries/pods.py) asks for id, name, desiredStatus, podType, costPerHr, gpuCount,
-# volumeInGb, containerDiskInGb, runtime.ports and machine.gpuDisplayName among others; the
-# OPTIONAL_POD_FIELDS beyond those come from RunPod's GraphQL guide and schema transcription
+# api/queries/pods.py) asks for id, name, desiredStatus, podType, lastStatusChange, costPerHr,
+# gpuCount, volumeInGb, containerDiskInGb, runtime.ports and machine.gpuDisplayName among others;
+# the OPTIONAL_POD_FIELDS beyond those come from RunPod's GraphQL guide and schema transcription
 # (adjustedCostPerHr, runtime.uptimeInSeconds, runtime.gpus) or from the REST API's Pod
 # (networkVolumeId, endpointId), and no official source shows the last two on the GraphQL Pod.
 # A field the API rejects is dropped alone, for the life of the process (docs/providers.md,
@@ -76,7 +76,7 @@ def pods_query(optional: Collection[str] = OPTIONAL_POD_FIELDS) -> str:
     return f"""query Pods {{
   myself {{
     pods {{
-      id name desiredStatus podType costPerHr{" " + top if top else ""}
+      id name desiredStatus podType lastStatusChange costPerHr{" " + top if top else ""}
       gpuCount volumeInGb containerDiskInGb{" " + volumes if volumes else ""}
       machine {{ gpuDisplayName }}
       runtime {{

@@ -145,7 +145,10 @@ def record_observation(
     listing's instants). Returns the instance rows written, by id, with their new fingerprints
     (None: none to keep), for ``known`` once the transaction committed."""
     snapshot = observation.account
-    if _newer_listing_recorded(conn, snapshot.account, now):
+    # The account's row is locked until the transaction ends, so two listings are recorded one
+    # after the other.
+    previous = conn.execute(_LAST_LISTING, {"account_name": snapshot.account}).scalar()
+    if previous is not None and previous > now:
         # The executor's verification listing and a poll's are taken by different jobs: the
         # older one, recorded last, must not bring a destroyed instance back to life.
         logger.info("listing older than the recorded one skipped account=%s", snapshot.account)
@@ -168,19 +171,13 @@ def record_observation(
                 "autopay_enabled": snapshot.autopay_enabled,
             },
         )
-    written = _record_instances(conn, snapshot.account, observation.instances, now, known)
+    changes = _Changes(known, listed_before=previous)
+    written = _record_instances(conn, snapshot.account, observation.instances, now, changes)
     if "volumes" not in problems:
         record_volumes(conn, snapshot.account, observation.volumes, now)
     if "ssh_keys" not in problems:
         record_ssh_keys(conn, observation, now)
     return written
-
-
-def _newer_listing_recorded(conn: Connection, account: str, now: datetime) -> bool:
-    """Whether a listing of ``account`` later than ``now`` is recorded (the account's row is
-    locked until the transaction ends, so two listings are recorded one after the other)."""
-    latest = conn.execute(_LAST_LISTING, {"account_name": account}).scalar()
-    return latest is not None and latest > now
 
 
 def _record_poll_ok(conn: Connection, name: str, provider: str, now: datetime) -> None:
@@ -340,11 +337,10 @@ def _record_instances(
     account: str,
     snapshots: Iterable[InstanceSnapshot],
     now: datetime,
-    known: WrittenInstances | None,
+    changes: _Changes,
 ) -> dict[int, Fingerprint | None]:
     listed = _unique_by_id(account, snapshots)
     existing = _existing_instances(conn, account, list(listed))
-    changes = _Changes(known)
     for instance_id, snapshot in listed.items():
         row = existing.get(instance_id)
         if row is None:
@@ -379,9 +375,7 @@ def _write_instances(
     if changes.forget:
         _forget_host_keys(conn, account, changes.forget)
     if changes.new:
-        changes.spans.opened.extend(
-            _insert_instances(conn, account, changes.new, now, changes.written)
-        )
+        changes.spans.opened.extend(_insert_instances(conn, account, changes, now))
     if changes.spans.opened:
         conn.execute(_INSERT_SPANS, changes.spans.opened)
 
@@ -391,6 +385,9 @@ class _Changes:
     """The writes a poll's listing calls for, gathered to be executed in bulk."""
 
     known: WrittenInstances | None = None
+    # The account's previous complete listing (None: none recorded): no first sighting of this
+    # listing billed before it.
+    listed_before: datetime | None = None
     spans: SpanWrites = field(default_factory=SpanWrites)
     updates: list[Values] = field(default_factory=list)  # whole rows
     seen: list[Values] = field(default_factory=list)  # rows unchanged but for the instants
@@ -474,14 +471,11 @@ def _absent(row: Any, span: Any, new_spans: list[Values], now: datetime) -> Valu
 
 
 def _insert_instances(
-    conn: Connection,
-    account: str,
-    snapshots: list[InstanceSnapshot],
-    now: datetime,
-    written: dict[int, Fingerprint | None],
+    conn: Connection, account: str, changes: _Changes, now: datetime
 ) -> list[Values]:
-    """Insert first-seen instances (their fingerprints into ``written``); returns their first
-    spans."""
+    """Insert the first-seen instances of ``changes`` (their fingerprints into its
+    ``written``), anchored no earlier than its ``listed_before``; returns their first spans."""
+    snapshots, written = changes.new, changes.written
     rows = []
     prints: list[Fingerprint | None] = []
     for snapshot in snapshots:
@@ -490,7 +484,7 @@ def _insert_instances(
         prints.append(None if gone else _fingerprint(snapshot))
         values.update(account=account, instance_id=snapshot.instance_id, first_seen=now)
         values["state_since"] = now
-        values["billed_from"] = billed_from(snapshot, now)
+        values["billed_from"] = billed_from(snapshot, now, changes.listed_before)
         rows.append(values)
     conn.execute(_INSERT_INSTANCES, rows)
     ids: dict[str, int] = {}
@@ -501,14 +495,24 @@ def _insert_instances(
     return [_span(ids[s.instance_id], s.state.value, s.raw_state, s, now) for s in snapshots]
 
 
-def billed_from(snapshot: InstanceSnapshot, now: datetime) -> datetime | None:
-    """The ledger's anchor of an instance first seen ``now``: the provider's start time when it
-    is running and started before this sighting (it billed all along), else None. Written once,
-    with the instance row, and never recomputed (docs/safety.md, "Period spend")."""
-    started = snapshot.started_at
-    if snapshot.state is InstanceState.RUNNING and started is not None and started < now:
-        return started
-    return None
+def billed_from(
+    snapshot: InstanceSnapshot, now: datetime, listed_before: datetime | None = None
+) -> datetime | None:
+    """The ledger's anchor of an instance first seen ``now``: when its compute began to bill,
+    if the provider dates it before this sighting — the start time of a running instance, the
+    rented instant of a starting one whose compute bills (a RunPod pod not up yet) — else None.
+    Never earlier than ``listed_before``, the account's previous complete listing: an instance
+    absent from it was not billing then. Written once, with the instance row, and never
+    recomputed (docs/safety.md, "Period spend")."""
+    if snapshot.state is InstanceState.RUNNING:
+        began = snapshot.started_at
+    elif snapshot.state is InstanceState.STARTING and snapshot.compute_usd_per_hour != 0:
+        began = snapshot.rented_at
+    else:
+        return None
+    if began is not None and listed_before is not None:
+        began = max(began, listed_before)
+    return began if began is not None and began < now else None
 
 
 def _span(pk: int, state: str, raw_state: str, snapshot: InstanceSnapshot, now: datetime) -> Values:

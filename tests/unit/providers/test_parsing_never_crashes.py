@@ -48,6 +48,7 @@ FIELDS = [
     "label",
     "desiredStatus",
     "podType",
+    "lastStatusChange",
     "runtime",
     "machine",
     "costPerHr",

@@ -8,9 +8,10 @@ each with its source: ``docs/providers.md``, "RunPod" and "SSH endpoints".
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import TypeGuard
 
 from watchdog_gpu.errors import AuthError, NotFoundError, ProviderError, TransientError
@@ -70,6 +71,18 @@ _INTERRUPTIBLE_POD_TYPES = frozenset({"INTERRUPTABLE"})
 
 _AUTH_CODES = frozenset({"UNAUTHENTICATED", "FORBIDDEN"})
 _AUTH_WORDS = ("unauthorized", "not authorized", "authorization")
+
+# ``lastStatusChange`` is free text; only "Rented by User: " followed by a JavaScript
+# ``Date.toString()`` is attested ("Rented by User: Thu Aug 20 2026 03:29:12 GMT+0000
+# (Coordinated Universal Time)"). Any other wording is left unread (docs/providers.md, "RunPod").
+_RENTED_BY_USER = re.compile(
+    r"Rented by User: (?P<weekday>[A-Z][a-z]{2}) (?P<month>[A-Z][a-z]{2}) (?P<day>[0-9]{2}) "
+    r"(?P<year>[0-9]{4}) (?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2}) "
+    r"GMT(?P<sign>[+-])(?P<offset_hours>[0-9]{2})(?P<offset_minutes>[0-5][0-9])"
+    r"(?: \([^()]*\))?"
+)
+_JS_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_JS_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 # Where a pod's fields sit in a ``myself { pods { ... } }`` answer: errors under this path with
 # a pod index and a field name are partial (that pod's field is unknown).
@@ -347,10 +360,39 @@ def parse_pod(
         started_at=(
             seconds_before(now, get_float(runtime, "uptimeInSeconds")) if runtime else None
         ),
+        rented_at=rented_by_user_at(fields.get("lastStatusChange")),
         provider_gpu_util_percent=_gpu_utilisation(runtime),
         public_ports=_public_ports_from_runtime(ports),
         unreadable=tuple(sorted(unreadable)),
     )
+
+
+def rented_by_user_at(text: object) -> datetime | None:
+    """The instant of a ``lastStatusChange`` that reads exactly "Rented by User: <JS date with
+    a GMT offset>", in UTC; ``None`` for anything else (another wording, a date that does not
+    exist or whose weekday disagrees with it, a non-string)."""
+    if not isinstance(text, str):
+        return None
+    found = _RENTED_BY_USER.fullmatch(text)
+    if found is None or found["month"] not in _JS_MONTHS or found["weekday"] not in _JS_WEEKDAYS:
+        return None
+    sign = 1 if found["sign"] == "+" else -1
+    offset = timedelta(hours=int(found["offset_hours"]), minutes=int(found["offset_minutes"]))
+    try:
+        local = datetime(
+            int(found["year"]),
+            _JS_MONTHS.index(found["month"]) + 1,
+            int(found["day"]),
+            int(found["hour"]),
+            int(found["minute"]),
+            int(found["second"]),
+            tzinfo=timezone(sign * offset),
+        )
+    except ValueError:  # Feb 30, hour 24, an offset of a day or more
+        return None
+    if _JS_WEEKDAYS[local.weekday()] != found["weekday"]:
+        return None
+    return local.astimezone(UTC)
 
 
 def pod_compute_usd_per_hour(fields: Mapping[str, object]) -> float | None:
