@@ -71,6 +71,7 @@ class ActionStore(Protocol):
         result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
+        accepted_at: datetime | None = None,
     ) -> bool: ...
 
     def instance_snapshot(self, account: str, instance_id: str) -> InstanceSnapshot | None: ...
@@ -103,6 +104,7 @@ class ActionRecorder:
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
         data: Mapping[str, str | int | float | bool | None] | None = None,
+        accepted_at: datetime | None = None,
     ) -> None:
         moved = self.store.record_action_step(
             row.idempotency_key,
@@ -116,6 +118,7 @@ class ActionRecorder:
             result=result,
             last_error=last_error,
             next_attempt_at=next_attempt_at,
+            accepted_at=accepted_at,
         )
         if moved:
             self.outcomes.append(

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from watchdog_gpu.errors import AuthError, NotFoundError, PermanentError, ProviderError
-from watchdog_gpu.model import ActionKind, InstanceSnapshot, InstanceState, stop_took_effect
+from watchdog_gpu.model import ActionKind, InstanceSnapshot, confirms_kill
 
 # Rules that judge an instance by what the provider lists: a listing that fails at the call
 # holds their call (the state they decided on cannot be confirmed). An idle or budget action
@@ -163,11 +163,9 @@ def after_call_error(error: ProviderError, attempts: int) -> AfterError:
 
 def done(kind: ActionKind, current: InstanceSnapshot | None) -> bool:
     """Whether the listing ``current`` of the instance confirms the kill."""
-    if current is None or current.state is InstanceState.GONE:
+    if current is None:
         return True
-    return kind is ActionKind.STOP and stop_took_effect(
-        current.state, interruptible=current.interruptible
-    )
+    return confirms_kill(kind, current.state, interruptible=current.interruptible)
 
 
 def escalation_number(elapsed: timedelta, after: timedelta) -> int:

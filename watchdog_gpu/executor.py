@@ -209,6 +209,9 @@ class Executor:
             state.now,
             result=CALLING,
         )
+        # The provider stops billing when it accepts the call (docs/providers.md): the instant
+        # right before it is when the ledger ends the bill, once a listing confirms the kill.
+        accepted_at = self._instant(state)
         try:
             _call(provider, row)
         except ProviderError as error:
@@ -222,7 +225,13 @@ class Executor:
             message=f"{row.kind.value} {again}accepted by the provider; verifying",
             result=ActionResult.CALLED,
             next_attempt_at=state.now + self.safety.verify_interval,
+            accepted_at=accepted_at,
         )
+
+    def _instant(self, state: _Pass) -> datetime:
+        """Now, read from the clock when there is one (a salvage earlier in the pass may have
+        taken minutes), never before the pass's ``now``."""
+        return state.now if self.clock is None else max(state.now, self.clock())
 
     def _condition_holds(self, row: ActionRow, state: _Pass) -> bool | None:
         """Was the finding behind ``row`` present at the latest evaluation? None: this process
@@ -443,7 +452,7 @@ class Executor:
             if provider is None:
                 state.listings[account] = PermanentError(f"no provider for account {account}")
             else:
-                at = state.now if self.clock is None else max(state.now, self.clock())
+                at = self._instant(state)
                 state.listed_at[account] = at
                 try:
                     state.listings[account] = provider.list_instances(at)
@@ -473,6 +482,7 @@ class Executor:
             state.now - row.created_at, self.safety.escalate_unverified_after
         )
         note: PlannedNotification | None = None
+        recalled: datetime | None = None
         if number >= 1:
             if self._cancelled_by_guard(row, state):
                 return
@@ -484,7 +494,7 @@ class Executor:
                 detail += "; the call is not repeated: its condition no longer holds"
             note = state.escalation(row, detail)
             if holds:
-                self._recall(row)
+                recalled = self._recall(row, state)
         checks = max(row.attempts - 1, 0)
         state.step(
             row,
@@ -495,13 +505,16 @@ class Executor:
             result=ActionResult.UNVERIFIED,
             next_attempt_at=verify_at(state.now, checks, row.created_at, self.safety),
             data={"seen_state": seen, "escalation": number},
+            accepted_at=recalled,
         )
 
-    def _recall(self, row: ActionRow) -> None:
-        """Repeat the provider call for a kill that did not take (after the escalation delay)."""
+    def _recall(self, row: ActionRow, state: _Pass) -> datetime | None:
+        """Repeat the provider call for a kill that did not take (after the escalation delay);
+        the instant the provider accepted it, None when it did not."""
         provider = self.providers.get(row.account)
         if provider is None:
-            return
+            return None
+        accepted_at = self._instant(state)
         try:
             _call(provider, row)
         except ProviderError as error:
@@ -512,6 +525,8 @@ class Executor:
                 row.instance_id,
                 error.kind,
             )
+            return None
+        return accepted_at
 
 
 def _call(provider: Provider, row: ActionRow) -> None:

@@ -28,6 +28,14 @@ from watchdog_gpu.model import (
 
 
 @dataclass(frozen=True, slots=True)
+class AcceptedCall:
+    """A ``kind`` call (stop or destroy) the provider accepted at ``at`` and a listing confirmed."""
+
+    kind: ActionKind
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceView:
     """One instance's recorded history.
 
@@ -48,6 +56,10 @@ class InstanceView:
     # provider's start time, recorded once at that sighting and never recomputed); None when it
     # was first seen as it started, or not running (docs/safety.md, "Period spend").
     billed_from: datetime | None = None
+    # Its latest stop or destroy that a listing confirmed, with the instant the provider accepted
+    # the call: the provider stops billing there, not at the listing that confirmed it a
+    # verify_interval later, so the ledger ends the bill there (spend.view_billing_pieces).
+    accepted_call: AcceptedCall | None = None
 
     @property
     def state(self) -> InstanceState:
@@ -162,6 +174,7 @@ class ActionRecord:
     created_at: datetime
     episode_key: str  # the finding's episode this action belongs to (a column of its row)
     usd_per_hour_at_stake: float | None = None  # what the instance billed when it was decided
+    accepted_at: datetime | None = None  # when the provider accepted the call (None: not known)
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,6 +167,14 @@ def stop_took_effect(state: InstanceState, *, interruptible: bool) -> bool:
     return interruptible and state in STOP_CONFIRMING_STATES
 
 
+def confirms_kill(kind: ActionKind, state: InstanceState, *, interruptible: bool) -> bool:
+    """Whether an instance listed in ``state`` confirms a ``kind`` call we made: ``gone`` confirms
+    either, a stop is also confirmed by :func:`stop_took_effect`."""
+    if state is InstanceState.GONE:
+        return True
+    return kind is ActionKind.STOP and stop_took_effect(state, interruptible=interruptible)
+
+
 @dataclass(frozen=True, slots=True)
 class AccountSnapshot:
     """Account-level money facts at ``observed_at``; each ``None`` means the API does not say."""

@@ -11,13 +11,13 @@ computed in a :class:`zoneinfo.ZoneInfo` zone (a DST day is 23 or 25 hours) and 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 from watchdog_gpu.fleet import FleetView, InstanceView, VolumeLedger
-from watchdog_gpu.model import InstanceState, StateSpan
+from watchdog_gpu.model import InstanceState, StateSpan, confirms_kill
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -140,10 +140,11 @@ def view_billing_pieces(instance: InstanceView, *, until: datetime) -> list[Bill
     its account could not be listed, or before the watchdog ran, was billing all along. The
     anchor is a recorded fact, never recomputed from the latest listing: a stop or a restart
     moves the provider's start time, and the period's spend must not move with it
-    (docs/safety.md, "Period spend")."""
-    pieces = billing_pieces(instance.spans, until=until)
+    (docs/safety.md, "Period spend"). A confirmed stop or destroy ends the bill at the instant
+    the provider accepted the call (:func:`spans_at_the_call`)."""
+    spans = spans_at_the_call(instance)
+    pieces = billing_pieces(spans, until=until)
     started = instance.billed_from
-    spans = instance.spans
     if (
         started is not None
         and spans
@@ -156,6 +157,31 @@ def view_billing_pieces(instance: InstanceView, *, until: datetime) -> list[Bill
         )
         pieces.insert(0, before)
     return pieces
+
+
+def spans_at_the_call(instance: InstanceView) -> Sequence[StateSpan]:
+    """``instance``'s spans, the one that confirms its accepted call (``accepted_call``: gone for
+    a destroy, stopped for a stop) starting at the instant the provider accepted it: the provider
+    stops billing then, not at the listing that saw it. Only when that span is the first to begin
+    after the call and no listing after the call still saw the span before it (a call that did
+    not take, repeated later, leaves the spans as they are)."""
+    call = instance.accepted_call
+    spans = instance.spans
+    if call is None:
+        return spans
+    for index in range(1, len(spans)):
+        after = spans[index]
+        if after.first_seen <= call.at:
+            continue
+        # Began at or before the call, unless it is the first span (then seen after it too).
+        before = spans[index - 1]
+        interruptible = instance.latest.interruptible
+        if before.last_seen <= call.at and confirms_kill(
+            call.kind, after.state, interruptible=interruptible
+        ):
+            return (*spans[:index], replace(after, first_seen=call.at), *spans[index + 1 :])
+        break
+    return spans
 
 
 def volume_billing_pieces(volume: VolumeLedger, *, until: datetime) -> list[BillingPiece]:

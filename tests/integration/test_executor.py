@@ -16,7 +16,7 @@ from tests.support.cycles import cyclic_garbage
 from watchdog_gpu.call_policy import MAX_REFUSED_CALLS, listed_change
 from watchdog_gpu.errors import AuthError, PermanentError, ProviderError, TransientError
 from watchdog_gpu.executor import CALLING, Executor
-from watchdog_gpu.fleet import ProtectionKind
+from watchdog_gpu.fleet import AcceptedCall, ProtectionKind
 from watchdog_gpu.model import (
     AccountObservation,
     AccountSnapshot,
@@ -149,13 +149,14 @@ def test_a_destroy_is_called_then_verified_by_re_listing(store: Store) -> None:
     assert provider.calls == [("destroy", "9001")]
 
 
-def test_the_verification_listing_is_recorded_so_the_ledger_stops_billing_at_the_verification(
+def test_the_verification_listing_is_recorded_and_the_ledger_stops_billing_at_the_call(
     store: Store,
 ) -> None:
     enqueue(store)
+    called_at = NOW + timedelta(minutes=10)
     runner = executor(store, ScriptedProvider())
-    runner.run(NOW)
-    verified_at = NOW + timedelta(seconds=30)
+    runner.run(called_at)
+    verified_at = called_at + timedelta(seconds=30)
     runner.run(verified_at)
 
     (record,) = store.latest_instances(include_gone=True)
@@ -165,8 +166,73 @@ def test_the_verification_listing_is_recorded_so_the_ledger_stops_billing_at_the
     (instance,) = view.instances.values()
     assert instance.spans[-1].state is InstanceState.GONE
     assert instance.spans[-1].first_seen == verified_at
-    # Billed from the listing before the call to the one that no longer had it, not an hour.
-    assert total_spend(view, NOW, NOW + timedelta(hours=1)).usd == pytest.approx(0.38 * 30 / 3600)
+    # Billed from the listing before the call to the call the provider accepted (it bills
+    # nothing from then on), not to the verification, nor an hour.
+    assert total_spend(view, NOW, NOW + timedelta(hours=1)).usd == pytest.approx(0.38 * 10 / 60)
+
+
+def test_the_instant_the_provider_accepted_the_call_is_recorded_on_the_action(
+    store: Store,
+) -> None:
+    enqueue(store)
+    # Something earlier in the pass (a salvage) took its time: the call went out later.
+    called_at = NOW + timedelta(minutes=3)
+    provider = ScriptedProvider(call_errors=[TransientError("vast: HTTP 502")])
+    executor(store, provider, clock=lambda: called_at).run(NOW)
+    failed = store.get_action(KEY)
+    assert failed is not None
+    assert (failed.status, failed.accepted_at) == (ActionStatus.PENDING, None)
+
+    executor(store, provider, clock=lambda: called_at).run(NOW + timedelta(minutes=2))
+    called = store.get_action(KEY)
+    assert called is not None
+    assert (called.status, called.accepted_at) == (ActionStatus.CALLED, called_at)
+    (record,) = store.list_actions()
+    assert record.to_record().accepted_at == called_at
+
+
+def test_a_kill_repeated_after_an_escalation_records_the_repeated_call(store: Store) -> None:
+    enqueue(store)
+    provider = ScriptedProvider(gone_after_call=False)
+    runner = executor(store, provider)
+    runner.run(NOW)
+    first = store.get_action(KEY)
+    assert first is not None
+    assert first.accepted_at == NOW
+    instant = NOW
+    while len(provider.calls) < 2:
+        instant += timedelta(minutes=1)
+        runner.run(instant)
+    repeated = store.get_action(KEY)
+    assert repeated is not None
+    assert (repeated.status, repeated.accepted_at) == (ActionStatus.UNVERIFIED, instant)
+
+
+def test_only_a_verified_kill_gives_the_fleet_view_its_accepted_call(store: Store) -> None:
+    enqueue(store)
+    called_at = NOW + timedelta(minutes=1)
+    provider = ScriptedProvider(gone_after_call=False)
+    runner = executor(store, provider)
+    runner.run(called_at)
+    runner.run(called_at + timedelta(seconds=30))  # still listed running: unverified
+    action = store.get_action(KEY)
+    assert action is not None
+    assert (action.status, action.accepted_at) == (ActionStatus.UNVERIFIED, called_at)
+    later = NOW + timedelta(hours=1)
+    view = store.load_fleet_view(later, timedelta(hours=1), NOW, cached=False)
+    (instance,) = view.instances.values()
+    assert instance.accepted_call is None
+
+    provider.listing = []
+    gone_at = called_at + timedelta(minutes=5)
+    runner.run(gone_at)
+    view = store.load_fleet_view(later, timedelta(hours=1), NOW, cached=False)
+    (instance,) = view.instances.values()
+    assert instance.accepted_call == AcceptedCall(ActionKind.DESTROY, called_at)
+    # Listed running after that call: it did not stop the bill, the listing that saw it gone
+    # did (the ledger never ends a bill before a listing that still saw it billing).
+    billed = (gone_at - NOW) / timedelta(hours=1)
+    assert total_spend(view, NOW, later).usd == pytest.approx(0.38 * billed)
 
 
 def test_the_verification_listing_is_recorded_at_the_instant_it_was_taken(store: Store) -> None:

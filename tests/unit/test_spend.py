@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.unit.rules.builders import at, fleet, instance, running, span
-from watchdog_gpu.fleet import InstanceView, RatedSpan, VolumeLedger
-from watchdog_gpu.model import InstanceState
+from watchdog_gpu.activity import activity_split
+from watchdog_gpu.fleet import AcceptedCall, InstanceView, RatedSpan, VolumeLedger
+from watchdog_gpu.model import ActionKind, InstanceState
 from watchdog_gpu.spend import (
     BillingPiece,
     SpendFigure,
@@ -26,6 +27,7 @@ from watchdog_gpu.spend import (
     rate_exceeded_since,
     spend_crossing_time,
     total_spend,
+    view_billing_pieces,
 )
 
 RUNNING = InstanceState.RUNNING
@@ -241,6 +243,64 @@ def test_no_billing_before_the_first_listing_without_an_anchor_or_its_first_span
         assert instances_spend([view], at(0), at(90)).usd == pytest.approx(
             instance_spend(view.spans, at(0), at(90)).usd
         ), view
+
+
+def accepted(view: InstanceView, kind: ActionKind, moment: datetime) -> InstanceView:
+    """``view`` with a confirmed ``kind`` call the provider accepted at ``moment``."""
+    return replace(view, accepted_call=AcceptedCall(kind, moment))
+
+
+def test_a_confirmed_destroy_ends_the_bill_at_the_instant_the_provider_accepted_it() -> None:
+    # Listed running until 59, destroyed at 60 (the provider bills nothing from then on),
+    # seen gone by the verification at 61: billed to 60, not to 61.
+    spans = (
+        span(RUNNING, at(0), at(59), compute=1.0, storage=0.0),
+        span(GONE, at(61), at(61), compute=1.0, storage=0.0),
+    )
+    destroyed = accepted(instance(*spans), ActionKind.DESTROY, at(60))
+    pieces = view_billing_pieces(destroyed, until=at(120))
+    assert [(p.start, p.end, p.state) for p in pieces] == [
+        (at(0), at(60), RUNNING),
+        (at(60), at(61), GONE),
+    ]
+    assert total_spend(fleet(at(120), destroyed), at(0), at(120)).usd == pytest.approx(1.0)
+    assert instances_spend([instance(*spans)], at(0), at(120)).usd == pytest.approx(61 / 60)
+    # The activity split still adds up to the spend: the gone piece bills no GPU and $0.
+    split = activity_split(pieces, 1, (), at(0), at(120))
+    assert split.blind_usd + split.no_gpu_usd == pytest.approx(1.0)
+    assert split.blind_gpu_hours == pytest.approx(1.0)
+
+
+def test_a_confirmed_stop_starts_the_disk_only_bill_at_the_accepted_call() -> None:
+    spans = (
+        span(RUNNING, at(0), at(59), compute=0.6, storage=0.06),
+        span(STOPPED, at(61), at(90), compute=0.6, storage=0.06),
+    )
+    stopped = accepted(instance(*spans), ActionKind.STOP, at(60))
+    figure = instances_spend([stopped], at(0), at(90))
+    assert figure.usd == pytest.approx(0.66 + 0.06 * 0.5)
+    assert [p.start for p in view_billing_pieces(stopped, until=at(90))] == [at(0), at(60)]
+
+
+def test_the_accepted_call_moves_nothing_unless_the_span_after_it_confirms_it() -> None:
+    spans = (
+        span(RUNNING, at(0), at(59), compute=1.0, storage=0.0),
+        span(STOPPED, at(61), at(90), compute=1.0, storage=0.0),
+        span(GONE, at(95), at(95)),
+    )
+    cases = [
+        # A destroy is confirmed by gone only; the stopped span after the call is not that.
+        accepted(instance(*spans), ActionKind.DESTROY, at(60)),
+        # A listing after the call still saw it running: the call did not take then (a call
+        # repeated later is confirmed by a later listing, whose instant is not this one).
+        accepted(instance(*spans), ActionKind.STOP, at(58)),
+        # Accepted after the confirming span began: nothing to end earlier.
+        accepted(instance(*spans), ActionKind.STOP, at(62)),
+    ]
+    for view in cases:
+        assert view_billing_pieces(view, until=at(95)) == view_billing_pieces(
+            replace(view, accepted_call=None), until=at(95)
+        ), view.accepted_call
 
 
 def test_volumes_and_filesystems_count_in_period_spend_gone_ones_included() -> None:

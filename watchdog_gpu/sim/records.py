@@ -82,11 +82,19 @@ class InstanceRecord:
         return self.compute_spend_usd + self.storage_spend_usd
 
     @property
+    def billing(self) -> bool:
+        """Whether the instance bills at all: it exists and no destroy was accepted. A destroy
+        stops the bill at the call; the row stays listed in the provider's terminating state
+        (Vast ``unloaded``, RunPod ``TERMINATED``, Lambda ``terminating``), which bills nothing
+        (docs/providers.md), until it disappears."""
+        return self.state in EXISTING_STATES and self.destroy_due is None
+
+    @property
     def compute_billed(self) -> bool:
         """Whether compute bills now: per the scripted provider state, else per the provider
         state the generic one stands for (a Vast instance that is starting is loading, which
         bills no GPU yet)."""
-        if self.state not in EXISTING_STATES:
+        if self.state is None or not self.billing:
             return False
         exact = self.provider_state or generic_billing(self.provider, self.state)
         if exact is not None:
@@ -107,6 +115,8 @@ class InstanceRecord:
         volume rate."""
         if state is None:
             state = self.state
+            if not self.billing:
+                return 0.0
             if self.provider_state is not None and not self.provider_state.storage:
                 return 0.0
         if state not in EXISTING_STATES:

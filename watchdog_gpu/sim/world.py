@@ -51,7 +51,8 @@ DESTROY_DELAYS: Mapping[str, timedelta] = {
     "runpod": timedelta(seconds=45),
     "lambda": timedelta(seconds=60),
 }
-"""How long after a destroy call each provider's instance keeps existing (and billing)."""
+"""How long after a destroy call each provider still lists the instance, in its terminating state
+(which bills nothing: the bill stops at the call), before it is gone."""
 
 DEFAULT_SPEND_LIMITS: Mapping[str, float] = {"runpod": 80.0}
 """RunPod's default account spend limit ($/h); the others have none."""
@@ -256,7 +257,8 @@ class SimulatedWorld:
 
     # ----------------------------------------------------------------- acting
     def destroy(self, account: str, instance_id: str) -> bool:
-        """Destroy the instance: it becomes ``gone`` after the provider's delay.
+        """Destroy the instance: its billing stops now, it is listed as terminating and becomes
+        ``gone`` after the provider's delay.
 
         Returns True when accepted (also when a destroy is already pending); raises
         :class:`UnknownInstanceError` when it does not exist (gone, not yet created, unknown).

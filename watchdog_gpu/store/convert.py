@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from watchdog_gpu.fleet import (
+    AcceptedCall,
     AccountView,
     InstanceView,
     Protection,
@@ -116,6 +117,7 @@ def instance_view(
     spans: Sequence[StateSpan],
     samples: Sequence[GpuSample],
     probes: Sequence[ProbeOutcome],
+    accepted_call: AcceptedCall | None = None,
 ) -> InstanceView:
     return InstanceView(
         latest=instance_snapshot(row),
@@ -124,6 +126,7 @@ def instance_view(
         samples=samples,
         probes=tuple(probes),
         billed_from=row.billed_from,
+        accepted_call=accepted_call,
     )
 
 
@@ -145,9 +148,12 @@ def instance_views(
     span_rows: Iterable[InstanceSpan | Row[Any]],
     samples: Mapping[tuple[str, str], Sequence[GpuSample]],
     probes: Mapping[tuple[str, str], Sequence[ProbeOutcome]],
+    accepted: Mapping[tuple[str, str], AcceptedCall] | None = None,
 ) -> dict[str, InstanceView]:
     """The fleet view's instances ("account/instance_id" → view): each instance row with its
-    spans (rows of ``instance_spans``, in order), samples and probe outcomes (by instance)."""
+    spans (rows of ``instance_spans``, in order), samples, probe outcomes and latest confirmed
+    accepted call (by instance)."""
+    accepted = accepted or {}
     spans: dict[int, list[StateSpan]] = defaultdict(list)
     for span in span_rows:
         spans[span.instance_pk].append(state_span(span))
@@ -155,7 +161,11 @@ def instance_views(
     for row in rows:
         key = (row.account, row.instance_id)
         views[f"{row.account}/{row.instance_id}"] = instance_view(
-            row, spans.get(row.id, ()), samples.get(key) or (), probes.get(key, ())
+            row,
+            spans.get(row.id, ()),
+            samples.get(key) or (),
+            probes.get(key, ()),
+            accepted.get(key),
         )
     return views
 
@@ -263,6 +273,7 @@ def action_row(row: ActionOutboxRow | Row[Any]) -> ActionRow:
         next_attempt_at=row.next_attempt_at,
         result=ActionResult(row.result) if row.result is not None else None,
         last_error=row.last_error,
+        accepted_at=row.accepted_at,
     )
 
 

@@ -112,6 +112,7 @@ def record_action_step(
     result: ActionResult | None = None,
     last_error: str | None = None,
     next_attempt_at: datetime | None = None,
+    accepted_at: datetime | None = None,
 ) -> bool:
     """Move action ``key`` from ``expected_status`` to ``new_status`` (compare-and-set) and, if it
     moved, append the audit event and enqueue ``notification`` in the same transaction."""
@@ -124,6 +125,7 @@ def record_action_step(
         result=result,
         last_error=last_error,
         next_attempt_at=next_attempt_at,
+        accepted_at=accepted_at,
     )
     if not moved:
         return False

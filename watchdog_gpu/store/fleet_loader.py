@@ -28,8 +28,21 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from watchdog_gpu.fleet import AccountView, FleetView, FuseState, InstanceView, VolumeLedger
-from watchdog_gpu.model import OPEN_ACTION_STATUSES, InstanceState, Verdict
+from watchdog_gpu.fleet import (
+    AcceptedCall,
+    AccountView,
+    FleetView,
+    FuseState,
+    InstanceView,
+    VolumeLedger,
+)
+from watchdog_gpu.model import (
+    OPEN_ACTION_STATUSES,
+    ActionKind,
+    ActionStatus,
+    InstanceState,
+    Verdict,
+)
 from watchdog_gpu.store import convert
 from watchdog_gpu.store.activity import window_marks
 from watchdog_gpu.store.history import FleetHistory, NewestIds
@@ -226,6 +239,19 @@ _ACTIONS = select(*ActionOutboxRow.__table__.columns).where(
         ActionOutboxRow.status.in_([status.value for status in OPEN_ACTION_STATUSES]),
     )
 )
+# The verified stops and destroys accepted inside the window, for each instance's latest
+# (InstanceView.accepted_call). One accepted before the window cannot move a bill inside it.
+_ACCEPTED_CALLS = select(
+    ActionOutboxRow.account,
+    ActionOutboxRow.instance_id,
+    ActionOutboxRow.kind,
+    ActionOutboxRow.accepted_at,
+).where(
+    ActionOutboxRow.account.in_(_NAMES),
+    ActionOutboxRow.status == ActionStatus.VERIFIED.value,
+    ActionOutboxRow.accepted_at >= bindparam("window_start"),
+    ActionOutboxRow.accepted_at <= _NOW,
+)
 _NOTIFICATION_KEYS = select(
     NotificationOutboxRow.idempotency_key, NotificationOutboxRow.created_at
 ).where(NotificationOutboxRow.created_at >= bindparam("notifications_since"))
@@ -416,4 +442,18 @@ def _instance_views(
             }
             samples = sample_histories(conn.execute(_STATUS_SAMPLES, judging))
         probes = by_instance(probes_from(conn.execute(_WINDOW_PROBES, window)))
-    return convert.instance_views(rows, spans, samples, probes)
+    return convert.instance_views(rows, spans, samples, probes, accepted_calls(conn, params))
+
+
+def accepted_calls(
+    conn: Connection, params: Mapping[str, object]
+) -> dict[tuple[str, str], AcceptedCall]:
+    """Each instance's latest verified stop or destroy accepted in the window (``names``,
+    ``window_start`` and ``now`` of ``params``), with the instant the provider accepted it."""
+    latest: dict[tuple[str, str], AcceptedCall] = {}
+    for row in conn.execute(_ACCEPTED_CALLS, params):
+        key = (row.account, row.instance_id)
+        known = latest.get(key)
+        if known is None or row.accepted_at > known.at:
+            latest[key] = AcceptedCall(ActionKind(row.kind), row.accepted_at)
+    return latest

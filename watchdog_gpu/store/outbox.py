@@ -132,6 +132,7 @@ def transition_action(
     result: ActionResult | None,
     last_error: str | None,
     next_attempt_at: datetime | None,
+    accepted_at: datetime | None = None,
 ) -> bool:
     """See ``Store.transition_action``."""
     values: dict[str, Any] = {"status": ActionStatus(new_status).value, "updated_at": now}
@@ -141,6 +142,8 @@ def transition_action(
         values["last_error"] = last_error[:MAX_ERROR_LENGTH]
     if next_attempt_at is not None:
         values["next_attempt_at"] = next_attempt_at
+    if accepted_at is not None:
+        values["accepted_at"] = accepted_at
     outcome = session.execute(
         update(ActionOutboxRow)
         .where(

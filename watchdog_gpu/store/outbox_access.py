@@ -186,9 +186,11 @@ class OutboxAccess(StoreBase):
         result: ActionResult | None = None,
         last_error: str | None = None,
         next_attempt_at: datetime | None = None,
+        accepted_at: datetime | None = None,
     ) -> bool:
         """Compare-and-set ``key`` to ``new_status`` and, if it moved, append the audit event
-        and enqueue ``notification`` in the same transaction."""
+        and enqueue ``notification`` in the same transaction. ``accepted_at``: when the
+        provider accepted the call (recorded with the step that says so)."""
         with self._transaction(write=True) as session:
             row = outbox.get_action(session, key)
             if row is None:
@@ -209,6 +211,7 @@ class OutboxAccess(StoreBase):
                 result=result,
                 last_error=last_error,
                 next_attempt_at=next_attempt_at,
+                accepted_at=accepted_at,
             )
 
     def fuse_latched(self) -> bool:

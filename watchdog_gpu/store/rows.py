@@ -48,6 +48,7 @@ class ActionRow:
     next_attempt_at: datetime | None = None
     result: ActionResult | None = None
     last_error: str | None = None
+    accepted_at: datetime | None = None  # when the provider accepted the call (None: not yet)
 
     def to_record(self) -> ActionRecord:
         """The planner's and the spend report's view of this action."""
@@ -62,6 +63,7 @@ class ActionRow:
             created_at=self.created_at,
             episode_key=self.episode_key,
             usd_per_hour_at_stake=self.usd_per_hour_at_stake,
+            accepted_at=self.accepted_at,
         )
 
     def to_planned(self) -> PlannedAction:

@@ -342,6 +342,7 @@ class ActionOutboxRow(Base):
     __table_args__ = (
         Index(None, "status", "next_attempt_at"),
         Index(None, "created_at"),
+        Index(None, "accepted_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -366,6 +367,9 @@ class ActionOutboxRow(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    # When the provider accepted the stop/destroy call (the instant taken right before it): the
+    # ledger ends the instance's bill there once a listing confirmed it (fleet_loader, spend).
+    accepted_at: Mapped[datetime | None]
 
 
 class NotificationOutboxRow(Base):

@@ -226,7 +226,7 @@ balance_usd = 0.0
     assert stops == [START + timedelta(hours=1), START + timedelta(hours=5)]
 
 
-def test_a_destroy_leaves_the_instance_billing_until_the_provider_delay_has_passed() -> None:
+def test_a_destroy_stops_the_bill_at_the_call_and_lists_the_instance_until_the_delay() -> None:
     world, clock = world_of(
         one_instance("lambda", instance_id="abc", storage=0.0).replace("disk_gb = 72\n", "")
     )
@@ -236,13 +236,31 @@ def test_a_destroy_leaves_the_instance_billing_until_the_provider_delay_has_pass
     view = world.instance("a", "abc")
     assert view is not None
     assert view.destroying
+    assert view.billed_usd_per_hour == 0.0
+    assert world.account_view("a").spend_usd_per_hour == 0.0
     clock.advance(DESTROY_DELAYS["lambda"] - timedelta(seconds=1))
     assert world.instance("a", "abc") is not None
+    assert world.spend_usd("a", "abc") == pytest.approx(0.50)
     clock.advance(timedelta(seconds=1))
     assert world.instance("a", "abc") is None
     clock.advance(timedelta(hours=5))
-    delay_hours = DESTROY_DELAYS["lambda"] / timedelta(hours=1)
-    assert world.spend_usd("a", "abc") == pytest.approx(0.50 * (1 + delay_hours))
+    assert world.spend_usd("a", "abc") == pytest.approx(0.50)
+
+
+def test_a_destroy_stops_compute_and_storage_billing_at_the_call_on_vast_and_runpod() -> None:
+    for provider in ("vast", "runpod"):
+        world, clock = world_of(one_instance(provider, balance=100.0))
+        clock.advance(timedelta(hours=2))
+        world.destroy("a", "1")
+        balance = world.account_view("a").balance_usd
+        clock.advance(DESTROY_DELAYS[provider] / 2)
+        view = world.instance("a", "1")
+        assert view is not None
+        assert (view.compute_billed, view.storage_usd_per_hour) == (False, 0.0), provider
+        clock.advance(timedelta(hours=1))
+        hourly = 0.50 + 72 * 0.10 / (720.0 if provider == "vast" else 730.0)
+        assert world.spend_usd("a", "1") == pytest.approx(2 * hourly), provider
+        assert world.account_view("a").balance_usd == balance, provider
 
 
 def test_destroying_twice_is_accepted_and_destroying_a_gone_instance_is_not_found() -> None:
@@ -286,8 +304,7 @@ def test_spend_without_watchdog_replays_the_script_as_if_nobody_had_acted() -> N
     world.destroy("a", "1")
     clock.advance(timedelta(hours=10))
 
-    delay_hours = DESTROY_DELAYS["vast"] / timedelta(hours=1)
-    assert world.spend_usd("a", "1") == pytest.approx((2 + delay_hours) * (0.50 + STORAGE_PER_HOUR))
+    assert world.spend_usd("a", "1") == pytest.approx(2 * (0.50 + STORAGE_PER_HOUR))
     assert world.spend_without_watchdog_usd("a", "1") == pytest.approx(
         12 * (0.50 + STORAGE_PER_HOUR)
     )
