@@ -196,7 +196,10 @@ def _action_line(action: ActionRecord, view: FleetView, end: datetime) -> Action
         stopped = max(0.0, at_call - after)
     saving = None
     if action.status in DONE and not action.dry_run and stopped is not None:
-        saving = stopped * max(0.0, (end - action.created_at).total_seconds()) / SECONDS_PER_HOUR
+        # From the instant the provider accepted the call (the ledger bills up to it), else the
+        # decision: a saving never counts time the ledger billed.
+        since = action.accepted_at or action.created_at
+        saving = stopped * max(0.0, (end - since).total_seconds()) / SECONDS_PER_HOUR
     return ActionLine(action, provider, at_call, stopped, saving)
 
 
