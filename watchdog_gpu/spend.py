@@ -107,9 +107,10 @@ def _overlap_seconds(piece: BillingPiece, start: datetime, end: datetime) -> flo
     return max(0.0, (high - low).total_seconds())
 
 
-def instance_spend(spans: Sequence[StateSpan], start: datetime, end: datetime) -> SpendFigure:
-    """What one instance's ``spans`` billed within ``[start, end]``."""
-    return pieces_spend(billing_pieces(spans, until=end), start, end)
+def instance_spend(instance: InstanceView, start: datetime, end: datetime) -> SpendFigure:
+    """What ``instance`` billed within ``[start, end]``: its ledger (:func:`view_billing_pieces`,
+    the anchor and an accepted call included), as every reader sees it."""
+    return pieces_spend(view_billing_pieces(instance, until=end), start, end)
 
 
 def pieces_spend(pieces: Iterable[BillingPiece], start: datetime, end: datetime) -> SpendFigure:
@@ -239,7 +240,7 @@ def instances_spend(
     """What ``instances`` billed within ``[start, end]`` (:func:`view_billing_pieces`)."""
     total = SpendFigure()
     for instance in instances:
-        total += pieces_spend(view_billing_pieces(instance, until=end), start, end)
+        total += instance_spend(instance, start, end)
     return total
 
 

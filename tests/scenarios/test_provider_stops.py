@@ -55,7 +55,7 @@ def test_an_exited_vast_container_that_keeps_its_gpu_is_billing_compute(tmp_path
         run = finish(sim)
         start, end = sim.scenario.start, sim.scenario.end
         view = sim.store.load_fleet_view(sim.clock.now(), end - start, start)
-        recorded = instance_spend(view.instances["vast-main/9721"].spans, start, end)
+        recorded = instance_spend(view.instances["vast-main/9721"], start, end)
         billed = sim.world.spend_usd("vast-main", "9721")
 
     # Not a stopped disk: nothing is stopped or destroyed, the GPU is counted as billing.

@@ -22,7 +22,7 @@ def _run_with_spend(
         run = finish(sim)
         start, end = sim.scenario.start, sim.scenario.end
         view = sim.store.load_fleet_view(sim.clock.now(), end - start, start)
-        recorded = instance_spend(view.instances[key].spans, start, end)
+        recorded = instance_spend(view.instances[key], start, end)
         account, instance_id = key.split("/")
         return run, recorded, sim.world.spend_usd(account, instance_id)
 

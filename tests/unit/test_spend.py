@@ -15,6 +15,7 @@ from watchdog_gpu.spend import (
     BillingPiece,
     SpendFigure,
     account_spend,
+    billing_pieces,
     current_rate,
     day_start,
     instance_spend,
@@ -23,6 +24,7 @@ from watchdog_gpu.spend import (
     month_start,
     next_day_start,
     period_spend,
+    pieces_spend,
     provider_spend,
     rate_exceeded_since,
     spend_crossing_time,
@@ -38,15 +40,15 @@ UNKNOWN = InstanceState.UNKNOWN
 
 def test_a_running_span_bills_compute_plus_storage_for_its_time() -> None:
     spans = [span(RUNNING, at(0), at(120), compute=0.5, storage=0.1)]
-    figure = instance_spend(spans, at(0), at(120))
+    figure = instance_spend(instance(*spans), at(0), at(120))
     assert figure.usd == pytest.approx(1.2)
     assert figure.complete
 
 
 def test_the_spend_is_clipped_to_the_period() -> None:
     spans = [span(RUNNING, at(0), at(120), compute=1.0, storage=0.0)]
-    assert instance_spend(spans, at(30), at(60)).usd == pytest.approx(0.5)
-    assert instance_spend(spans, at(-60), at(0)).usd == 0.0
+    assert instance_spend(instance(*spans), at(30), at(60)).usd == pytest.approx(0.5)
+    assert instance_spend(instance(*spans), at(-60), at(0)).usd == 0.0
 
 
 def test_a_span_bills_until_the_next_span_was_first_seen() -> None:
@@ -56,7 +58,7 @@ def test_a_span_bills_until_the_next_span_was_first_seen() -> None:
         span(RUNNING, at(0), at(60), compute=0.6, storage=0.0),
         span(STOPPED, at(62), at(122), compute=0.6, storage=0.06),
     ]
-    figure = instance_spend(spans, at(0), at(122))
+    figure = instance_spend(instance(*spans), at(0), at(122))
     assert figure.usd == pytest.approx(0.6 * 62 / 60 + 0.06 * 1.0)
     assert figure.complete
 
@@ -64,7 +66,7 @@ def test_a_span_bills_until_the_next_span_was_first_seen() -> None:
 def test_the_last_span_keeps_billing_its_last_known_rate_after_its_last_sighting() -> None:
     # Not listed since 60 (an outage): the last known rate keeps accruing, as an estimate.
     spans = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
-    figure = instance_spend(spans, at(0), at(90))
+    figure = instance_spend(instance(*spans), at(0), at(90))
     assert figure.usd == pytest.approx(1.5)
     assert figure.estimated_usd == pytest.approx(0.5)
     assert figure.complete
@@ -75,7 +77,7 @@ def test_an_instance_last_seen_gone_has_no_estimated_tail() -> None:
         span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
         span(GONE, at(61), at(61)),
     ]
-    figure = instance_spend(spans, at(0), at(600))
+    figure = instance_spend(instance(*spans), at(0), at(600))
     assert figure.usd == pytest.approx(61 / 60)
     assert figure.estimated_usd == 0
     assert figure.complete
@@ -86,7 +88,7 @@ def test_an_unknown_last_rate_is_unknown_time_after_the_last_sighting() -> None:
         span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
         span(UNKNOWN, at(60), at(90), compute=1.0, storage=0.0),
     ]
-    figure = instance_spend(spans, at(0), at(120))
+    figure = instance_spend(instance(*spans), at(0), at(120))
     assert figure.usd == pytest.approx(1.0)
     assert figure.unknown_seconds == pytest.approx(60 * 60)
     assert figure.estimated_usd == 0
@@ -97,8 +99,8 @@ def test_the_listing_after_an_outage_keeps_the_estimate_of_the_outage() -> None:
     # at the running rate, and stays billed at it once the listing says otherwise.
     during = [span(RUNNING, at(0), at(60), compute=1.0, storage=0.0)]
     after = [*during, span(STOPPED, at(120), at(150), compute=1.0, storage=0.1)]
-    assert instance_spend(during, at(0), at(120)).usd == pytest.approx(2.0)
-    figure = instance_spend(after, at(0), at(150))
+    assert instance_spend(instance(*during), at(0), at(120)).usd == pytest.approx(2.0)
+    figure = instance_spend(instance(*after), at(0), at(150))
     assert figure.usd == pytest.approx(2.0 + 0.1 * 0.5)
     assert figure.estimated_usd == 0
     assert spend_crossing_time(pieces(at(120), instance(*during)), at(0), at(120), 1.5) == at(90)
@@ -120,7 +122,7 @@ def test_an_unknown_rate_is_unknown_time_not_zero_dollars(
         span(RUNNING, at(0), at(60), compute=1.0, storage=0.0),
         span(state, at(60), at(120), compute=compute, storage=storage),
     ]
-    figure = instance_spend(spans, at(0), at(120))
+    figure = instance_spend(instance(*spans), at(0), at(120))
     assert figure.usd == pytest.approx(1.0)
     assert figure.unknown_seconds == pytest.approx(3600)
     assert not figure.complete
@@ -241,7 +243,7 @@ def test_no_billing_before_the_first_listing_without_an_anchor_or_its_first_span
     )
     for view in (undated, cut):
         assert instances_spend([view], at(0), at(90)).usd == pytest.approx(
-            instance_spend(view.spans, at(0), at(90)).usd
+            pieces_spend(billing_pieces(view.spans, until=at(90)), at(0), at(90)).usd
         ), view
 
 
@@ -317,3 +319,18 @@ def test_volumes_and_filesystems_count_in_period_spend_gone_ones_included() -> N
 
 def pieces(until: datetime, *views: InstanceView) -> list[BillingPiece]:
     return ledger_pieces(fleet(until, *views), until=until)
+
+
+def test_one_instances_spend_is_its_ledger_with_the_anchor_and_the_accepted_call() -> None:
+    # The rules' evidence dollars read this: the same pieces as the report and the budget.
+    view = accepted(
+        instance(
+            span(RUNNING, at(10), at(48), compute=1.0, storage=0.0),
+            span(InstanceState.GONE, at(62), at(62), compute=0.0, storage=0.0),
+            billed_from=at(0),
+        ),
+        ActionKind.DESTROY,
+        at(50),
+    )
+    assert instance_spend(view, at(0), at(90)).usd == pytest.approx(50 / 60)
+    assert instance_spend(view, at(0), at(90)) == instances_spend([view], at(0), at(90))

@@ -11,8 +11,9 @@ was decided, its outcome, the $/h the instance billed at that moment (its record
 JSON and CSV) and the rate it stopped billing (``$/H STOP``: that rate less what the next
 recorded span bills, e.g. a stopped instance's disk). ``EST. SAVING`` is that stopped rate times
 the time from the provider's acceptance of the call (where the ledger's bill ends; else the
-decision) to the end of the window, for actions verified done — an estimate, not a bill. Each row and the total also split the GPU-hours and dollars billed while the GPUs were
-idle (the idle rule's clock ran), blind (not observed: unreachable, no probe, not judged) and busy
+decision) to the end of the window, for actions verified done — an estimate, not a bill. Each
+row and the total also split the GPU-hours and dollars billed while the GPUs were idle (the idle
+rule's clock ran), blind (not observed: unreachable, no probe, not judged) and busy
 (a GPU worked), as each evaluation recorded it, and the dollars billed without a GPU (a stopped
 disk, a volume); the four add up to the spend. Time without a record is blind, never idle.
 

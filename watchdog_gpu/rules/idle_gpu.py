@@ -276,7 +276,7 @@ def _finding(
     covered = observed / elapsed if elapsed > timedelta(0) else 1.0
     span = instance.current_span
     rate = span.billed_usd_per_hour if span is not None else None
-    spent = instance_spend(instance.spans, episode.start, now)
+    spent = instance_spend(instance, episode.start, now)
     blind = clock.blind(clock.last_observed)  # the holes, not the time since the newest row
     blind_text = f", {format_duration(blind)} blind not counted" if blind.total_seconds() else ""
     summary = (

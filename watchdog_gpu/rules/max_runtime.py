@@ -109,7 +109,7 @@ def _finding(
         due_at=due_at,
         evidence={
             "instance_name": latest.name,
-            **spend_evidence(instance_spend(instance.spans, since, now)),
+            **spend_evidence(instance_spend(instance, since, now)),
             "running_since": since.isoformat(),
             "billed_seconds": round(billed.total_seconds()),
             "limit": format_duration(limit),

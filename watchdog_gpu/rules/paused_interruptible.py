@@ -67,7 +67,7 @@ def evaluate(view: FleetView, now: datetime, config: PausedInterruptibleConfig) 
                 due_at=since + config.after,
                 evidence={
                     "instance_name": latest.name,
-                    **spend_evidence(instance_spend(instance.spans, since, now)),
+                    **spend_evidence(instance_spend(instance, since, now)),
                     "paused_since": since.isoformat(),
                     "raw_state": latest.raw_state,
                     "disk_gb": latest.disk_gb,

@@ -66,7 +66,7 @@ def evaluate(view: FleetView, now: datetime, config: StoppedDiskConfig) -> list[
         if instance.state is not InstanceState.STOPPED or latest.storage_usd_per_hour == 0:
             continue
         since = state_since(instance)
-        spent = instance_spend(instance.spans, since, now)
+        spent = instance_spend(instance, since, now)
         rate = latest.storage_usd_per_hour
         rate_text = f"${rate:.3f}/h" if rate is not None else "an unknown rate"
         findings.append(

@@ -94,7 +94,7 @@ def _finding(
         due_at=since + config.after,
         evidence={
             "instance_name": latest.name,
-            **spend_evidence(instance_spend(instance.spans, since, now)),
+            **spend_evidence(instance_spend(instance, since, now)),
             "provider_state": latest.raw_state[:160],
             "not_running_since": since.isoformat(),
             "compute_usd_per_hour": latest.compute_usd_per_hour,
