@@ -497,7 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     if args.write_readme:
         stamp = datetime.now(UTC).date().isoformat()  # noqa: TID251 - a benchmark reads real time
-        write_readme_block("bench_cycle", f"Measured {stamp} on {machine()}. {report}")
+        given = sys.argv[1:] if argv is None else argv
+        command = " ".join(
+            ["`.venv/bin/python -m bench.bench_cycle", *(a for a in given if a != "--write-readme")]
+        )
+        write_readme_block("bench_cycle", f"Measured {stamp} on {machine()} ({command}`). {report}")
     return 0
 
 
