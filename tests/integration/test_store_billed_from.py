@@ -38,6 +38,7 @@ def _view(store: Store, instance_id: str = "pod1") -> InstanceView:
 def test_a_pod_first_listed_starting_is_billed_from_the_instant_it_was_rented(
     store: Store,
 ) -> None:
+    store.record_observation(observation(), T0 - minutes(2))  # the listing before: no pod
     rented = T0 - minutes(1)
     store.record_observation(observation(_pod(at=T0, rented_at=rented)), T0)
 
@@ -49,6 +50,7 @@ def test_a_pod_first_listed_starting_is_billed_from_the_instant_it_was_rented(
 
 
 def test_a_starting_state_whose_compute_does_not_bill_yet_is_not_anchored(store: Store) -> None:
+    store.record_observation(observation(), T0 - minutes(2))
     store.record_observation(observation(_pod(at=T0, rented_at=T0 - minutes(1), compute=0.0)), T0)
 
     assert _view(store).billed_from is None
@@ -65,6 +67,17 @@ def test_a_rented_date_older_than_the_previous_complete_listing_is_clamped_to_it
     )
 
     assert _view(store).billed_from == T0
+
+
+def test_the_first_look_at_an_account_takes_no_rent_date_a_resumed_pod_may_carry(
+    store: Store,
+) -> None:
+    # Nothing was listed before: "Rented by User: <three days ago>" may be the first rent of a
+    # pod resumed a minute ago. Billing those days would be a guess that can cross a budget
+    # ceiling and destroy the account's instances; the bill starts at the sighting instead.
+    store.record_observation(observation(_pod(at=T0, rented_at=T0 - timedelta(days=3))), T0)
+
+    assert _view(store).billed_from is None
 
 
 def test_a_running_instances_start_is_clamped_to_the_previous_complete_listing_too(

@@ -503,10 +503,20 @@ def billed_from(
     rented instant of a starting one whose compute bills (a RunPod pod not up yet) — else None.
     Never earlier than ``listed_before``, the account's previous complete listing: an instance
     absent from it was not billing then. Written once, with the instance row, and never
-    recomputed (docs/safety.md, "Period spend")."""
+    recomputed (docs/safety.md, "Period spend").
+
+    A rented instant needs that previous listing: on the watchdog's first look at an account,
+    a pod resumed after a stop may still carry its first rent's date, days back, and billing
+    those days at the starting rate could cross a budget ceiling nobody reached (an emergency
+    destroy on a guess). Then the bill starts at the sighting, as for a provider that dates
+    nothing."""
     if snapshot.state is InstanceState.RUNNING:
         began = snapshot.started_at
-    elif snapshot.state is InstanceState.STARTING and snapshot.compute_usd_per_hour != 0:
+    elif (
+        snapshot.state is InstanceState.STARTING
+        and snapshot.compute_usd_per_hour != 0
+        and listed_before is not None
+    ):
         began = snapshot.rented_at
     else:
         return None
