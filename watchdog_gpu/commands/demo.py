@@ -6,10 +6,12 @@ interruptible, a stopped big disk, a protected server and a runaway 8×H100 that
 budget — on a clock ``--speed`` times faster than real time (default 720: 8 h in 40 s), in
 enforce mode against the simulated accounts. It prints what happens as it happens (the script,
 the watchdog's decisions and actions, the messages the phone receives, in virtual time), then
-what was done and the money spent with and without the watchdog. No account, no configuration
-file, no network beyond 127.0.0.1.
+what was done and the money spent with and without the watchdog: what the simulated providers
+billed, and the total the watchdog's own ledger recorded (``watchdog-gpu report``), which equals
+it to the cent. No account, no configuration file, no network beyond 127.0.0.1.
 
-The database stays for ``watchdog-gpu status --db PATH`` and ``watchdog-gpu events --db PATH``:
+The database stays for ``watchdog-gpu status --db PATH``, ``watchdog-gpu events --db PATH`` and
+``watchdog-gpu report --db PATH``:
 by default a new file ``watchdog-gpu-demo.db`` in the current directory (``-2``, ``-3``, … when
 that exists); ``--db PATH`` refuses an existing file unless ``--force``.
 
